@@ -1,0 +1,241 @@
+"""The application service: each command loads aggregates, lets them decide, saves atomically."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID, uuid4
+
+from jobnik.domain.errors import InvalidRequest, TaskNotFound, TaskStatusUpdateFailed
+from jobnik.domain.jobs import Job
+from jobnik.domain.ports import Session, Store
+from jobnik.domain.stages import Stage
+from jobnik.domain.statuses import Actor, JobStatus, Priority, StageStatus, TaskStatus
+from jobnik.domain.tasks import Task
+
+NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    name: str
+    data: dict[str, Any]
+    priority: Priority = Priority.MEDIUM
+    user_metadata: dict[str, Any] = field(default_factory=dict)
+    traceparent: str = NO_TRACE
+    tracestate: str | None = None
+
+
+@dataclass(frozen=True)
+class NewStage:
+    type: str
+    data: dict[str, Any]
+    user_metadata: dict[str, Any] = field(default_factory=dict)
+    traceparent: str = NO_TRACE
+    tracestate: str | None = None
+    start_as_waiting: bool = False
+
+
+@dataclass(frozen=True)
+class NewTask:
+    data: dict[str, Any]
+    user_metadata: dict[str, Any] = field(default_factory=dict)
+    max_attempts: int = 3
+    traceparent: str = NO_TRACE
+    tracestate: str | None = None
+
+
+class Jobnik:
+    """Commands of the Jobnik contract (jobnik-rules.md §3–§7 with §20). Each is one transaction."""
+
+    def __init__(self, store: Store, clock: Callable[[], datetime] = utcnow) -> None:
+        self.store = store
+        self.clock = clock
+
+    def _write(self) -> Any:
+        return self.store.session(write=True)
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    def create_job(self, new: NewJob) -> Job:
+        job = Job.create(
+            name=new.name,
+            data=new.data,
+            priority=new.priority,
+            user_metadata=new.user_metadata,
+            traceparent=new.traceparent,
+            tracestate=new.tracestate,
+            now=self.clock(),
+        )
+        with self._write() as s:
+            s.save(job)
+        return job
+
+    def set_job_status(self, job_id: UUID, target: JobStatus) -> Job:
+        """PENDING (resume/start), PAUSED or ABORTED; abort cascades (rules §20 #4)."""
+        now = self.clock()
+        with self._write() as s:
+            job = s.job(job_id)
+            job.request_status(target, now)
+            if target is not JobStatus.ABORTED:
+                s.save(job)
+                return job
+            stages = s.stages_of(job_id)
+            for stage in stages:
+                stage.abort(now, Actor.SYSTEM, "job aborted")
+            tasks = s.queued_tasks(job_id)
+            for task in tasks:
+                task.abort(now, Actor.SYSTEM, "job aborted")
+            s.save(job, *stages, *tasks)
+        return job
+
+    def change_priority(self, job_id: UUID, priority: Priority) -> bool:
+        """False when the job already has that priority (the API answers 204)."""
+        with self._write() as s:
+            job = s.job(job_id)
+            changed = job.change_priority(priority, self.clock())
+            s.save(job)
+        return changed
+
+    def replace_job_user_metadata(self, job_id: UUID, user_metadata: dict[str, Any]) -> Job:
+        with self._write() as s:
+            job = s.job(job_id)
+            job.replace_user_metadata(user_metadata, self.clock(), Actor.API)
+            s.save(job)
+        return job
+
+    def delete_job(self, job_id: UUID) -> None:
+        """Remove a final job from every read model; its events stay (rules §20 #8)."""
+        with self._write() as s:
+            job = s.job(job_id)
+            job.delete(self.clock())
+            s.save(job)
+
+    # -- stages ---------------------------------------------------------------------------
+
+    def add_stage(self, job_id: UUID, new: NewStage) -> Stage:
+        now = self.clock()
+        with self._write() as s:
+            job = s.job(job_id)
+            stage_id = uuid4()
+            order = job.append_stage(stage_id, now, Actor.API)
+            previous = s.stage_at(job_id, order - 1) if order > 1 else None
+            stage = Stage.add(
+                id=stage_id,
+                job_id=job_id,
+                order=order,
+                type=new.type,
+                data=new.data,
+                user_metadata=new.user_metadata,
+                traceparent=new.traceparent,
+                tracestate=new.tracestate,
+                start_as_waiting=new.start_as_waiting,
+                previous_completed=previous is not None
+                and previous.status == StageStatus.COMPLETED,
+                now=now,
+            )
+            s.save(job, stage)
+        return stage
+
+    def release_stage(self, stage_id: UUID) -> Stage:
+        """A user's PUT PENDING on a stage (rules §4.2); a PENDING stage is a no-op."""
+        with self._write() as s:
+            stage = s.stage(stage_id)
+            previous = s.stage_at(stage.job_id, stage.order - 1) if stage.order > 1 else None
+            stage.release(previous, self.clock(), Actor.API)
+            s.save(stage)
+        return stage
+
+    def replace_stage_user_metadata(self, stage_id: UUID, user_metadata: dict[str, Any]) -> Stage:
+        with self._write() as s:
+            stage = s.stage(stage_id)
+            stage.replace_user_metadata(user_metadata, self.clock(), Actor.API)
+            s.save(stage)
+        return stage
+
+    # -- tasks ----------------------------------------------------------------------------
+
+    def add_tasks(self, stage_id: UUID, new: Sequence[NewTask]) -> list[Task]:
+        if not new:
+            raise InvalidRequest("request/body must NOT have fewer than 1 items")
+        now = self.clock()
+        with self._write() as s:
+            stage = s.stage(stage_id)
+            stage.check_tasks_can_be_added()
+            tasks = [
+                Task.create(
+                    stage_id=stage.id,
+                    job_id=stage.job_id,
+                    stage_type=stage.type,
+                    data=n.data,
+                    user_metadata=n.user_metadata,
+                    max_attempts=n.max_attempts,
+                    traceparent=n.traceparent,
+                    tracestate=n.tracestate,
+                    now=now,
+                )
+                for n in new
+            ]
+            s.save(*tasks)
+        return tasks
+
+    def dequeue(self, stage_type: str) -> Task:
+        """Claim the next eligible task of `stage_type`; TaskNotFound when there is none."""
+        now = self.clock()
+        with self._write() as s:
+            task = s.claim(stage_type)
+            if task is None:
+                raise TaskNotFound
+            stage, job = s.stage(task.stage_id), s.job(task.job_id)
+            task.dequeue(now, Actor.WORKER)
+            if stage.start(now, Actor.SYSTEM):
+                job.start(now, Actor.SYSTEM)
+            s.save(task, stage, job)
+        return task
+
+    def report_task(self, task_id: UUID, status: TaskStatus) -> Task:
+        """A worker's COMPLETED or FAILED, with every cascade (rules §5, §7)."""
+        with self.store.session(write=False) as r:
+            seen = r.task(task_id).version
+        now = self.clock()
+        with self._write() as s:
+            task = s.task(task_id)
+            if task.version != seen:  # changed since it was read: Jobnik's CAS (rules §4.3)
+                raise TaskStatusUpdateFailed
+            stage, job = s.stage(task.stage_id), s.job(task.job_id)
+            if job.status == JobStatus.ABORTED and task.status == TaskStatus.IN_PROGRESS:
+                task.abort(now, Actor.WORKER, "late report after the job was aborted", status)
+                s.save(task)
+                return task
+            task.report(status, now, Actor.WORKER)
+            s.save(task)
+            if task.status == TaskStatus.COMPLETED:
+                self._after_completion(s, stage, job, now)
+            elif task.status == TaskStatus.FAILED and stage.fail(task.id, now, Actor.SYSTEM):
+                job.stage_failed(stage.id, now, Actor.SYSTEM)
+                s.save(stage, job)
+        return task
+
+    def _after_completion(self, s: Session, stage: Stage, job: Job, now: datetime) -> None:
+        summary = s.summary(stage.id)
+        if summary.completed != summary.total or stage.status != StageStatus.IN_PROGRESS:
+            return
+        stage.complete(now, Actor.SYSTEM)
+        following = s.stage_at(job.id, stage.order + 1)
+        if following is not None:
+            following.release_after_previous(now, Actor.SYSTEM)
+        job.stage_completed(stage.id, now, Actor.SYSTEM)
+        s.save(stage, *([following] if following else []), job)
+
+    def replace_task_user_metadata(self, task_id: UUID, user_metadata: dict[str, Any]) -> Task:
+        with self._write() as s:
+            task = s.task(task_id)
+            task.replace_user_metadata(user_metadata, self.clock(), Actor.API)
+            s.save(task)
+        return task

@@ -1,0 +1,60 @@
+"""What every jobnik aggregate shares: the event cause (actor, reason) and restoring from a snapshot row."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, TypeVar
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+from jobnik.domain.statuses import Actor
+
+A = TypeVar("A", bound="Entity")
+
+
+class Entity(Aggregate):
+    """Base aggregate: every event records who caused it and why."""
+
+    class Event(Aggregate.Event):
+        actor: str
+        reason: str | None
+
+    @classmethod
+    def restore(
+        cls: type[A],
+        id: UUID,
+        version: int,
+        created_on: datetime,
+        modified_on: datetime,
+        state: dict[str, Any],
+    ) -> A:
+        """Rebuild an aggregate from a snapshot of its state (an inline read-model row).
+
+        The row is written from the aggregate's own events in the same transaction, so it is the
+        aggregate's latest snapshot; the event store's unique (id, version) key still guards
+        every save.
+        """
+        aggregate = object.__new__(cls)
+        aggregate.__dict__.update(
+            _id=id,
+            _version=version,
+            _created_on=created_on,
+            _modified_on=modified_on,
+            _pending_events=[],
+            **state,
+        )
+        return aggregate
+
+    def state(self) -> dict[str, Any]:
+        """The aggregate's own attributes (what `restore` takes back)."""
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    def _emit(
+        self,
+        event_class: type[Aggregate.Event],
+        now: datetime,
+        actor: Actor,
+        reason: str | None = None,
+        **fields: Any,
+    ) -> None:
+        self.trigger_event(event_class, timestamp=now, actor=str(actor), reason=reason, **fields)

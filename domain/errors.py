@@ -1,0 +1,116 @@
+"""One exception hierarchy; each error carries Jobnik's `code`. HTTP statuses live in api/errors.py."""
+
+from __future__ import annotations
+
+
+class JobnikError(Exception):
+    """UNKNOWN_ERROR"""
+
+    code = "UNKNOWN_ERROR"
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or self.code).strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class NotFound(JobnikError):
+    """NOT_FOUND"""
+
+    code = "NOT_FOUND"
+
+
+class JobNotFound(NotFound):
+    """JOB_NOT_FOUND"""
+
+    code = "JOB_NOT_FOUND"
+
+
+class StageNotFound(NotFound):
+    """STAGE_NOT_FOUND"""
+
+    code = "STAGE_NOT_FOUND"
+
+
+class TaskNotFound(NotFound):
+    """TASK_NOT_FOUND"""
+
+    code = "TASK_NOT_FOUND"
+
+
+class IllegalTransition(JobnikError):
+    """An illegal status transition."""
+
+    code = "ILLEGAL_STATUS_TRANSITION"
+
+    @classmethod
+    def between(cls, current: str, target: str) -> IllegalTransition:
+        return cls(f"Illegal status transition from {current} to {target}")
+
+
+class IllegalJobTransition(IllegalTransition):
+    code = "ILLEGAL_JOB_STATUS_TRANSITION"
+
+
+class IllegalStageTransition(IllegalTransition):
+    code = "ILLEGAL_STAGE_STATUS_TRANSITION"
+
+
+class IllegalTaskTransition(IllegalTransition):
+    code = "ILLEGAL_TASK_STATUS_TRANSITION"
+
+
+class InvalidRequest(JobnikError):
+    """VALIDATION_ERROR"""
+
+    code = "VALIDATION_ERROR"
+
+
+class PayloadTooLarge(InvalidRequest):
+    """request body is larger than 1 MB"""
+
+    code = "PAYLOAD_TOO_LARGE"
+
+
+class JobNotInFiniteState(InvalidRequest):
+    """JOB_NOT_IN_FINITE_STATE"""
+
+    code = "JOB_NOT_IN_FINITE_STATE"
+
+
+class JobInFiniteState(InvalidRequest):
+    """JOB_ALREADY_FINISHED_STAGES_ERROR"""
+
+    code = "JOB_IN_FINITE_STATE"
+
+
+class StageInFiniteState(InvalidRequest):
+    """STAGE_ALREADY_FINISHED_TASKS_ERROR"""
+
+    code = "STAGE_IN_FINITE_STATE"
+
+
+class AddTasksNotAllowed(InvalidRequest):
+    """ADD_TASK_NOT_ALLOWED"""
+
+    code = "NOT_ALLOWED_TO_ADD_TASKS_TO_IN_PROGRESS_STAGE"
+
+
+class UpdateConflict(JobnikError):
+    """The entity changed since it was read."""
+
+    code = "UPDATE_CONFLICT"
+
+
+class TaskStatusUpdateFailed(UpdateConflict):
+    """TASK_STATUS_UPDATE_FAILED"""
+
+    code = "TASK_STATUS_UPDATE_FAILED"
+
+
+class DatabaseError(JobnikError):
+    """DATABASE_RELATED_ERROR"""
+
+    code = "DATABASE_RELATED_ERROR"

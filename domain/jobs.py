@@ -1,0 +1,227 @@
+"""The Job aggregate: a whole workflow; owns the ordered list of its stages."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID, uuid4
+
+from jobnik.domain.base import Entity
+from jobnik.domain.errors import (
+    IllegalJobTransition,
+    JobInFiniteState,
+    JobNotInFiniteState,
+)
+from jobnik.domain.statuses import JOB_FINAL, JOB_TRANSITIONS, Actor, Priority
+from jobnik.domain.statuses import JobStatus as S
+
+
+class Job(Entity):
+    """A job: status, priority and metadata, and how many of its stages exist and completed."""
+
+    if TYPE_CHECKING:  # set by the events' apply(); no annotations at runtime, so the
+        # library does not turn them into __init__ arguments
+        name: str
+        data: dict[str, Any]
+        priority: str
+        user_metadata: dict[str, Any]
+        traceparent: str
+        tracestate: str | None
+        status: str
+        percentage: int
+        started: bool
+        stage_count: int
+        completed_stages: int
+        start_time: datetime | None
+        end_time: datetime | None
+        deleted: bool
+
+    class JobCreated(Entity.Created):
+        name: str
+        data: dict[str, Any]
+        priority: str
+        user_metadata: dict[str, Any]
+        traceparent: str
+        tracestate: str | None
+
+        def apply(self, job: Job) -> None:
+            job.name, job.data, job.priority = self.name, self.data, self.priority
+            job.user_metadata = self.user_metadata
+            job.traceparent, job.tracestate = self.traceparent, self.tracestate
+            job.status, job.percentage, job.started = S.PENDING, 0, False
+            job.stage_count = job.completed_stages = 0
+            job.start_time = job.end_time = None
+            job.deleted = False
+
+    class StageAppended(Entity.Event):
+        """A stage joined the job (its order is the job's stage count)."""
+
+        stage_id: UUID
+        order: int
+
+        def apply(self, job: Job) -> None:
+            job.stage_count = self.order
+
+    class JobStarted(Entity.Event):
+        def apply(self, job: Job) -> None:
+            job.status, job.started, job.start_time = S.IN_PROGRESS, True, self.timestamp
+
+    class JobPaused(Entity.Event):
+        previous: str
+
+        def apply(self, job: Job) -> None:
+            job.status = S.PAUSED
+
+    class JobResumed(Entity.Event):
+        status: str
+
+        def apply(self, job: Job) -> None:
+            job.status = self.status
+
+    class JobProgressed(Entity.Event):
+        """A stage of the job completed; the job's percentage moves."""
+
+        stage_id: UUID
+        completed_stages: int
+        percentage: int
+
+        def apply(self, job: Job) -> None:
+            job.completed_stages, job.percentage = self.completed_stages, self.percentage
+
+    class JobCompleted(Entity.Event):
+        def apply(self, job: Job) -> None:
+            job.status, job.end_time = S.COMPLETED, self.timestamp
+
+    class JobFailed(Entity.Event):
+        stage_id: UUID
+
+        def apply(self, job: Job) -> None:
+            job.status, job.end_time = S.FAILED, self.timestamp
+
+    class JobAborted(Entity.Event):
+        previous: str
+
+        def apply(self, job: Job) -> None:
+            job.status, job.end_time = S.ABORTED, self.timestamp
+
+    class JobPriorityChanged(Entity.Event):
+        previous: str
+        priority: str
+
+        def apply(self, job: Job) -> None:
+            job.priority = self.priority
+
+    class JobUserMetadataReplaced(Entity.Event):
+        user_metadata: dict[str, Any]
+
+        def apply(self, job: Job) -> None:
+            job.user_metadata = self.user_metadata
+
+    class JobDeleted(Entity.Event):
+        def apply(self, job: Job) -> None:
+            job.deleted = True
+
+    # -- commands -------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        name: str,
+        data: dict[str, Any],
+        priority: Priority,
+        user_metadata: dict[str, Any],
+        traceparent: str,
+        tracestate: str | None,
+        now: datetime,
+        actor: Actor = Actor.API,
+        id: UUID | None = None,
+    ) -> Job:
+        return cls._create(
+            cls.JobCreated,
+            id=id or uuid4(),
+            timestamp=now,
+            actor=str(actor),
+            reason=None,
+            name=name,
+            data=data,
+            priority=str(priority),
+            user_metadata=user_metadata,
+            traceparent=traceparent,
+            tracestate=tracestate,
+        )
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in JOB_FINAL
+
+    def _check(self, target: S) -> None:
+        if target not in JOB_TRANSITIONS[S(self.status)]:
+            raise IllegalJobTransition.between(self.status, target)
+
+    def append_stage(self, stage_id: UUID, now: datetime, actor: Actor) -> int:
+        """Give a new stage the next order; refused once the job is final."""
+        if self.is_final:
+            raise JobInFiniteState
+        order = self.stage_count + 1
+        self._emit(self.StageAppended, now, actor, stage_id=stage_id, order=order)
+        return order
+
+    def request_status(self, target: S, now: datetime, reason: str | None = None) -> None:
+        """A user's PUT status: PENDING (resume or start), PAUSED or ABORTED."""
+        self._check(target)
+        if target is S.PAUSED:
+            self._emit(self.JobPaused, now, Actor.API, reason, previous=self.status)
+        elif target is S.ABORTED:
+            self._emit(self.JobAborted, now, Actor.API, reason, previous=self.status)
+        else:  # resume restores IN_PROGRESS when the job had started (rules §20 #2)
+            resumed = S.IN_PROGRESS if self.started else S.PENDING
+            self._emit(self.JobResumed, now, Actor.API, reason, status=resumed)
+
+    def start(self, now: datetime, actor: Actor) -> None:
+        """A stage of the job started: PENDING → IN_PROGRESS (rules §5 R3)."""
+        if self.status == S.PENDING:
+            self._emit(self.JobStarted, now, actor)
+
+    def stage_completed(self, stage_id: UUID, now: datetime, actor: Actor) -> None:
+        """Count a completed stage; the job completes when every stage has (rules §5 R6)."""
+        done = self.completed_stages + 1
+        percentage = (done * 100) // self.stage_count if self.stage_count else 0
+        self._emit(
+            self.JobProgressed,
+            now,
+            actor,
+            stage_id=stage_id,
+            completed_stages=done,
+            percentage=percentage,
+        )
+        if done == self.stage_count and not self.is_final:
+            self._check(S.COMPLETED)
+            self._emit(self.JobCompleted, now, actor, "all stages completed")
+
+    def stage_failed(self, stage_id: UUID, now: datetime, actor: Actor) -> None:
+        """A stage failed: the job fails (rules §5 R8)."""
+        if self.is_final:
+            return
+        self._check(S.FAILED)
+        self._emit(self.JobFailed, now, actor, "a stage failed", stage_id=stage_id)
+
+    def change_priority(self, priority: Priority, now: datetime) -> bool:
+        """False (and no event) when the priority is already `priority`."""
+        if self.priority == priority:
+            return False
+        self._emit(
+            self.JobPriorityChanged, now, Actor.API, previous=self.priority, priority=str(priority)
+        )
+        return True
+
+    def replace_user_metadata(
+        self, user_metadata: dict[str, Any], now: datetime, actor: Actor
+    ) -> None:
+        self._emit(self.JobUserMetadataReplaced, now, actor, user_metadata=user_metadata)
+
+    def delete(self, now: datetime) -> None:
+        """Only a final job can be deleted; its history stays in the event log."""
+        if not self.is_final:
+            raise JobNotInFiniteState
+        self._emit(self.JobDeleted, now, Actor.API)

@@ -1,0 +1,74 @@
+"""What the application service needs from storage: one transaction, seen as a Session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol
+from uuid import UUID
+
+from jobnik.domain.base import Entity
+from jobnik.domain.jobs import Job
+from jobnik.domain.stages import Stage
+from jobnik.domain.tasks import Task
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A stage's task counters (rules §9), plus jobnik's `aborted`."""
+
+    pending: int = 0
+    in_progress: int = 0
+    completed: int = 0
+    failed: int = 0
+    created: int = 0
+    retried: int = 0
+    aborted: int = 0
+    total: int = 0
+
+    @property
+    def percentage(self) -> int:
+        return (self.completed * 100) // self.total if self.total else 0
+
+
+class Session(Protocol):
+    """One database transaction. Loads raise the domain's NotFound errors."""
+
+    def job(self, job_id: UUID) -> Job: ...
+
+    def stage(self, stage_id: UUID) -> Stage: ...
+
+    def task(self, task_id: UUID) -> Task: ...
+
+    def stage_at(self, job_id: UUID, order: int) -> Stage | None: ...
+
+    def stages_of(self, job_id: UUID) -> list[Stage]: ...
+
+    def queued_tasks(self, job_id: UUID) -> list[Task]: ...
+
+    def claim(self, stage_type: str) -> Task | None:
+        """The next eligible task of `stage_type` (priority, then enqueue order), locked."""
+        ...
+
+    def summary(self, stage_id: UUID) -> Summary: ...
+
+    def save(self, *aggregates: Entity) -> None:
+        """Append the aggregates' pending events and apply them to the inline read models."""
+        ...
+
+    @property
+    def position(self) -> int | None:
+        """The log position of the last event this session appended."""
+        ...
+
+
+class Store(Protocol):
+    """Opens sessions: `write=True` ones serialise with every other writer."""
+
+    def session(self, *, write: bool) -> AbstractContextManager[Session]: ...
+
+
+def each(aggregates: Sequence[Entity | None]) -> Iterator[Entity]:
+    """The aggregates that are there."""
+    return (a for a in aggregates if a is not None)

@@ -1,0 +1,208 @@
+"""The Stage aggregate: one ordered phase of a job; its tasks are dequeued by its `type`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID, uuid4
+
+from jobnik.domain.base import Entity
+from jobnik.domain.errors import (
+    AddTasksNotAllowed,
+    IllegalStageTransition,
+    StageInFiniteState,
+)
+from jobnik.domain.statuses import STAGE_FINAL, STAGE_TRANSITIONS, Actor
+from jobnik.domain.statuses import StageStatus as S
+
+
+class Stage(Entity):
+    """A stage: status, order and metadata. Its task counters live in the summary read model."""
+
+    if TYPE_CHECKING:  # set by the events' apply(); no annotations at runtime, so the
+        # library does not turn them into __init__ arguments
+        job_id: UUID
+        order: int
+        type: str
+        data: dict[str, Any]
+        user_metadata: dict[str, Any]
+        traceparent: str
+        tracestate: str | None
+        status: str
+        start_time: datetime | None
+        end_time: datetime | None
+
+    class StageAdded(Entity.Created):
+        job_id: UUID
+        order: int
+        type: str
+        data: dict[str, Any]
+        user_metadata: dict[str, Any]
+        traceparent: str
+        tracestate: str | None
+        status: str
+
+        def apply(self, stage: Stage) -> None:
+            stage.job_id, stage.order, stage.type = self.job_id, self.order, self.type
+            stage.data, stage.user_metadata = self.data, self.user_metadata
+            stage.traceparent, stage.tracestate = self.traceparent, self.tracestate
+            stage.status = self.status
+            stage.start_time = stage.end_time = None
+
+    class StageReleased(Entity.Event):
+        """CREATED/WAITING → PENDING, by a user or because the previous stage completed."""
+
+        job_id: UUID
+        previous: str
+
+        def apply(self, stage: Stage) -> None:
+            stage.status = S.PENDING
+
+    class StageStarted(Entity.Event):
+        job_id: UUID
+
+        def apply(self, stage: Stage) -> None:
+            stage.status, stage.start_time = S.IN_PROGRESS, self.timestamp
+
+    class StageCompleted(Entity.Event):
+        job_id: UUID
+
+        def apply(self, stage: Stage) -> None:
+            stage.status, stage.end_time = S.COMPLETED, self.timestamp
+
+    class StageFailed(Entity.Event):
+        job_id: UUID
+        task_id: UUID
+
+        def apply(self, stage: Stage) -> None:
+            stage.status, stage.end_time = S.FAILED, self.timestamp
+
+    class StageAborted(Entity.Event):
+        job_id: UUID
+        previous: str
+
+        def apply(self, stage: Stage) -> None:
+            stage.status, stage.end_time = S.ABORTED, self.timestamp
+
+    class StageUserMetadataReplaced(Entity.Event):
+        user_metadata: dict[str, Any]
+
+        def apply(self, stage: Stage) -> None:
+            stage.user_metadata = self.user_metadata
+
+    # -- commands -------------------------------------------------------------------------
+
+    @classmethod
+    def add(
+        cls,
+        *,
+        id: UUID | None = None,
+        job_id: UUID,
+        order: int,
+        type: str,
+        data: dict[str, Any],
+        user_metadata: dict[str, Any],
+        traceparent: str,
+        tracestate: str | None,
+        start_as_waiting: bool,
+        previous_completed: bool,
+        now: datetime,
+        actor: Actor = Actor.API,
+    ) -> Stage:
+        """A new stage: WAITING if asked, PENDING when first or after a completed stage, else CREATED."""
+        if start_as_waiting:
+            status = S.WAITING
+        elif order == 1 or previous_completed:
+            status = S.PENDING
+        else:
+            status = S.CREATED
+        return cls._create(
+            cls.StageAdded,
+            id=id or uuid4(),
+            timestamp=now,
+            actor=str(actor),
+            reason=None,
+            job_id=job_id,
+            order=order,
+            type=type,
+            data=data,
+            user_metadata=user_metadata,
+            traceparent=traceparent,
+            tracestate=tracestate,
+            status=str(status),
+        )
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in STAGE_FINAL
+
+    def _check(self, target: S) -> None:
+        if target not in STAGE_TRANSITIONS[S(self.status)]:
+            raise IllegalStageTransition.between(self.status, target)
+
+    def check_tasks_can_be_added(self) -> None:
+        """Tasks join a stage only while it is CREATED, PENDING or WAITING (rules §3 S7)."""
+        if self.is_final:
+            raise StageInFiniteState
+        if self.status == S.IN_PROGRESS:
+            raise AddTasksNotAllowed
+
+    def release(self, previous_stage: Stage | None, now: datetime, actor: Actor) -> None:
+        """A user's PUT PENDING, with the rules' order of checks (rules §4.2)."""
+        if self.status == S.PENDING:
+            return
+        if previous_stage is not None and previous_stage.status != S.COMPLETED:
+            raise IllegalStageTransition("Previous stage is not COMPLETED")
+        self._check(S.PENDING)
+        self._emit(
+            self.StageReleased,
+            now,
+            actor,
+            "released by user",
+            job_id=self.job_id,
+            previous=self.status,
+        )
+
+    def release_after_previous(self, now: datetime, actor: Actor) -> None:
+        """The previous stage completed: a CREATED stage becomes PENDING; WAITING stays (R6.1)."""
+        if self.status == S.CREATED:
+            self._emit(
+                self.StageReleased,
+                now,
+                actor,
+                "previous stage completed",
+                job_id=self.job_id,
+                previous=self.status,
+            )
+
+    def start(self, now: datetime, actor: Actor) -> bool:
+        """First dequeue of the stage: PENDING → IN_PROGRESS (R2). True when it started."""
+        if self.status != S.PENDING:
+            return False
+        self._emit(self.StageStarted, now, actor, job_id=self.job_id)
+        return True
+
+    def complete(self, now: datetime, actor: Actor) -> None:
+        self._check(S.COMPLETED)
+        self._emit(self.StageCompleted, now, actor, "all tasks completed", job_id=self.job_id)
+
+    def fail(self, task_id: UUID, now: datetime, actor: Actor) -> bool:
+        """A task failed for good: the stage fails unless it already has (R7). True when it failed."""
+        if self.status == S.FAILED:
+            return False
+        self._check(S.FAILED)
+        self._emit(
+            self.StageFailed, now, actor, "a task failed", job_id=self.job_id, task_id=task_id
+        )
+        return True
+
+    def abort(self, now: datetime, actor: Actor, reason: str) -> None:
+        """Cascaded from the job's abort (rules §20 #4); final stages keep their status."""
+        if self.is_final:
+            return
+        self._emit(self.StageAborted, now, actor, reason, job_id=self.job_id, previous=self.status)
+
+    def replace_user_metadata(
+        self, user_metadata: dict[str, Any], now: datetime, actor: Actor
+    ) -> None:
+        self._emit(self.StageUserMetadataReplaced, now, actor, user_metadata=user_metadata)

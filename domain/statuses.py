@@ -1,0 +1,103 @@
+"""Statuses, priorities and the transition tables of jobs, stages and tasks, as data."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Final
+
+
+class JobStatus(StrEnum):
+    CREATED = "CREATED"
+    PENDING = "PENDING"
+    IN_PROGRESS = "IN_PROGRESS"
+    PAUSED = "PAUSED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    ABORTED = "ABORTED"
+
+
+class StageStatus(StrEnum):
+    CREATED = "CREATED"
+    PENDING = "PENDING"
+    IN_PROGRESS = "IN_PROGRESS"
+    WAITING = "WAITING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    ABORTED = "ABORTED"
+
+
+class TaskStatus(StrEnum):
+    CREATED = "CREATED"
+    PENDING = "PENDING"
+    IN_PROGRESS = "IN_PROGRESS"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    RETRIED = "RETRIED"
+    ABORTED = "ABORTED"
+
+
+class Priority(StrEnum):
+    VERY_HIGH = "VERY_HIGH"
+    HIGH = "HIGH"
+    MEDIUM = "MEDIUM"
+    LOW = "LOW"
+    VERY_LOW = "VERY_LOW"
+
+    @property
+    def rank(self) -> int:
+        """0 for VERY_HIGH … 4 for VERY_LOW: the dequeue order, lowest first."""
+        return PRIORITY_RANK[self]
+
+
+class Actor(StrEnum):
+    """Who caused an event."""
+
+    API = "api"
+    WORKER = "worker"
+    SYSTEM = "system"
+
+
+PRIORITY_RANK: Final[Mapping[Priority, int]] = {p: i for i, p in enumerate(Priority)}
+
+J, S, T = JobStatus, StageStatus, TaskStatus
+
+JOB_TRANSITIONS: Final[Mapping[JobStatus, frozenset[JobStatus]]] = {
+    J.CREATED: frozenset({J.PENDING, J.PAUSED, J.ABORTED}),
+    J.PENDING: frozenset({J.IN_PROGRESS, J.PAUSED, J.ABORTED}),
+    # COMPLETED/FAILED from PAUSED: a paused job still completes (jobnik-rules §20 #3).
+    J.IN_PROGRESS: frozenset({J.PAUSED, J.COMPLETED, J.FAILED, J.ABORTED}),
+    J.PAUSED: frozenset({J.PENDING, J.IN_PROGRESS, J.COMPLETED, J.FAILED, J.ABORTED}),
+    J.COMPLETED: frozenset(),
+    J.FAILED: frozenset(),
+    J.ABORTED: frozenset(),
+}
+
+STAGE_TRANSITIONS: Final[Mapping[StageStatus, frozenset[StageStatus]]] = {
+    S.CREATED: frozenset({S.PENDING, S.WAITING, S.ABORTED}),
+    S.PENDING: frozenset({S.IN_PROGRESS, S.WAITING, S.ABORTED}),
+    S.IN_PROGRESS: frozenset({S.WAITING, S.COMPLETED, S.FAILED, S.ABORTED}),
+    S.WAITING: frozenset({S.PENDING, S.ABORTED}),
+    S.COMPLETED: frozenset(),
+    S.FAILED: frozenset(),
+    S.ABORTED: frozenset(),
+}
+
+TASK_TRANSITIONS: Final[Mapping[TaskStatus, frozenset[TaskStatus]]] = {
+    T.CREATED: frozenset({T.PENDING, T.ABORTED}),
+    T.PENDING: frozenset({T.IN_PROGRESS, T.ABORTED}),
+    T.IN_PROGRESS: frozenset({T.COMPLETED, T.FAILED, T.RETRIED, T.ABORTED}),
+    T.RETRIED: frozenset({T.IN_PROGRESS, T.ABORTED}),
+    T.COMPLETED: frozenset(),
+    T.FAILED: frozenset(),
+    T.ABORTED: frozenset(),
+}
+
+JOB_FINAL: Final = frozenset({J.COMPLETED, J.FAILED, J.ABORTED})
+STAGE_FINAL: Final = frozenset({S.COMPLETED, S.FAILED, S.ABORTED})
+TASK_FINAL: Final = frozenset({T.COMPLETED, T.FAILED, T.ABORTED})
+
+# A task can be dequeued only while its job and its stage are in one of these (rules §6).
+JOB_DEQUEUEABLE: Final = frozenset({J.PENDING, J.IN_PROGRESS})
+STAGE_DEQUEUEABLE: Final = frozenset({S.PENDING, S.IN_PROGRESS})
+TASK_QUEUED: Final = frozenset({T.PENDING, T.RETRIED})

@@ -1,0 +1,1 @@
+"""Read models: pure projections of the event log, and the store that applies them inline."""

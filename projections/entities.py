@@ -1,0 +1,298 @@
+"""The inline read models as a pure function: an event (and its log position) → row operations.
+
+The same function drives the live write path and `jobnik projections rebuild`, so a rebuilt read
+model equals its live twin row for row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from eventsourcing.domain import DomainEventProtocol
+from jobnik.domain.jobs import Job
+from jobnik.domain.stages import Stage
+from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
+from jobnik.domain.tasks import Task
+from jobnik.projections.schema import JOBS, QUEUE, STAGES, SUMMARIES, TASKS
+
+
+@dataclass(frozen=True)
+class Insert:
+    table: str
+    row: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Update:
+    """SET `values` on every row of `table` matching `key`."""
+
+    table: str
+    key: Mapping[str, Any]
+    values: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Add:
+    """Add `deltas` to counters of the row matching `key` (SQL increments, no read-modify-write)."""
+
+    table: str
+    key: Mapping[str, Any]
+    deltas: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Delete:
+    table: str
+    key: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Enqueue:
+    """Put a task in the queue; its priority and eligibility come from its job and stage rows."""
+
+    task_id: Any
+    stage_id: Any
+    seq: int
+
+
+Op = Insert | Update | Add | Delete | Enqueue
+
+# Summary keys by task status (rules §9: camelCase on the wire, snake_case here).
+SUMMARY_KEY: Final = {
+    TaskStatus.PENDING: "pending",
+    TaskStatus.IN_PROGRESS: "in_progress",
+    TaskStatus.COMPLETED: "completed",
+    TaskStatus.FAILED: "failed",
+    TaskStatus.CREATED: "created",
+    TaskStatus.RETRIED: "retried",
+    TaskStatus.ABORTED: "aborted",
+}
+OPEN_JOB: Final = frozenset({JobStatus.PENDING, JobStatus.IN_PROGRESS})
+
+
+def _stamp(e: Any) -> dict[str, Any]:
+    return {"version": e.originator_version, "update_time": e.timestamp}
+
+
+def _job(e: Any, **values: Any) -> Update:
+    return Update(JOBS, {"id": e.originator_id}, {**_stamp(e), **values})
+
+
+def _stage(e: Any, **values: Any) -> Update:
+    return Update(STAGES, {"id": e.originator_id}, {**_stamp(e), **values})
+
+
+def _task(e: Any, **values: Any) -> Update:
+    return Update(TASKS, {"id": e.originator_id}, {**_stamp(e), **values})
+
+
+def _summary(e: Any, **deltas: int) -> Add:
+    return Add(SUMMARIES, {"stage_id": e.stage_id}, deltas)
+
+
+def _job_created(e: Job.JobCreated, _: int) -> list[Op]:
+    return [
+        Insert(
+            JOBS,
+            {
+                "id": e.originator_id,
+                "version": e.originator_version,
+                "name": e.name,
+                "data": e.data,
+                "priority": e.priority,
+                "priority_rank": Priority(e.priority).rank,
+                "user_metadata": e.user_metadata,
+                "status": JobStatus.PENDING.value,
+                "percentage": 0,
+                "traceparent": e.traceparent,
+                "tracestate": e.tracestate,
+                "started": False,
+                "stage_count": 0,
+                "completed_stages": 0,
+                "creation_time": e.timestamp,
+                "update_time": e.timestamp,
+                "start_time": None,
+                "end_time": None,
+            },
+        )
+    ]
+
+
+def _job_ended(status: JobStatus) -> Callable[[Any, int], list[Op]]:
+    def project(e: Any, _: int) -> list[Op]:
+        return [
+            _job(e, status=status.value, end_time=e.timestamp),
+            Delete(QUEUE, {"job_id": e.originator_id}),
+        ]
+
+    return project
+
+
+def _job_resumed(e: Job.JobResumed, _: int) -> list[Op]:
+    return [
+        _job(e, status=e.status),
+        Update(QUEUE, {"job_id": e.originator_id}, {"job_open": e.status in OPEN_JOB}),
+    ]
+
+
+def _job_priority_changed(e: Job.JobPriorityChanged, _: int) -> list[Op]:
+    rank = Priority(e.priority).rank
+    return [
+        _job(e, priority=e.priority, priority_rank=rank),
+        Update(QUEUE, {"job_id": e.originator_id}, {"priority_rank": rank}),
+    ]
+
+
+def _job_deleted(e: Job.JobDeleted, _: int) -> list[Op]:
+    job = {"job_id": e.originator_id}
+    return [
+        Delete(QUEUE, job),
+        Delete(TASKS, job),
+        Delete(SUMMARIES, job),
+        Delete(STAGES, job),
+        Delete(JOBS, {"id": e.originator_id}),
+    ]
+
+
+def _stage_added(e: Stage.StageAdded, _: int) -> list[Op]:
+    return [
+        Insert(
+            STAGES,
+            {
+                "id": e.originator_id,
+                "version": e.originator_version,
+                "job_id": e.job_id,
+                "stage_order": e.order,
+                "type": e.type,
+                "data": e.data,
+                "user_metadata": e.user_metadata,
+                "status": e.status,
+                "traceparent": e.traceparent,
+                "tracestate": e.tracestate,
+                "creation_time": e.timestamp,
+                "update_time": e.timestamp,
+                "start_time": None,
+                "end_time": None,
+            },
+        ),
+        Insert(SUMMARIES, {"stage_id": e.originator_id, "job_id": e.job_id}),
+    ]
+
+
+def _stage_ended(status: StageStatus) -> Callable[[Any, int], list[Op]]:
+    def project(e: Any, _: int) -> list[Op]:
+        return [
+            _stage(e, status=status.value, end_time=e.timestamp),
+            Delete(QUEUE, {"stage_id": e.originator_id}),
+        ]
+
+    return project
+
+
+def _task_created(e: Task.TaskCreated, position: int) -> list[Op]:
+    return [
+        Insert(
+            TASKS,
+            {
+                "id": e.originator_id,
+                "version": e.originator_version,
+                "stage_id": e.stage_id,
+                "job_id": e.job_id,
+                "stage_type": e.stage_type,
+                "data": e.data,
+                "user_metadata": e.user_metadata,
+                "status": TaskStatus.PENDING.value,
+                "attempts": 0,
+                "max_attempts": e.max_attempts,
+                "attempt": 0,
+                "traceparent": e.traceparent,
+                "tracestate": e.tracestate,
+                "creation_time": e.timestamp,
+                "update_time": e.timestamp,
+                "start_time": None,
+                "end_time": None,
+            },
+        ),
+        _summary(e, pending=1, total=1),
+        Enqueue(e.originator_id, e.stage_id, position),
+    ]
+
+
+def _task_dequeued(e: Task.TaskDequeued, _: int) -> list[Op]:
+    return [
+        _task(e, status=TaskStatus.IN_PROGRESS.value, start_time=e.timestamp, attempt=e.attempt),
+        _summary(e, **{SUMMARY_KEY[TaskStatus(e.previous)]: -1, "in_progress": 1}),
+        Delete(QUEUE, {"task_id": e.originator_id}),
+    ]
+
+
+def _task_retried(e: Task.TaskRetried, position: int) -> list[Op]:
+    return [
+        _task(e, status=TaskStatus.RETRIED.value, attempts=e.attempts),
+        _summary(e, in_progress=-1, retried=1),
+        Enqueue(e.originator_id, e.stage_id, position),
+    ]
+
+
+def _task_aborted(e: Task.TaskAborted, _: int) -> list[Op]:
+    return [
+        _task(e, status=TaskStatus.ABORTED.value, end_time=e.timestamp),
+        _summary(e, **{SUMMARY_KEY[TaskStatus(e.previous)]: -1, "aborted": 1}),
+        Delete(QUEUE, {"task_id": e.originator_id}),
+    ]
+
+
+PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
+    Job.JobCreated: _job_created,
+    Job.StageAppended: lambda e, _: [_job(e, stage_count=e.order)],
+    Job.JobStarted: lambda e, _: [
+        _job(e, status=JobStatus.IN_PROGRESS.value, started=True, start_time=e.timestamp)
+    ],
+    Job.JobPaused: lambda e, _: [
+        _job(e, status=JobStatus.PAUSED.value),
+        Update(QUEUE, {"job_id": e.originator_id}, {"job_open": False}),
+    ],
+    Job.JobResumed: _job_resumed,
+    Job.JobProgressed: lambda e, _: [
+        _job(e, completed_stages=e.completed_stages, percentage=e.percentage)
+    ],
+    Job.JobCompleted: _job_ended(JobStatus.COMPLETED),
+    Job.JobFailed: _job_ended(JobStatus.FAILED),
+    Job.JobAborted: _job_ended(JobStatus.ABORTED),
+    Job.JobPriorityChanged: _job_priority_changed,
+    Job.JobUserMetadataReplaced: lambda e, _: [_job(e, user_metadata=e.user_metadata)],
+    Job.JobDeleted: _job_deleted,
+    Stage.StageAdded: _stage_added,
+    Stage.StageReleased: lambda e, _: [
+        _stage(e, status=StageStatus.PENDING.value),
+        Update(QUEUE, {"stage_id": e.originator_id}, {"stage_open": True}),
+    ],
+    Stage.StageStarted: lambda e, _: [
+        _stage(e, status=StageStatus.IN_PROGRESS.value, start_time=e.timestamp)
+    ],
+    Stage.StageCompleted: _stage_ended(StageStatus.COMPLETED),
+    Stage.StageFailed: _stage_ended(StageStatus.FAILED),
+    Stage.StageAborted: _stage_ended(StageStatus.ABORTED),
+    Stage.StageUserMetadataReplaced: lambda e, _: [_stage(e, user_metadata=e.user_metadata)],
+    Task.TaskCreated: _task_created,
+    Task.TaskDequeued: _task_dequeued,
+    Task.TaskCompleted: lambda e, _: [
+        _task(e, status=TaskStatus.COMPLETED.value, end_time=e.timestamp),
+        _summary(e, in_progress=-1, completed=1),
+    ],
+    Task.TaskRetried: _task_retried,
+    Task.TaskFailed: lambda e, _: [
+        _task(e, status=TaskStatus.FAILED.value, attempts=e.attempts, end_time=e.timestamp),
+        _summary(e, in_progress=-1, failed=1),
+    ],
+    Task.TaskAborted: _task_aborted,
+    Task.TaskUserMetadataReplaced: lambda e, _: [_task(e, user_metadata=e.user_metadata)],
+}
+
+
+def project(event: DomainEventProtocol[Any], position: int) -> list[Op]:
+    """The row operations that `event`, stored at log `position`, makes to the inline read models."""
+    handler = PROJECT.get(type(event))
+    return handler(event, position) if handler else []

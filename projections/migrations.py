@@ -1,0 +1,56 @@
+"""Schema creation and upgrades, run at start-up under a lock so concurrent starts are safe."""
+
+from __future__ import annotations
+
+import zlib
+from typing import TYPE_CHECKING, Final
+
+from jobnik.projections.schema import ddl
+
+if TYPE_CHECKING:
+    from jobnik.projections.store import SqlStore
+
+LOCK_KEY: Final = zlib.crc32(b"jobnik-migrations")
+
+# Each migration is applied once, in order, and recorded in jobnik_migrations.
+MIGRATIONS: Final = [
+    (1, "inline read models v1", ddl),
+]
+
+_META = (
+    "CREATE TABLE IF NOT EXISTS jobnik_migrations "
+    "(version INTEGER PRIMARY KEY, description TEXT NOT NULL)"
+)
+
+
+def migrate(store: SqlStore) -> list[int]:
+    """Create the library's event table and apply pending migrations; returns those applied."""
+    if store.pg is not None:
+        with store.pg.get_connection() as conn:  # a session lock, held across the library's DDL
+            conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+            try:
+                store.recorder.create_table()
+                return _apply(store)
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+    store.recorder.create_table()
+    return _apply(store)
+
+
+def _apply(store: SqlStore) -> list[int]:
+    applied: list[int] = []
+    with store.cursor(write=True) as cur:
+        cur.execute(_META)
+        done = {r["version"] for r in cur.all("SELECT version FROM jobnik_migrations")}
+        for version, description, statements in MIGRATIONS:
+            if version in done:
+                continue
+            for statement in statements(store.backend):
+                cur.execute(statement)
+            p = store.dialect.param
+            cur.execute(
+                f"INSERT INTO jobnik_migrations (version, description) VALUES ({p('v')}, {p('d')})",
+                {"v": version, "d": description},
+            )
+            applied.append(version)
+    return applied

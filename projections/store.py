@@ -1,0 +1,254 @@
+"""The SQL store: the eventsourcing library's event table plus the inline read models, one transaction.
+
+A write session serialises with every other writer (PostgreSQL: the event table's EXCLUSIVE lock,
+taken first, which the library's recorder needs anyway to keep notification ids in commit order;
+SQLite: BEGIN IMMEDIATE). Inside it, a command reads rows, lets aggregates decide, appends their
+events through the library's recorder and applies the same events to the read models, then commits:
+all of it or nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
+from uuid import UUID
+
+from eventsourcing.application import Application
+from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
+from jobnik.domain.base import Entity
+from jobnik.domain.errors import DatabaseError, JobNotFound, StageNotFound, TaskNotFound
+from jobnik.domain.jobs import Job
+from jobnik.domain.ports import Summary
+from jobnik.domain.stages import Stage
+from jobnik.domain.tasks import Task
+from jobnik.projections.dialect import POSTGRES, SQLITE, Dialect
+from jobnik.projections.entities import Op, project
+from jobnik.projections.executor import OpExecutor
+from jobnik.projections.migrations import migrate
+from jobnik.projections.rows import job_from_row, stage_from_row, summary_from_row, task_from_row
+from jobnik.projections.schema import JOBS, STAGES, SUMMARIES, TASKS
+
+log = logging.getLogger(__name__)
+
+
+class EventLog(Application):
+    """The library application: mapper (transcoding), recorder and repository of jobnik's events."""
+
+    name = "jobnik"
+
+
+class Cursor:
+    """A DB cursor that speaks one dialect and returns plain dict rows."""
+
+    def __init__(self, raw: Any, dialect: Dialect) -> None:
+        self.raw = raw
+        self.dialect = dialect
+
+    def execute(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> None:
+        self.raw.execute(sql, params)
+
+    def executemany(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
+        self.raw.executemany(sql, params)
+
+    def one(
+        self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()
+    ) -> dict[str, Any] | None:
+        self.raw.execute(sql, params)
+        row = self.raw.fetchone()
+        return self.dialect.load(dict(row)) if row is not None else None
+
+    def all(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[dict[str, Any]]:
+        self.raw.execute(sql, params)
+        return [self.dialect.load(dict(r)) for r in self.raw.fetchall()]
+
+
+class SqlStore:
+    """Sessions over the event log and the inline read models, on PostgreSQL or SQLite."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.log_app = EventLog(env={**env, "CREATE_TABLE": "n"})
+        recorder = self.log_app.recorder
+        self.recorder = recorder
+        if isinstance(recorder, PostgresApplicationRecorder):
+            self.dialect: Dialect = POSTGRES
+            self.pg: PostgresDatastore | None = recorder.datastore
+            self.lite: SQLiteDatastore | None = None
+        elif isinstance(recorder, SQLiteApplicationRecorder):
+            self.dialect = SQLITE
+            self.pg, self.lite = None, recorder.datastore
+        else:  # pragma: no cover - configuration error
+            raise TypeError(f"unsupported recorder {type(recorder).__name__}")
+        self.mapper = self.log_app.mapper
+        self.executor = OpExecutor(self.dialect)
+        self.events_table = recorder.events_table_name
+
+    @property
+    def backend(self) -> str:
+        return self.dialect.name
+
+    def migrate(self) -> None:
+        """Create or upgrade every table; safe when several processes start at once."""
+        migrate(self)
+
+    def close(self) -> None:
+        self.log_app.close()
+
+    @contextmanager
+    def cursor(self, *, write: bool) -> Iterator[Cursor]:
+        """A transaction: committed on success when `write`, rolled back otherwise."""
+        try:
+            if self.pg is not None:
+                with self.pg.get_connection() as conn, conn.transaction(force_rollback=not write):
+                    with conn.cursor() as raw:
+                        cur = Cursor(raw, self.dialect)
+                        if write:
+                            raw.execute(f"LOCK TABLE {self.events_table} IN EXCLUSIVE MODE")
+                        yield cur
+            else:
+                assert self.lite is not None
+                with self.lite.get_connection(commit=write) as conn:
+                    raw = conn.cursor().sqlite_cursor
+                    raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                    try:
+                        yield Cursor(raw, self.dialect)
+                    except BaseException:
+                        conn.rollback()
+                        raise
+                    if write:
+                        conn.commit()
+                    else:
+                        conn.rollback()
+        except sqlite3.Error as e:
+            raise DatabaseError(f"database error: {e}") from e
+
+    @contextmanager
+    def session(self, *, write: bool) -> Iterator[SqlSession]:
+        with self.cursor(write=write) as cur:
+            yield SqlSession(self, cur)
+
+    def insert_events(self, cur: Cursor, stored: Sequence[StoredEvent]) -> list[int]:
+        """Append through the library's recorder (same transaction); returns notification ids."""
+        if self.pg is not None:
+            pg = cast(PostgresApplicationRecorder, self.recorder)
+            pg._insert_stored_events(cur.raw, stored)
+            return list(pg._fetch_ids_after_insert_events(cur.raw, stored) or [])
+        lite = cast(SQLiteApplicationRecorder, self.recorder)
+        from eventsourcing.sqlite import SQLiteCursor
+
+        return list(lite._insert_events(SQLiteCursor(cur.raw), stored) or [])
+
+    def apply(
+        self, cur: Cursor, events: Sequence[DomainEventProtocol[Any]], ids: Sequence[int]
+    ) -> None:
+        """Apply events (stored at `ids`) to the inline read models."""
+        self.executor.run(cur, batches(events, ids))
+
+
+def batches(
+    events: Sequence[DomainEventProtocol[Any]], ids: Sequence[int]
+) -> Iterator[list[list[Op]]]:
+    """Group consecutive events of one type and distinct aggregates: their ops commute."""
+    run: list[list[Op]] = []
+    kind: type | None = None
+    seen: set[Any] = set()
+    for event, position in zip(events, ids, strict=True):
+        if run and (type(event) is not kind or event.originator_id in seen):
+            yield run
+            run, seen = [], set()
+        kind = type(event)
+        seen.add(event.originator_id)
+        run.append(project(event, position))
+    if run:
+        yield run
+
+
+class SqlSession:
+    """One transaction; an identity map so a command sees one object per aggregate."""
+
+    def __init__(self, store: SqlStore, cur: Cursor) -> None:
+        self.store = store
+        self.cur = cur
+        self.p = store.dialect.param
+        self.d = store.dialect
+        self.loaded: dict[UUID, Entity] = {}
+        self.position: int | None = None
+
+    def _load(self, table: str, key: UUID, convert: Any, missing: type[Exception]) -> Any:
+        if key in self.loaded:
+            return self.loaded[key]
+        row = self.cur.one(
+            f"SELECT * FROM {table} WHERE id = {self.p('id')}", {"id": self.d.dump("id", key)}
+        )
+        if row is None:
+            raise missing
+        aggregate = convert(row)
+        self.loaded[key] = aggregate
+        return aggregate
+
+    def _remember(self, aggregate: Entity) -> Entity:
+        return self.loaded.setdefault(aggregate.id, aggregate)
+
+    def job(self, job_id: UUID) -> Job:
+        return cast(Job, self._load(JOBS, job_id, job_from_row, JobNotFound))
+
+    def stage(self, stage_id: UUID) -> Stage:
+        return cast(Stage, self._load(STAGES, stage_id, stage_from_row, StageNotFound))
+
+    def task(self, task_id: UUID) -> Task:
+        return cast(Task, self._load(TASKS, task_id, task_from_row, TaskNotFound))
+
+    def stage_at(self, job_id: UUID, order: int) -> Stage | None:
+        row = self.cur.one(
+            f"SELECT * FROM {STAGES} WHERE job_id = {self.p('job_id')} "
+            f"AND stage_order = {self.p('o')}",
+            {"job_id": self.d.dump("job_id", job_id), "o": order},
+        )
+        return cast(Stage, self._remember(stage_from_row(row))) if row else None
+
+    def stages_of(self, job_id: UUID) -> list[Stage]:
+        rows = self.cur.all(
+            f"SELECT * FROM {STAGES} WHERE job_id = {self.p('job_id')} ORDER BY stage_order",
+            {"job_id": self.d.dump("job_id", job_id)},
+        )
+        return [cast(Stage, self._remember(stage_from_row(r))) for r in rows]
+
+    def queued_tasks(self, job_id: UUID) -> list[Task]:
+        rows = self.cur.all(
+            f"SELECT * FROM {TASKS} WHERE job_id = {self.p('job_id')} "
+            "AND status IN ('PENDING', 'RETRIED') ORDER BY creation_time, id",
+            {"job_id": self.d.dump("job_id", job_id)},
+        )
+        return [cast(Task, self._remember(task_from_row(r))) for r in rows]
+
+    def claim(self, stage_type: str) -> Task | None:
+        lock = " FOR UPDATE SKIP LOCKED" if self.d.name == "postgres" else ""
+        row = self.cur.one(
+            "SELECT task_id FROM queue_v1 WHERE stage_type = "
+            f"{self.p('t')} AND stage_open AND job_open ORDER BY priority_rank, seq LIMIT 1{lock}",
+            {"t": stage_type},
+        )
+        return self.task(row["task_id"]) if row else None
+
+    def summary(self, stage_id: UUID) -> Summary:
+        row = self.cur.one(
+            f"SELECT * FROM {SUMMARIES} WHERE stage_id = {self.p('s')}",
+            {"s": self.d.dump("stage_id", stage_id)},
+        )
+        return summary_from_row(row) if row else Summary()
+
+    def save(self, *aggregates: Entity) -> None:
+        events = [e for a in aggregates for e in a.collect_events()]
+        if not events:
+            return
+        stored = [self.store.mapper.to_stored_event(e) for e in events]
+        ids = self.store.insert_events(self.cur, stored)
+        self.store.apply(self.cur, events, ids)
+        self.position = ids[-1]
+        for a in aggregates:
+            self._remember(a)
