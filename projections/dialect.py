@@ -52,7 +52,7 @@ class SQLiteDialect(Dialect):
         if isinstance(value, UUID):
             return str(value)
         if isinstance(value, datetime):
-            return value.astimezone(UTC).isoformat()
+            return value.astimezone(UTC).isoformat(timespec="microseconds")
         if isinstance(value, bool):
             return int(value)
         return value

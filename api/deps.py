@@ -1,0 +1,59 @@
+"""Dependencies the routes declare: the command service, the views, request context."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Final
+
+from fastapi import Depends, Request
+
+from jobnik.domain.application import NO_TRACE, Jobnik
+from jobnik.domain.errors import InvalidRequest
+from jobnik.projections.views import Views
+
+TRACEPARENT_RE: Final = re.compile(r"^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$")
+TRACESTATE_RE: Final = re.compile(
+    r"^[a-z0-9][a-z0-9_\-*/]*=[^,=]+(?:,[a-z0-9][a-z0-9_\-*/]*=[^,=]+)*$"
+)
+
+
+def get_jobnik(request: Request) -> Jobnik:
+    jobnik: Jobnik = request.app.state.jobnik
+    return jobnik
+
+
+def get_views(request: Request) -> Views:
+    views: Views = request.app.state.views
+    return views
+
+
+JobnikDep = Annotated[Jobnik, Depends(get_jobnik)]
+ViewsDep = Annotated[Views, Depends(get_views)]
+
+
+def incoming_trace(request: Request) -> tuple[str, str | None]:
+    """The caller's W3C trace context, used when the body names none (rules §15)."""
+    parent = request.headers.get("traceparent")
+    if parent is None or not TRACEPARENT_RE.match(parent):
+        return NO_TRACE, None
+    state = request.headers.get("tracestate")
+    return parent, state if state and TRACESTATE_RE.match(state) else None
+
+
+TraceDep = Annotated[tuple[str, str | None], Depends(incoming_trace)]
+
+
+def reject_unknown_query(request: Request) -> None:
+    """Unknown query parameters are refused, as the manager's validator does (rules §2)."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    known: set[str] = set()
+    if dependant is not None:
+        stack = [dependant]
+        while stack:
+            d = stack.pop()
+            known.update(p.alias for p in d.query_params)
+            stack.extend(d.dependencies)
+    for name in request.query_params:
+        if name not in known:
+            raise InvalidRequest(f"Unknown query parameter '{name}'")

@@ -1,0 +1,140 @@
+"""The one place where errors become HTTP responses: `{message, code}` with Jobnik's statuses."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from jobnik.domain.errors import (
+    DatabaseError,
+    IllegalJobTransition,
+    IllegalTransition,
+    InvalidRequest,
+    JobnikError,
+    JobNotFound,
+    NotFound,
+    PayloadTooLarge,
+    StageNotFound,
+    TaskNotFound,
+    UpdateConflict,
+)
+
+log = logging.getLogger(__name__)
+
+HTTP_STATUS: Final[Mapping[type[JobnikError], int]] = {
+    PayloadTooLarge: 413,
+    NotFound: 404,
+    IllegalTransition: 400,
+    InvalidRequest: 400,
+    UpdateConflict: 409,
+    DatabaseError: 500,
+}
+
+# Where the real manager answers differently for the same error (jobnik-rules.md §3).
+ROUTE_STATUS: Final[Mapping[tuple[str, type[JobnikError]], int]] = {
+    ("dequeue_task", TaskNotFound): 404,
+    ("dequeue_task", NotFound): 500,
+    ("dequeue_task", IllegalTransition): 500,
+    ("update_task_status", StageNotFound): 400,
+    ("update_task_status", JobNotFound): 400,
+    ("update_stage_status", IllegalJobTransition): 500,
+}
+
+_WHERE: Final = {"path": "params", "query": "query", "body": "body", "header": "headers"}
+
+
+def status_for(route: str | None, exc: JobnikError) -> int:
+    for cls in type(exc).__mro__:
+        if (route, cls) in ROUTE_STATUS:
+            return ROUTE_STATUS[route, cls]  # type: ignore[index]
+        if cls in HTTP_STATUS:
+            return HTTP_STATUS[cls]  # type: ignore[index]
+    return 500
+
+
+def error_response(status: int, message: str, code: str, **headers: str) -> JSONResponse:
+    if status >= 500:
+        message = "Internal Server Error"
+    return JSONResponse({"message": message, "code": code}, status_code=status, headers=headers)
+
+
+def _path(loc: Sequence[Any]) -> str:
+    parts = [_WHERE.get(str(loc[0]), str(loc[0])) if loc else "body"]
+    parts += [str(p) for p in loc[1:]]
+    return "request/" + "/".join(parts)
+
+
+def describe(error: Mapping[str, Any]) -> str:
+    """One pydantic error in the validator's words, naming the field."""
+    loc, kind, ctx = list(error.get("loc", ())), error.get("type", ""), error.get("ctx") or {}
+    if kind == "missing":
+        return f"{_path(loc[:-1])} must have required property '{loc[-1]}'"
+    if kind == "json_invalid":
+        return "request/body is not valid JSON"
+    if kind == "extra_forbidden":
+        return f"{_path(loc[:-1])} must NOT have additional properties ('{loc[-1]}')"
+    where = _path(loc)
+    messages = {
+        "uuid_parsing": 'must match format "uuid"',
+        "uuid_type": 'must match format "uuid"',
+        "string_too_short": f"must NOT have fewer than {ctx.get('min_length')} characters",
+        "string_too_long": f"must NOT have more than {ctx.get('max_length')} characters",
+        "too_short": f"must NOT have fewer than {ctx.get('min_length')} items",
+        "string_pattern_mismatch": f'must match pattern "{ctx.get("pattern")}"',
+        "enum": f"must be equal to one of the allowed values: {ctx.get('expected')}",
+        "literal_error": f"must be equal to one of the allowed values: {ctx.get('expected')}",
+        "dict_type": "must be object",
+        "model_type": "must be object",
+        "model_attributes_type": "must be object",
+        "list_type": "must be array",
+        "string_type": "must be string",
+        "int_type": "must be integer",
+        "int_parsing": "must be integer",
+        "int_from_float": "must be integer",
+        "greater_than_equal": f"must be >= {ctx.get('ge')}",
+        "bool_type": "must be boolean",
+        "bool_parsing": "must be boolean",
+        "datetime_parsing": 'must match format "date-time"',
+        "datetime_from_date_parsing": 'must match format "date-time"',
+        "datetime_type": 'must match format "date-time"',
+        "json_invalid": "is not valid JSON",
+    }
+    return f"{where} {messages.get(kind, error.get('msg', 'is invalid'))}"
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers: domain errors, validation, unknown routes, anything else."""
+
+    @app.exception_handler(JobnikError)
+    async def domain_error(request: Request, exc: JobnikError) -> JSONResponse:
+        route = request.scope.get("route")
+        return error_response(
+            status_for(getattr(route, "name", None), exc), exc.message, exc.code
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        message = ", ".join(describe(e) for e in exc.errors()[:5]) or "invalid request"
+        return error_response(400, message, "VALIDATION_ERROR")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = "not found" if exc.status_code == 404 else str(exc.detail).lower()
+        return error_response(exc.status_code, message, "UNKNOWN_ERROR")
+
+    @app.exception_handler(Exception)
+    async def crash(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", extra={"action": "unhandled_error"})
+        code = "DATABASE_RELATED_ERROR" if _is_database_error(exc) else "UNKNOWN_ERROR"
+        return error_response(500, "Internal Server Error", code)
+
+
+def _is_database_error(exc: BaseException) -> bool:
+    module = type(exc).__module__
+    return module.startswith(("psycopg", "sqlite3", "eventsourcing"))

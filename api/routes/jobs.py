@@ -1,0 +1,132 @@
+"""/v1/jobs: create, find, read, delete, status, priority, user metadata, stages of a job."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Body, Depends, Path, Query, Response
+
+from jobnik.api.deps import JobnikDep, TraceDep, ViewsDep, reject_unknown_query
+from jobnik.api.schemas import (
+    CreateJob,
+    CreateStage,
+    JobName,
+    JobOut,
+    JobStatusChange,
+    Message,
+    PriorityChange,
+    StageOut,
+)
+from jobnik.domain.application import NewJob, NewStage
+from jobnik.domain.ports import Summary
+from jobnik.domain.statuses import JobStatus, Priority
+from jobnik.projections.views import StageView
+
+router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(reject_unknown_query)])
+
+ReturnStages = Annotated[bool, Query(alias="should_return_stages")]
+ReturnTasks = Annotated[bool, Query(alias="should_return_tasks")]
+Metadata = Annotated[dict[str, Any], Body()]
+
+
+@router.get("/jobs")
+def find_jobs(
+    views: ViewsDep,
+    job_name: Annotated[JobName | None, Query()] = None,
+    priority: Priority | None = None,
+    from_date: datetime | None = None,
+    end_date: datetime | None = None,
+    should_return_stages: ReturnStages = False,
+) -> list[JobOut]:
+    """Jobs matching name, priority and creation-time range; stages on request."""
+    found = views.jobs(
+        name=job_name, priority=priority, from_date=from_date, end_date=end_date,
+        with_stages=should_return_stages,
+    )
+    return [JobOut.of(j) for j in found]
+
+
+@router.post("/jobs", status_code=201)
+def create_job(body: CreateJob, jobnik: JobnikDep, incoming: TraceDep) -> JobOut:
+    """Create a job; it starts PENDING."""
+    job = jobnik.create_job(
+        NewJob(
+            name=body.name, data=body.data, priority=body.priority,
+            user_metadata=body.user_metadata, **body.trace(incoming),  # type: ignore[arg-type]
+        )
+    )
+    return JobOut.of(job)
+
+
+@router.get("/jobs/{jobId}")
+def get_job(
+    views: ViewsDep, job_id: Annotated[UUID, Path(alias="jobId")],
+    should_return_stages: ReturnStages = False,
+) -> JobOut:
+    """One job, with its stages on request."""
+    return JobOut.of(views.job(job_id, with_stages=should_return_stages))
+
+
+@router.delete("/jobs/{jobId}")
+def delete_job(jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")]) -> Message:
+    """Delete a COMPLETED, FAILED or ABORTED job; its history stays in the event log."""
+    jobnik.delete_job(job_id)
+    return Message(code="JOB_DELETED_SUCCESSFULLY")
+
+
+@router.patch("/jobs/{jobId}/user-metadata")
+def update_user_metadata(
+    jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")], body: Metadata
+) -> Message:
+    """Replace the job's user metadata (any status)."""
+    jobnik.replace_job_user_metadata(job_id, body)
+    return Message(code="JOB_MODIFIED_SUCCESSFULLY")
+
+
+@router.patch(
+    "/jobs/{jobId}/priority",
+    responses={204: {"description": "unchanged; header Reason says why"}},
+)
+def update_job_priority(
+    jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")], body: PriorityChange
+) -> Any:
+    """Change the job's priority; 204 with a Reason header when it is already that priority."""
+    if not jobnik.change_priority(job_id, body.priority):
+        return Response(status_code=204, headers={"Reason": "PRIORITY_CANNOT_BE_UPDATED_TO_SAME_VALUE"})
+    return Message(code="JOB_MODIFIED_SUCCESSFULLY")
+
+
+@router.put("/jobs/{jobId}/status")
+def update_status(
+    jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")], body: JobStatusChange
+) -> Message:
+    """PENDING (resume), PAUSED or ABORTED; abort cascades to stages and queued tasks."""
+    jobnik.set_job_status(job_id, JobStatus(body.status))
+    return Message(code="JOB_MODIFIED_SUCCESSFULLY")
+
+
+@router.get("/jobs/{jobId}/stages")
+def get_stages_by_job_id(
+    views: ViewsDep, job_id: Annotated[UUID, Path(alias="jobId")],
+    should_return_tasks: ReturnTasks = False,
+) -> list[StageOut]:
+    """The job's stages in order."""
+    return [StageOut.of(s) for s in views.stages_of_job(job_id, with_tasks=should_return_tasks)]
+
+
+@router.post("/jobs/{jobId}/stage", status_code=201)
+def add_stage(
+    jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")], body: CreateStage,
+    incoming: TraceDep,
+) -> StageOut:
+    """Append a stage: WAITING if asked, PENDING when first, else CREATED until its turn."""
+    stage = jobnik.add_stage(
+        job_id,
+        NewStage(
+            type=body.type, data=body.data, user_metadata=body.user_metadata,
+            start_as_waiting=body.start_as_waiting, **body.trace(incoming),  # type: ignore[arg-type]
+        ),
+    )
+    return StageOut.of(StageView(stage, Summary()))
