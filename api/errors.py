@@ -9,8 +9,6 @@ from typing import Any, Final
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
 from jobnik.domain.errors import (
     DatabaseError,
     IllegalJobTransition,
@@ -24,6 +22,7 @@ from jobnik.domain.errors import (
     TaskNotFound,
     UpdateConflict,
 )
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +113,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(JobnikError)
     async def domain_error(request: Request, exc: JobnikError) -> JSONResponse:
         route = request.scope.get("route")
-        return error_response(
-            status_for(getattr(route, "name", None), exc), exc.message, exc.code
-        )
+        return error_response(status_for(getattr(route, "name", None), exc), exc.message, exc.code)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

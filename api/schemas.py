@@ -6,15 +6,14 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
-from pydantic.alias_generators import to_camel
-
 from jobnik.api.deps import TRACEPARENT_RE, TRACESTATE_RE
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.projections.views import JobView, StageView
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic.alias_generators import to_camel
 
 TRACEPARENT, TRACESTATE = TRACEPARENT_RE.pattern, TRACESTATE_RE.pattern
 
@@ -113,8 +112,14 @@ class SummaryOut(OutModel):
     @classmethod
     def of(cls, s: Summary) -> SummaryOut:
         return cls(
-            pending=s.pending, in_progress=s.in_progress, completed=s.completed, failed=s.failed,
-            created=s.created, retried=s.retried, total=s.total, aborted=s.aborted,
+            pending=s.pending,
+            in_progress=s.in_progress,
+            completed=s.completed,
+            failed=s.failed,
+            created=s.created,
+            retried=s.retried,
+            total=s.total,
+            aborted=s.aborted,
         )
 
 
@@ -136,10 +141,19 @@ class TaskOut(OutModel):
     @classmethod
     def of(cls, t: Task) -> TaskOut:
         return cls(
-            id=t.id, stage_id=t.stage_id, data=t.data, user_metadata=t.user_metadata,
-            status=TaskStatus(t.status), attempts=t.attempts, max_attempts=t.max_attempts,
-            creation_time=t.created_on, update_time=t.modified_on, start_time=t.start_time,
-            end_time=t.end_time, traceparent=t.traceparent, tracestate=t.tracestate,
+            id=t.id,
+            stage_id=t.stage_id,
+            data=t.data,
+            user_metadata=t.user_metadata,
+            status=TaskStatus(t.status),
+            attempts=t.attempts,
+            max_attempts=t.max_attempts,
+            creation_time=t.created_on,
+            update_time=t.modified_on,
+            start_time=t.start_time,
+            end_time=t.end_time,
+            traceparent=t.traceparent,
+            tracestate=t.tracestate,
         )
 
 
@@ -165,11 +179,21 @@ class StageOut(OutModel):
     def of(cls, v: StageView) -> StageOut:
         s = v.stage
         return cls(
-            id=s.id, job_id=s.job_id, type=s.type, order=s.order, data=s.data,
-            user_metadata=s.user_metadata, status=StageStatus(s.status),
-            summary=SummaryOut.of(v.summary), percentage=v.summary.percentage,
-            creation_time=s.created_on, update_time=s.modified_on, start_time=s.start_time,
-            end_time=s.end_time, traceparent=s.traceparent, tracestate=s.tracestate,
+            id=s.id,
+            job_id=s.job_id,
+            type=s.type,
+            order=s.order,
+            data=s.data,
+            user_metadata=s.user_metadata,
+            status=StageStatus(s.status),
+            summary=SummaryOut.of(v.summary),
+            percentage=v.summary.percentage,
+            creation_time=s.created_on,
+            update_time=s.modified_on,
+            start_time=s.start_time,
+            end_time=s.end_time,
+            traceparent=s.traceparent,
+            tracestate=s.tracestate,
             tasks=[TaskOut.of(t) for t in v.tasks] if v.tasks is not None else None,
         )
 
@@ -195,9 +219,18 @@ class JobOut(OutModel):
         view = job if isinstance(job, JobView) else JobView(job)
         j = view.job
         return cls(
-            id=j.id, name=j.name, data=j.data, priority=Priority(j.priority),
-            user_metadata=j.user_metadata, status=JobStatus(j.status), percentage=j.percentage,
-            creation_time=j.created_on, update_time=j.modified_on, start_time=j.start_time,
-            end_time=j.end_time, traceparent=j.traceparent, tracestate=j.tracestate,
+            id=j.id,
+            name=j.name,
+            data=j.data,
+            priority=Priority(j.priority),
+            user_metadata=j.user_metadata,
+            status=JobStatus(j.status),
+            percentage=j.percentage,
+            creation_time=j.created_on,
+            update_time=j.modified_on,
+            start_time=j.start_time,
+            end_time=j.end_time,
+            traceparent=j.traceparent,
+            tracestate=j.tracestate,
             stages=[StageOut.of(s) for s in view.stages] if view.stages is not None else None,
         )

@@ -52,7 +52,7 @@ class NewTask:
 
 
 class Jobnik:
-    """Commands of the Jobnik contract (jobnik-rules.md §3–§7 with §20). Each is one transaction."""
+    """The Jobnik contract's commands (jobnik-rules.md §3-§7 with §20), one transaction each."""
 
     def __init__(self, store: Store, clock: Callable[[], datetime] = utcnow) -> None:
         self.store = store

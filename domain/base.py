@@ -1,4 +1,4 @@
-"""What every jobnik aggregate shares: the event cause (actor, reason) and restoring from a snapshot row."""
+"""What every aggregate shares: each event's cause (actor, reason); restoring from a snapshot."""
 
 from __future__ import annotations
 

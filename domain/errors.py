@@ -1,4 +1,4 @@
-"""One exception hierarchy; each error carries Jobnik's `code`. HTTP statuses live in api/errors.py."""
+"""One exception hierarchy; each error carries Jobnik's `code` (HTTP statuses: api/errors.py)."""
 
 from __future__ import annotations
 

@@ -109,7 +109,7 @@ class Stage(Entity):
         now: datetime,
         actor: Actor = Actor.API,
     ) -> Stage:
-        """A new stage: WAITING if asked, PENDING when first or after a completed stage, else CREATED."""
+        """WAITING if asked; PENDING if first or after a completed stage; else CREATED."""
         if start_as_waiting:
             status = S.WAITING
         elif order == 1 or previous_completed:
@@ -187,7 +187,7 @@ class Stage(Entity):
         self._emit(self.StageCompleted, now, actor, "all tasks completed", job_id=self.job_id)
 
     def fail(self, task_id: UUID, now: datetime, actor: Actor) -> bool:
-        """A task failed for good: the stage fails unless it already has (R7). True when it failed."""
+        """A task failed for good: the stage fails unless it has already (R7). True if it failed."""
         if self.status == S.FAILED:
             return False
         self._check(S.FAILED)

@@ -293,6 +293,6 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
 
 
 def project(event: DomainEventProtocol[Any], position: int) -> list[Op]:
-    """The row operations that `event`, stored at log `position`, makes to the inline read models."""
+    """The row operations `event`, stored at log `position`, makes to the inline read models."""
     handler = PROJECT.get(type(event))
     return handler(event, position) if handler else []

@@ -1,4 +1,4 @@
-"""The SQL store: the eventsourcing library's event table plus the inline read models, one transaction.
+"""The SQL store: the library's event table and the inline read models, in one transaction.
 
 A write session serialises with every other writer (PostgreSQL: the event table's EXCLUSIVE lock,
 taken first, which the library's recorder needs anyway to keep notification ids in commit order;
@@ -104,12 +104,14 @@ class SqlStore:
         """A transaction: committed on success when `write`, rolled back otherwise."""
         try:
             if self.pg is not None:
-                with self.pg.get_connection() as conn, conn.transaction(force_rollback=not write):
-                    with conn.cursor() as raw:
-                        cur = Cursor(raw, self.dialect)
-                        if write:
-                            raw.execute(f"LOCK TABLE {self.events_table} IN EXCLUSIVE MODE")
-                        yield cur
+                with (
+                    self.pg.get_connection() as conn,
+                    conn.transaction(force_rollback=not write),
+                    conn.cursor() as raw,
+                ):
+                    if write:
+                        raw.execute(f"LOCK TABLE {self.events_table} IN EXCLUSIVE MODE")
+                    yield Cursor(raw, self.dialect)
             else:
                 assert self.lite is not None
                 with self.lite.get_connection(commit=write) as conn:

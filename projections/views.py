@@ -69,7 +69,9 @@ class Views:
 
     def job(self, job_id: UUID, *, with_stages: bool = False) -> JobView:
         with self.store.cursor(write=False) as cur:
-            row = cur.one(f"SELECT * FROM jobs_v1 WHERE id = {self.p('id')}", self._by_id("id", job_id))
+            row = cur.one(
+                f"SELECT * FROM jobs_v1 WHERE id = {self.p('id')}", self._by_id("id", job_id)
+            )
             if row is None:
                 raise JobNotFound
             stages = self._stages_of(cur, [job_id]).get(job_id, []) if with_stages else None
@@ -109,21 +111,30 @@ class Views:
                 names,
             )
             for r in rows:
-                out.setdefault(r["job_id"], []).append(StageView(stage_from_row(r), summary_from_row(r)))
+                out.setdefault(r["job_id"], []).append(
+                    StageView(stage_from_row(r), summary_from_row(r))
+                )
         return out
 
     # -- stages ---------------------------------------------------------------------------
 
     def stages_of_job(self, job_id: UUID, *, with_tasks: bool = False) -> list[StageView]:
         with self.store.cursor(write=False) as cur:
-            if cur.one(f"SELECT id FROM jobs_v1 WHERE id = {self.p('id')}", self._by_id("id", job_id)) is None:
+            if (
+                cur.one(
+                    f"SELECT id FROM jobs_v1 WHERE id = {self.p('id')}", self._by_id("id", job_id)
+                )
+                is None
+            ):
                 raise JobNotFound
             stages = self._stages_of(cur, [job_id]).get(job_id, [])
             return self._with_tasks(cur, stages) if with_tasks else stages
 
     def stage(self, stage_id: UUID, *, with_tasks: bool = False) -> StageView:
         with self.store.cursor(write=False) as cur:
-            row = cur.one(f"{STAGE_SELECT} WHERE s.id = {self.p('id')}", self._by_id("id", stage_id))
+            row = cur.one(
+                f"{STAGE_SELECT} WHERE s.id = {self.p('id')}", self._by_id("id", stage_id)
+            )
             if row is None:
                 raise StageNotFound
             view = StageView(stage_from_row(row), summary_from_row(row))
@@ -170,13 +181,21 @@ class Views:
 
     def tasks_of_stage(self, stage_id: UUID) -> list[Task]:
         with self.store.cursor(write=False) as cur:
-            if cur.one(f"SELECT id FROM stages_v1 WHERE id = {self.p('id')}", self._by_id("id", stage_id)) is None:
+            if (
+                cur.one(
+                    f"SELECT id FROM stages_v1 WHERE id = {self.p('id')}",
+                    self._by_id("id", stage_id),
+                )
+                is None
+            ):
                 raise StageNotFound
             return self._tasks_of(cur, stage_id)
 
     def task(self, task_id: UUID) -> Task:
         with self.store.cursor(write=False) as cur:
-            row = cur.one(f"SELECT * FROM tasks_v1 WHERE id = {self.p('id')}", self._by_id("id", task_id))
+            row = cur.one(
+                f"SELECT * FROM tasks_v1 WHERE id = {self.p('id')}", self._by_id("id", task_id)
+            )
             if row is None:
                 raise TaskNotFound
             return task_from_row(row)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 from fastapi import FastAPI
-
 from jobnik.api.main import app_from_env
 
 

@@ -12,9 +12,12 @@ import typer
 if TYPE_CHECKING:
     from jobnik.projections.store import SqlStore
 
-app = typer.Typer(help="jobnik: an event-sourced workflow engine speaking Jobnik's v1 API.",
-                  no_args_is_help=True)
-projections = typer.Typer(help="Read models: rebuild them from the event log.", no_args_is_help=True)
+app = typer.Typer(
+    help="jobnik: an event-sourced workflow engine speaking Jobnik's v1 API.", no_args_is_help=True
+)
+projections = typer.Typer(
+    help="Read models: rebuild them from the event log.", no_args_is_help=True
+)
 app.add_typer(projections, name="projections")
 
 
@@ -38,7 +41,11 @@ def serve(
 
     _store().close()  # create or upgrade the schema once, before any worker starts
     uvicorn.run(
-        "jobnik.scripts.asgi:create", factory=True, host=host, port=port, workers=workers,
+        "jobnik.scripts.asgi:create",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
         log_level="info",
     )
 

@@ -7,7 +7,6 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
-
 from jobnik.api.deps import JobnikDep, TraceDep, ViewsDep, reject_unknown_query
 from jobnik.api.schemas import (
     CreateJob,
@@ -42,7 +41,10 @@ def find_jobs(
 ) -> list[JobOut]:
     """Jobs matching name, priority and creation-time range; stages on request."""
     found = views.jobs(
-        name=job_name, priority=priority, from_date=from_date, end_date=end_date,
+        name=job_name,
+        priority=priority,
+        from_date=from_date,
+        end_date=end_date,
         with_stages=should_return_stages,
     )
     return [JobOut.of(j) for j in found]
@@ -53,8 +55,11 @@ def create_job(body: CreateJob, jobnik: JobnikDep, incoming: TraceDep) -> JobOut
     """Create a job; it starts PENDING."""
     job = jobnik.create_job(
         NewJob(
-            name=body.name, data=body.data, priority=body.priority,
-            user_metadata=body.user_metadata, **body.trace(incoming),  # type: ignore[arg-type]
+            name=body.name,
+            data=body.data,
+            priority=body.priority,
+            user_metadata=body.user_metadata,
+            **body.trace(incoming),  # type: ignore[arg-type]
         )
     )
     return JobOut.of(job)
@@ -62,7 +67,8 @@ def create_job(body: CreateJob, jobnik: JobnikDep, incoming: TraceDep) -> JobOut
 
 @router.get("/jobs/{jobId}")
 def get_job(
-    views: ViewsDep, job_id: Annotated[UUID, Path(alias="jobId")],
+    views: ViewsDep,
+    job_id: Annotated[UUID, Path(alias="jobId")],
     should_return_stages: ReturnStages = False,
 ) -> JobOut:
     """One job, with its stages on request."""
@@ -94,7 +100,9 @@ def update_job_priority(
 ) -> Any:
     """Change the job's priority; 204 with a Reason header when it is already that priority."""
     if not jobnik.change_priority(job_id, body.priority):
-        return Response(status_code=204, headers={"Reason": "PRIORITY_CANNOT_BE_UPDATED_TO_SAME_VALUE"})
+        return Response(
+            status_code=204, headers={"Reason": "PRIORITY_CANNOT_BE_UPDATED_TO_SAME_VALUE"}
+        )
     return Message(code="JOB_MODIFIED_SUCCESSFULLY")
 
 
@@ -109,7 +117,8 @@ def update_status(
 
 @router.get("/jobs/{jobId}/stages")
 def get_stages_by_job_id(
-    views: ViewsDep, job_id: Annotated[UUID, Path(alias="jobId")],
+    views: ViewsDep,
+    job_id: Annotated[UUID, Path(alias="jobId")],
     should_return_tasks: ReturnTasks = False,
 ) -> list[StageOut]:
     """The job's stages in order."""
@@ -118,15 +127,20 @@ def get_stages_by_job_id(
 
 @router.post("/jobs/{jobId}/stage", status_code=201)
 def add_stage(
-    jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")], body: CreateStage,
+    jobnik: JobnikDep,
+    job_id: Annotated[UUID, Path(alias="jobId")],
+    body: CreateStage,
     incoming: TraceDep,
 ) -> StageOut:
     """Append a stage: WAITING if asked, PENDING when first, else CREATED until its turn."""
     stage = jobnik.add_stage(
         job_id,
         NewStage(
-            type=body.type, data=body.data, user_metadata=body.user_metadata,
-            start_as_waiting=body.start_as_waiting, **body.trace(incoming),  # type: ignore[arg-type]
+            type=body.type,
+            data=body.data,
+            user_metadata=body.user_metadata,
+            start_as_waiting=body.start_as_waiting,
+            **body.trace(incoming),  # type: ignore[arg-type]
         ),
     )
     return StageOut.of(StageView(stage, Summary()))

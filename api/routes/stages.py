@@ -6,7 +6,6 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query
-
 from jobnik.api.deps import JobnikDep, TraceDep, ViewsDep, reject_unknown_query
 from jobnik.api.schemas import (
     CreateTask,
@@ -37,7 +36,9 @@ def get_stages(
 ) -> list[StageOut]:
     """Stages matching job, type and status."""
     found = views.stages(
-        job_id=job_id, stage_type=stage_type, status=stage_operation_status,
+        job_id=job_id,
+        stage_type=stage_type,
+        status=stage_operation_status,
         with_tasks=should_return_tasks,
     )
     return [StageOut.of(s) for s in found]
@@ -86,7 +87,9 @@ def add_tasks(
     """Add tasks to a CREATED, PENDING or WAITING stage; they start PENDING."""
     new = [
         NewTask(
-            data=t.data, user_metadata=t.user_metadata, max_attempts=t.max_attempts,
+            data=t.data,
+            user_metadata=t.user_metadata,
+            max_attempts=t.max_attempts,
             **t.trace(incoming),  # type: ignore[arg-type]
         )
         for t in body

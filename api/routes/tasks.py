@@ -7,7 +7,6 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query
-
 from jobnik.api.deps import JobnikDep, ViewsDep, reject_unknown_query
 from jobnik.api.schemas import Message, StageType, TaskOut, TaskStatusChange
 from jobnik.domain.statuses import TaskStatus
@@ -28,7 +27,10 @@ def get_tasks_by_criteria(
 ) -> list[TaskOut]:
     """Tasks matching stage, type, creation-time range and status."""
     found = views.tasks(
-        stage_id=stage_id, stage_type=stage_type, from_date=from_date, end_date=end_date,
+        stage_id=stage_id,
+        stage_type=stage_type,
+        from_date=from_date,
+        end_date=end_date,
         status=status,
     )
     return [TaskOut.of(t) for t in found]
