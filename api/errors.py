@@ -50,10 +50,10 @@ _WHERE: Final = {"path": "params", "query": "query", "body": "body", "header": "
 
 def status_for(route: str | None, exc: JobnikError) -> int:
     for cls in type(exc).__mro__:
-        if (route, cls) in ROUTE_STATUS:
-            return ROUTE_STATUS[route, cls]  # type: ignore[index]
+        if route is not None and (route, cls) in ROUTE_STATUS:
+            return ROUTE_STATUS[route, cls]
         if cls in HTTP_STATUS:
-            return HTTP_STATUS[cls]  # type: ignore[index]
+            return HTTP_STATUS[cls]
     return 500
 
 

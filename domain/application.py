@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -58,7 +59,7 @@ class Jobnik:
         self.store = store
         self.clock = clock
 
-    def _write(self) -> Any:
+    def _write(self) -> AbstractContextManager[Session]:
         return self.store.session(write=True)
 
     # -- jobs -----------------------------------------------------------------------------

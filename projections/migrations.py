@@ -29,11 +29,11 @@ def migrate(store: SqlStore) -> list[int]:
         with store.pg.get_connection() as conn:  # a session lock, held across the library's DDL
             conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
             try:
-                store.recorder.create_table()
+                store.create_tables()
                 return _apply(store)
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
-    store.recorder.create_table()
+    store.create_tables()
     return _apply(store)
 
 

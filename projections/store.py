@@ -37,7 +37,7 @@ from jobnik.projections.schema import JOBS, STAGES, SUMMARIES, TASKS
 log = logging.getLogger(__name__)
 
 
-class EventLog(Application):
+class EventLog(Application[UUID]):
     """The library application: mapper (transcoding), recorder and repository of jobnik's events."""
 
     name = "jobnik"
@@ -99,6 +99,10 @@ class SqlStore:
     def close(self) -> None:
         self.log_app.close()
 
+    def create_tables(self) -> None:
+        """The library's own tables (the event log)."""
+        cast(PostgresApplicationRecorder | SQLiteApplicationRecorder, self.recorder).create_table()
+
     @contextmanager
     def cursor(self, *, write: bool) -> Iterator[Cursor]:
         """A transaction: committed on success when `write`, rolled back otherwise."""
@@ -114,18 +118,18 @@ class SqlStore:
                     yield Cursor(raw, self.dialect)
             else:
                 assert self.lite is not None
-                with self.lite.get_connection(commit=write) as conn:
-                    raw = conn.cursor().sqlite_cursor
-                    raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                with self.lite.get_connection(commit=write) as lite_conn:
+                    lite = lite_conn.cursor().sqlite_cursor
+                    lite.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                     try:
-                        yield Cursor(raw, self.dialect)
+                        yield Cursor(lite, self.dialect)
                     except BaseException:
-                        conn.rollback()
+                        lite_conn.rollback()
                         raise
                     if write:
-                        conn.commit()
+                        lite_conn.commit()
                     else:
-                        conn.rollback()
+                        lite_conn.rollback()
         except sqlite3.Error as e:
             raise DatabaseError(f"database error: {e}") from e
 
