@@ -160,7 +160,7 @@ class Views:
     def summary(self, stage_id: UUID) -> Summary:
         with self.store.cursor(write=False) as cur:
             row = cur.one(
-                f"SELECT * FROM summaries_v1 WHERE stage_id = {self.p('id')}",
+                f"SELECT * FROM summaries_v1 WHERE stage_id = {self.p('stage_id')}",
                 self._by_id("stage_id", stage_id),
             )
             if row is None:

@@ -97,7 +97,7 @@ def add_tasks(
     return [TaskOut.of(t) for t in jobnik.add_tasks(stage_id, new)]
 
 
-@router.patch("/stages/{stageType}/tasks/dequeue")
+@router.patch("/stages/{stageType:path}/tasks/dequeue")  # a type may hold "/" (%2F)
 def dequeue_task(
     jobnik: JobnikDep, stage_type: Annotated[StageType, Path(alias="stageType")]
 ) -> TaskOut:
