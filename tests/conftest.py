@@ -44,7 +44,9 @@ def _selected_backends() -> list[str]:
     chosen = [b.strip() for b in raw.split(",") if b.strip()] if raw else list(BACKENDS)
     unknown = sorted(set(chosen) - set(BACKENDS))
     if unknown:
-        raise pytest.UsageError(f"JOBNIK_TEST_BACKENDS: unknown backend(s) {unknown}; use {BACKENDS}")
+        raise pytest.UsageError(
+            f"JOBNIK_TEST_BACKENDS: unknown backend(s) {unknown}; use {BACKENDS}"
+        )
     if os.environ.get("JOBNIK_REQUIRE_POSTGRES") == "1" and "postgres" not in chosen:
         raise pytest.UsageError("JOBNIK_REQUIRE_POSTGRES=1 but JOBNIK_TEST_BACKENDS leaves it out")
     return chosen
@@ -56,7 +58,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     chosen = set(_selected_backends())
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         callspec = getattr(item, "callspec", None)
         backend = callspec.params.get("database_url") if callspec else None
@@ -147,12 +150,14 @@ class ThrowawayServer:
 
     def start(self) -> None:
         if os.geteuid() == 0:
-            self.user = next(u for u in ("postgres", "nobody") if _user_exists(u))
+            self.user = next((u for u in ("postgres", "nobody") if _user_exists(u)), None)
+            if self.user is None:
+                raise RuntimeError("running as root and no 'postgres' or 'nobody' user to run as")
             pw = pwd.getpwnam(self.user)
             os.chown(self.root, pw.pw_uid, pw.pw_gid)
-        data = os.path.join(self.root, "data")
-        self._run("initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8",
-                  "--locale=C", "--no-sync")  # fmt: skip
+        data, log = os.path.join(self.root, "data"), os.path.join(self.root, "server.log")
+        initdb = ("initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8")
+        self._run(*initdb, "--no-locale", "--no-sync")
         for attempt in range(3):  # the free port may be taken between probe and bind
             self.port = _free_port()
             options = (
@@ -160,8 +165,7 @@ class ThrowawayServer:
                 "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
             )
             try:
-                self._run("pg_ctl", "-D", data, "-o", options, "-l",
-                          os.path.join(self.root, "server.log"), "-w", "-t", "60", "start")  # fmt: skip
+                self._run("pg_ctl", "-D", data, "-o", options, "-l", log, "-w", "-t", "60", "start")
                 return
             except RuntimeError:
                 if attempt == 2:
@@ -190,7 +194,10 @@ def pg_server_url() -> Iterator[str]:
     if explicit:
         why = _try_server(explicit)
         if why:
-            pytest.fail(f"JOBNIK_TEST_DATABASE_URL={explicit} does not accept connections: {why}")
+            pytest.fail(
+                f"JOBNIK_TEST_DATABASE_URL={explicit} does not accept connections: {why}",
+                pytrace=False,
+            )
         yield explicit
         return
 
@@ -210,7 +217,7 @@ def pg_server_url() -> Iterator[str]:
         server = ThrowawayServer(bindir)
         try:
             server.start()
-        except (RuntimeError, OSError, subprocess.SubprocessError, StopIteration) as e:
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             server.stop()
             tried.append(f"throwaway server from {bindir}: {e}")
             continue
@@ -224,7 +231,8 @@ def pg_server_url() -> Iterator[str]:
         "PostgreSQL tests need a server and none could be found or started. Tried:\n  "
         + "\n  ".join(tried)
         + "\nSet JOBNIK_TEST_DATABASE_URL=postgresql://user@host:port/db, or start PostgreSQL on "
-        "127.0.0.1:5432, or install its server binaries (initdb, pg_ctl)."
+        "127.0.0.1:5432, or install its server binaries (initdb, pg_ctl).",
+        pytrace=False,
     )
 
 
@@ -281,4 +289,3 @@ def store(env: dict[str, str]) -> Iterator[SqlStore]:
 @pytest.fixture
 def jobnik(store: SqlStore) -> Jobnik:
     return Jobnik(store)
-
