@@ -9,9 +9,12 @@ from typing import Any, Final
 from fastapi import FastAPI
 from jobnik.api import errors
 from jobnik.api.routes import health, jobs, stages, tasks
+from jobnik.api.sweeper import Sweeper
 from jobnik.domain.application import Jobnik
 from jobnik.domain.errors import PayloadTooLarge
+from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS
 from jobnik.projections.config import library_env
+from jobnik.projections.leader import LeaderLock
 from jobnik.projections.store import SqlStore
 from jobnik.projections.views import Views
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -72,12 +75,21 @@ def app_from_env(env: Mapping[str, str]) -> FastAPI:
     """Open the configured store, migrate it, and serve it."""
     store = SqlStore(library_env(env))
     store.migrate()
+    jobnik = Jobnik(
+        store, lease_seconds=int(env.get("JOBNIK_LEASE_SECONDS", DEFAULT_LEASE_SECONDS))
+    )
+    interval = float(env.get("JOBNIK_SWEEP_INTERVAL", "5"))
+    sweeper = Sweeper(jobnik, LeaderLock(store, "sweeper"), interval) if interval > 0 else None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if sweeper:
+            sweeper.start()
         yield
+        if sweeper:
+            sweeper.stop()
         store.close()
 
-    app = create_app(Jobnik(store), Views(store), lifespan=lifespan)
-    app.state.store = store
+    app = create_app(jobnik, Views(store), lifespan=lifespan)
+    app.state.store, app.state.sweeper = store, sweeper
     return app

@@ -81,6 +81,43 @@ class StageStatusChange(ApiModel):
 
 class TaskStatusChange(ApiModel):
     status: Literal[TaskStatus.COMPLETED, TaskStatus.FAILED]
+    attempt: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="jobnik: the reporting attempt; a stale one gets 409"
+    )
+    reason: Annotated[str, Field(max_length=2000)] | None = Field(
+        default=None, description="jobnik: why the task failed (kept in its history)"
+    )
+    fatal: bool = Field(default=False, description="jobnik: fail without retry")
+
+
+class AttemptBody(ApiModel):
+    attempt: Annotated[int, Field(ge=1)]
+
+
+class GiveBack(AttemptBody):
+    reason: Annotated[str, Field(max_length=2000)] = "handed back by the worker"
+
+
+class LogLines(ApiModel):
+    lines: Annotated[list[Annotated[str, Field(max_length=10_000)]], Field(min_length=1)]
+    attempt: Annotated[int, Field(ge=1)] | None = None
+
+
+class HeartbeatOut(OutModel):
+    status: TaskStatus
+    attempt: int
+    lease_expires_at: datetime | None = None
+    cancelled: bool
+
+
+class LogLineOut(OutModel):
+    time: datetime
+    attempt: int
+    line: str
+
+
+class Appended(OutModel):
+    appended: int
 
 
 class PriorityChange(ApiModel):
@@ -137,6 +174,10 @@ class TaskOut(OutModel):
     end_time: datetime | None = None
     traceparent: str
     tracestate: str | None = None
+    attempt: int = Field(description="jobnik: dequeues so far; reports and heartbeats name it")
+    lease_expires_at: datetime | None = Field(
+        default=None, description="jobnik: when an IN_PROGRESS task goes back to the queue"
+    )
 
     @classmethod
     def of(cls, t: Task) -> TaskOut:
@@ -154,6 +195,8 @@ class TaskOut(OutModel):
             end_time=t.end_time,
             traceparent=t.traceparent,
             tracestate=t.tracestate,
+            attempt=t.attempt,
+            lease_expires_at=t.lease_expires_at,
         )
 
 

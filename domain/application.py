@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from jobnik.domain.errors import InvalidRequest, TaskNotFound, TaskStatusUpdateFailed
+from jobnik.domain.errors import InvalidRequest
 from jobnik.domain.jobs import Job
-from jobnik.domain.ports import Session, Store
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import Actor, JobStatus, Priority, StageStatus, TaskStatus
+from jobnik.domain.statuses import Actor, JobStatus, Priority, StageStatus
 from jobnik.domain.tasks import Task
+from jobnik.domain.work import NO_TRACE, WorkCommands, utcnow
 
-NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+__all__ = ["NO_TRACE", "Jobnik", "NewJob", "NewStage", "NewTask", "utcnow"]
 
 
 @dataclass(frozen=True)
@@ -52,15 +46,8 @@ class NewTask:
     tracestate: str | None = None
 
 
-class Jobnik:
+class Jobnik(WorkCommands):
     """The Jobnik contract's commands (jobnik-rules.md §3-§7 with §20), one transaction each."""
-
-    def __init__(self, store: Store, clock: Callable[[], datetime] = utcnow) -> None:
-        self.store = store
-        self.clock = clock
-
-    def _write(self) -> AbstractContextManager[Session]:
-        return self.store.session(write=True)
 
     # -- jobs -----------------------------------------------------------------------------
 
@@ -185,54 +172,6 @@ class Jobnik:
             ]
             s.save(*tasks)
         return tasks
-
-    def dequeue(self, stage_type: str) -> Task:
-        """Claim the next eligible task of `stage_type`; TaskNotFound when there is none."""
-        now = self.clock()
-        with self._write() as s:
-            task = s.claim(stage_type)
-            if task is None:
-                raise TaskNotFound
-            stage, job = s.stage(task.stage_id), s.job(task.job_id)
-            task.dequeue(now, Actor.WORKER)
-            if stage.start(now, Actor.SYSTEM):
-                job.start(now, Actor.SYSTEM)
-            s.save(task, stage, job)
-        return task
-
-    def report_task(self, task_id: UUID, status: TaskStatus) -> Task:
-        """A worker's COMPLETED or FAILED, with every cascade (rules §5, §7)."""
-        with self.store.session(write=False) as r:
-            seen = r.task(task_id).version
-        now = self.clock()
-        with self._write() as s:
-            task = s.task(task_id)
-            if task.version != seen:  # changed since it was read: Jobnik's CAS (rules §4.3)
-                raise TaskStatusUpdateFailed
-            stage, job = s.stage(task.stage_id), s.job(task.job_id)
-            if job.status == JobStatus.ABORTED and task.status == TaskStatus.IN_PROGRESS:
-                task.abort(now, Actor.WORKER, "late report after the job was aborted", status)
-                s.save(task)
-                return task
-            task.report(status, now, Actor.WORKER)
-            s.save(task)
-            if task.status == TaskStatus.COMPLETED:
-                self._after_completion(s, stage, job, now)
-            elif task.status == TaskStatus.FAILED and stage.fail(task.id, now, Actor.SYSTEM):
-                job.stage_failed(stage.id, now, Actor.SYSTEM)
-                s.save(stage, job)
-        return task
-
-    def _after_completion(self, s: Session, stage: Stage, job: Job, now: datetime) -> None:
-        summary = s.summary(stage.id)
-        if summary.completed != summary.total or stage.status != StageStatus.IN_PROGRESS:
-            return
-        stage.complete(now, Actor.SYSTEM)
-        following = s.stage_at(job.id, stage.order + 1)
-        if following is not None:
-            following.release_after_previous(now, Actor.SYSTEM)
-        job.stage_completed(stage.id, now, Actor.SYSTEM)
-        s.save(stage, *([following] if following else []), job)
 
     def replace_task_user_metadata(self, task_id: UUID, user_metadata: dict[str, Any]) -> Task:
         with self._write() as s:

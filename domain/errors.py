@@ -110,6 +110,12 @@ class TaskStatusUpdateFailed(UpdateConflict):
     code = "TASK_STATUS_UPDATE_FAILED"
 
 
+class StaleAttempt(UpdateConflict):
+    """A report or heartbeat from an attempt that is no longer current."""
+
+    code = "STALE_ATTEMPT"
+
+
 class DatabaseError(JobnikError):
     """DATABASE_RELATED_ERROR"""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
@@ -52,6 +53,10 @@ class Session(Protocol):
         ...
 
     def summary(self, stage_id: UUID) -> Summary: ...
+
+    def expired_leases(self, now: datetime, limit: int) -> list[Task]:
+        """IN_PROGRESS tasks whose lease ended before `now`, oldest first."""
+        ...
 
     def save(self, *aggregates: Entity) -> None:
         """Append the aggregates' pending events and apply them to the inline read models."""

@@ -86,7 +86,8 @@ STAGE_TRANSITIONS: Final[Mapping[StageStatus, frozenset[StageStatus]]] = {
 TASK_TRANSITIONS: Final[Mapping[TaskStatus, frozenset[TaskStatus]]] = {
     T.CREATED: frozenset({T.PENDING, T.ABORTED}),
     T.PENDING: frozenset({T.IN_PROGRESS, T.ABORTED}),
-    T.IN_PROGRESS: frozenset({T.COMPLETED, T.FAILED, T.RETRIED, T.ABORTED}),
+    # IN_PROGRESS → PENDING: a worker hands an unfinished task back (jobnik's addition)
+    T.IN_PROGRESS: frozenset({T.PENDING, T.COMPLETED, T.FAILED, T.RETRIED, T.ABORTED}),
     T.RETRIED: frozenset({T.IN_PROGRESS, T.ABORTED}),
     T.COMPLETED: frozenset(),
     T.FAILED: frozenset(),

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID, uuid4
 
 from jobnik.domain.base import Entity
-from jobnik.domain.errors import IllegalTaskTransition
+from jobnik.domain.errors import IllegalTaskTransition, StaleAttempt
 from jobnik.domain.statuses import TASK_FINAL, TASK_TRANSITIONS, Actor
 from jobnik.domain.statuses import TaskStatus as S
 
+DEFAULT_LEASE_SECONDS: Final = 30 * 60  # for clients that never heartbeat (rules §20 #7)
+
+# Why a task failed or was retried: the run statistics count them apart (SMILA's counters).
+ERROR, TIMEOUT, FATAL = "error", "timeout", "fatal"
+
 
 class Task(Entity):
-    """A task: status, attempts (failed attempts so far) and `attempt` (dequeues so far)."""
+    """A task: status, attempts (failures so far), `attempt` (dequeues so far) and its lease."""
 
     if TYPE_CHECKING:  # set by the events' apply(); no annotations at runtime, so the
         # library does not turn them into __init__ arguments
@@ -30,6 +36,8 @@ class Task(Entity):
         status: str
         start_time: datetime | None
         end_time: datetime | None
+        lease_seconds: int
+        lease_expires_at: datetime | None
 
     class TaskCreated(Entity.Created):
         stage_id: UUID
@@ -42,47 +50,99 @@ class Task(Entity):
         tracestate: str | None
 
         def apply(self, task: Task) -> None:
-            task.stage_id, task.job_id, task.stage_type = (
-                self.stage_id,
-                self.job_id,
-                self.stage_type,
-            )
+            task.stage_id, task.job_id = self.stage_id, self.job_id
+            task.stage_type = self.stage_type
             task.data, task.user_metadata = self.data, self.user_metadata
             task.max_attempts, task.attempts, task.attempt = self.max_attempts, 0, 0
             task.traceparent, task.tracestate = self.traceparent, self.tracestate
             task.status = str(S.PENDING)
-            task.start_time = task.end_time = None
+            task.start_time = task.end_time = task.lease_expires_at = None
+            task.lease_seconds = 0
 
     class TaskDequeued(Entity.Event):
+        """Attempt number `attempt` opened, leased until `lease_expires_at`."""
+
+        class_version = 2
+
         stage_id: UUID
         previous: str
         attempt: int
+        lease_seconds: int
+        lease_expires_at: datetime
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """v1 (before leases): the default lease, from the dequeue's time."""
+            state["lease_seconds"] = DEFAULT_LEASE_SECONDS
+            state["lease_expires_at"] = state["timestamp"] + timedelta(
+                seconds=DEFAULT_LEASE_SECONDS
+            )
 
         def apply(self, task: Task) -> None:
             task.status, task.start_time, task.attempt = S.IN_PROGRESS, self.timestamp, self.attempt
+            task.lease_seconds, task.lease_expires_at = self.lease_seconds, self.lease_expires_at
+
+    class TaskLeaseExtended(Entity.Event):
+        """A heartbeat from the current attempt (SMILA's keep-alive)."""
+
+        attempt: int
+        lease_expires_at: datetime
+
+        def apply(self, task: Task) -> None:
+            task.lease_expires_at = self.lease_expires_at
 
     class TaskCompleted(Entity.Event):
         stage_id: UUID
         attempt: int
 
         def apply(self, task: Task) -> None:
-            task.status, task.end_time = S.COMPLETED, self.timestamp
+            task.status, task.end_time, task.lease_expires_at = S.COMPLETED, self.timestamp, None
 
     class TaskRetried(Entity.Event):
+        """Back in the queue; `cause` is error (the handler failed) or timeout (lease expired)."""
+
+        class_version = 2
+
         stage_id: UUID
         attempt: int
         attempts: int
+        cause: str
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """v1 (before leases) had only handler failures."""
+            state["cause"] = ERROR
 
         def apply(self, task: Task) -> None:
-            task.status, task.attempts = S.RETRIED, self.attempts
+            task.status, task.attempts, task.lease_expires_at = S.RETRIED, self.attempts, None
 
     class TaskFailed(Entity.Event):
+        """Failed for good; `cause` is error (attempts ran out), timeout, or fatal (no retry)."""
+
+        class_version = 2
+
         stage_id: UUID
         attempt: int
         attempts: int
+        cause: str
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """v1 (before leases) had only handler failures."""
+            state["cause"] = ERROR
 
         def apply(self, task: Task) -> None:
             task.status, task.attempts, task.end_time = S.FAILED, self.attempts, self.timestamp
+            task.lease_expires_at = None
+
+    class TaskReturned(Entity.Event):
+        """A worker handed the task back unfinished (shutdown): queued again, no attempt spent."""
+
+        stage_id: UUID
+        attempt: int
+
+        def apply(self, task: Task) -> None:
+            task.status, task.lease_expires_at = S.PENDING, None
 
     class TaskAborted(Entity.Event):
         """Cancelled with its job; `reported` is a late worker report that moved nothing."""
@@ -92,7 +152,27 @@ class Task(Entity):
         reported: str | None
 
         def apply(self, task: Task) -> None:
-            task.status, task.end_time = S.ABORTED, self.timestamp
+            task.status, task.end_time, task.lease_expires_at = S.ABORTED, self.timestamp, None
+
+    class TaskAttemptRefused(Entity.Event):
+        """A report or heartbeat from an attempt that is no longer current: recorded, refused."""
+
+        attempt: int
+        current_attempt: int
+        request: str
+
+        def apply(self, task: Task) -> None:
+            pass
+
+    class TaskLogged(Entity.Event):
+        """Lines appended to the task's log (append-only), by attempt `attempt`."""
+
+        job_id: UUID
+        attempt: int
+        lines: list[str]
+
+        def apply(self, task: Task) -> None:
+            pass
 
     class TaskUserMetadataReplaced(Entity.Event):
         user_metadata: dict[str, Any]
@@ -142,8 +222,30 @@ class Task(Entity):
         if target not in TASK_TRANSITIONS[S(self.status)]:
             raise IllegalTaskTransition.between(self.status, target)
 
-    def dequeue(self, now: datetime, actor: Actor) -> None:
-        """PENDING/RETRIED → IN_PROGRESS; opens attempt number `attempt + 1`."""
+    def holds(self, attempt: int | None) -> bool:
+        """Whether `attempt` (None: a client without fencing) is the current, open attempt."""
+        return self.status == S.IN_PROGRESS and (attempt is None or attempt == self.attempt)
+
+    def refuse(self, attempt: int, request: str, now: datetime, actor: Actor) -> StaleAttempt:
+        """Record a request from a stale attempt; returns the error to raise after saving."""
+        self._emit(
+            self.TaskAttemptRefused,
+            now,
+            actor,
+            "attempt is no longer current",
+            attempt=attempt,
+            current_attempt=self.attempt,
+            request=request,
+        )
+        return StaleAttempt(
+            f"attempt {attempt} of task {self.id} is no longer current "
+            f"(current attempt {self.attempt}, status {self.status})"
+        )
+
+    def dequeue(
+        self, now: datetime, actor: Actor, lease_seconds: int = DEFAULT_LEASE_SECONDS
+    ) -> None:
+        """PENDING/RETRIED → IN_PROGRESS; opens attempt `attempt + 1`, leased `lease_seconds`."""
         self._check(S.IN_PROGRESS)
         self._emit(
             self.TaskDequeued,
@@ -152,18 +254,35 @@ class Task(Entity):
             stage_id=self.stage_id,
             previous=self.status,
             attempt=self.attempt + 1,
+            lease_seconds=lease_seconds,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+        )
+
+    def extend_lease(self, now: datetime, actor: Actor) -> None:
+        """Push the lease `lease_seconds` past now (only an IN_PROGRESS task holds a lease)."""
+        if self.status != S.IN_PROGRESS:
+            raise IllegalTaskTransition(f"a {self.status} task holds no lease")
+        self._emit(
+            self.TaskLeaseExtended,
+            now,
+            actor,
+            attempt=self.attempt,
+            lease_expires_at=now + timedelta(seconds=self.lease_seconds),
         )
 
     def complete(self, now: datetime, actor: Actor) -> None:
         self._check(S.COMPLETED)
         self._emit(self.TaskCompleted, now, actor, stage_id=self.stage_id, attempt=self.attempt)
 
-    def fail(self, now: datetime, actor: Actor, reason: str | None = None) -> None:
-        """RETRIED while attempts remain, else FAILED (rules §7); `attempts` counts failures."""
+    def fail(
+        self, now: datetime, actor: Actor, reason: str | None = None, *, cause: str = ERROR
+    ) -> None:
+        """RETRIED while attempts remain, else FAILED (rules §7); fatal fails at once."""
         attempts = self.attempts + 1
-        target = S.RETRIED if attempts < self.max_attempts else S.FAILED
+        retry = cause != FATAL and attempts < self.max_attempts
+        target = S.RETRIED if retry else S.FAILED
         self._check(target)
-        event = self.TaskRetried if target is S.RETRIED else self.TaskFailed
+        event = self.TaskRetried if retry else self.TaskFailed
         self._emit(
             event,
             now,
@@ -172,14 +291,32 @@ class Task(Entity):
             stage_id=self.stage_id,
             attempt=self.attempt,
             attempts=attempts,
+            cause=cause,
         )
 
-    def report(self, status: S, now: datetime, actor: Actor, reason: str | None = None) -> None:
-        """A worker's PUT status: COMPLETED or FAILED."""
+    def report(
+        self,
+        status: S,
+        now: datetime,
+        actor: Actor,
+        reason: str | None = None,
+        *,
+        fatal: bool = False,
+    ) -> None:
+        """A worker's PUT status: COMPLETED or FAILED (fatal: without retry)."""
         if status is S.COMPLETED:
             self.complete(now, actor)
         else:
-            self.fail(now, actor, reason)
+            self.fail(now, actor, reason, cause=FATAL if fatal else ERROR)
+
+    def give_back(self, now: datetime, actor: Actor, reason: str) -> None:
+        """IN_PROGRESS → PENDING: the worker returns it unfinished; no attempt is spent."""
+        if self.status != S.IN_PROGRESS:
+            raise IllegalTaskTransition.between(self.status, S.PENDING)
+        self._check(S.PENDING)
+        self._emit(
+            self.TaskReturned, now, actor, reason, stage_id=self.stage_id, attempt=self.attempt
+        )
 
     def abort(self, now: datetime, actor: Actor, reason: str, reported: S | None = None) -> None:
         """Cancel the task with its job; a late report is recorded in `reported`."""
@@ -193,6 +330,18 @@ class Task(Entity):
             stage_id=self.stage_id,
             previous=self.status,
             reported=str(reported) if reported else None,
+        )
+
+    def append_log(
+        self, lines: Sequence[str], now: datetime, actor: Actor, attempt: int | None = None
+    ) -> None:
+        self._emit(
+            self.TaskLogged,
+            now,
+            actor,
+            job_id=self.job_id,
+            attempt=self.attempt if attempt is None else attempt,
+            lines=list(lines),
         )
 
     def replace_user_metadata(

@@ -15,7 +15,7 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.projections.schema import JOBS, QUEUE, STAGES, SUMMARIES, TASKS
+from jobnik.projections.schema import JOBS, LOGS, QUEUE, STAGES, SUMMARIES, TASKS
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,7 @@ def _job_deleted(e: Job.JobDeleted, _: int) -> list[Op]:
     job = {"job_id": e.originator_id}
     return [
         Delete(QUEUE, job),
+        Delete(LOGS, job),
         Delete(TASKS, job),
         Delete(SUMMARIES, job),
         Delete(STAGES, job),
@@ -207,6 +208,8 @@ def _task_created(e: Task.TaskCreated, position: int) -> list[Op]:
                 "attempts": 0,
                 "max_attempts": e.max_attempts,
                 "attempt": 0,
+                "lease_seconds": 0,
+                "lease_expires_at": None,
                 "traceparent": e.traceparent,
                 "tracestate": e.tracestate,
                 "creation_time": e.timestamp,
@@ -222,7 +225,14 @@ def _task_created(e: Task.TaskCreated, position: int) -> list[Op]:
 
 def _task_dequeued(e: Task.TaskDequeued, _: int) -> list[Op]:
     return [
-        _task(e, status=TaskStatus.IN_PROGRESS.value, start_time=e.timestamp, attempt=e.attempt),
+        _task(
+            e,
+            status=TaskStatus.IN_PROGRESS.value,
+            start_time=e.timestamp,
+            attempt=e.attempt,
+            lease_seconds=e.lease_seconds,
+            lease_expires_at=e.lease_expires_at,
+        ),
         _summary(e, **{SUMMARY_KEY[TaskStatus(e.previous)]: -1, "in_progress": 1}),
         Delete(QUEUE, {"task_id": e.originator_id}),
     ]
@@ -230,7 +240,7 @@ def _task_dequeued(e: Task.TaskDequeued, _: int) -> list[Op]:
 
 def _task_retried(e: Task.TaskRetried, position: int) -> list[Op]:
     return [
-        _task(e, status=TaskStatus.RETRIED.value, attempts=e.attempts),
+        _task(e, status=TaskStatus.RETRIED.value, attempts=e.attempts, lease_expires_at=None),
         _summary(e, in_progress=-1, retried=1),
         Enqueue(e.originator_id, e.stage_id, position),
     ]
@@ -238,10 +248,37 @@ def _task_retried(e: Task.TaskRetried, position: int) -> list[Op]:
 
 def _task_aborted(e: Task.TaskAborted, _: int) -> list[Op]:
     return [
-        _task(e, status=TaskStatus.ABORTED.value, end_time=e.timestamp),
+        _task(e, status=TaskStatus.ABORTED.value, end_time=e.timestamp, lease_expires_at=None),
         _summary(e, **{SUMMARY_KEY[TaskStatus(e.previous)]: -1, "aborted": 1}),
         Delete(QUEUE, {"task_id": e.originator_id}),
     ]
+
+
+def _task_returned(e: Task.TaskReturned, position: int) -> list[Op]:
+    return [
+        _task(e, status=TaskStatus.PENDING.value, lease_expires_at=None),
+        _summary(e, in_progress=-1, pending=1),
+        Enqueue(e.originator_id, e.stage_id, position),
+    ]
+
+
+def _task_logged(e: Task.TaskLogged, position: int) -> list[Op]:
+    lines: list[Op] = [
+        Insert(
+            LOGS,
+            {
+                "task_id": e.originator_id,
+                "position": position,
+                "line_no": i,
+                "job_id": e.job_id,
+                "attempt": e.attempt,
+                "time": e.timestamp,
+                "line": line,
+            },
+        )
+        for i, line in enumerate(e.lines)
+    ]
+    return [_task(e), *lines]
 
 
 PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
@@ -279,16 +316,26 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Task.TaskCreated: _task_created,
     Task.TaskDequeued: _task_dequeued,
     Task.TaskCompleted: lambda e, _: [
-        _task(e, status=TaskStatus.COMPLETED.value, end_time=e.timestamp),
+        _task(e, status=TaskStatus.COMPLETED.value, end_time=e.timestamp, lease_expires_at=None),
         _summary(e, in_progress=-1, completed=1),
     ],
     Task.TaskRetried: _task_retried,
     Task.TaskFailed: lambda e, _: [
-        _task(e, status=TaskStatus.FAILED.value, attempts=e.attempts, end_time=e.timestamp),
+        _task(
+            e,
+            status=TaskStatus.FAILED.value,
+            attempts=e.attempts,
+            end_time=e.timestamp,
+            lease_expires_at=None,
+        ),
         _summary(e, in_progress=-1, failed=1),
     ],
     Task.TaskAborted: _task_aborted,
     Task.TaskUserMetadataReplaced: lambda e, _: [_task(e, user_metadata=e.user_metadata)],
+    Task.TaskLeaseExtended: lambda e, _: [_task(e, lease_expires_at=e.lease_expires_at)],
+    Task.TaskReturned: _task_returned,
+    Task.TaskAttemptRefused: lambda e, _: [_task(e)],
+    Task.TaskLogged: _task_logged,
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 from typing import TYPE_CHECKING, Final
 
-from jobnik.projections.schema import ddl
+from jobnik.projections.schema import ddl, ddl_leases
 
 if TYPE_CHECKING:
     from jobnik.projections.store import SqlStore
@@ -15,7 +15,10 @@ LOCK_KEY: Final = zlib.crc32(b"jobnik-migrations")
 # Each migration is applied once, in order, and recorded in jobnik_migrations.
 MIGRATIONS: Final = [
     (1, "inline read models v1", ddl),
+    (2, "task leases and logs", ddl_leases),
 ]
+# After these, rows written before them are rebuilt from the log (through the upcasters).
+REBUILD_AFTER: Final = frozenset({2})
 
 _META = (
     "CREATE TABLE IF NOT EXISTS jobnik_migrations "
@@ -30,11 +33,19 @@ def migrate(store: SqlStore) -> list[int]:
             conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
             try:
                 store.create_tables()
-                return _apply(store)
+                return _rebuild_if_needed(store, _apply(store))
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
     store.create_tables()
-    return _apply(store)
+    return _rebuild_if_needed(store, _apply(store))
+
+
+def _rebuild_if_needed(store: SqlStore, applied: list[int]) -> list[int]:
+    if REBUILD_AFTER.intersection(applied) and store.recorder.max_notification_id():
+        from jobnik.projections.rebuild import rebuild
+
+        rebuild(store)
+    return applied
 
 
 def _apply(store: SqlStore) -> list[int]:

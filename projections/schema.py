@@ -7,23 +7,21 @@ from typing import Final
 # Column kinds, so one loader turns either backend's row into the same Python values.
 JSON_COLUMNS: Final = frozenset({"data", "user_metadata"})
 UUID_COLUMNS: Final = frozenset({"id", "job_id", "stage_id", "task_id"})
-TIME_COLUMNS: Final = frozenset({"creation_time", "update_time", "start_time", "end_time"})
+TIME_COLUMNS: Final = frozenset(
+    {"creation_time", "update_time", "start_time", "end_time", "lease_expires_at", "time"}
+)
 BOOL_COLUMNS: Final = frozenset({"started", "stage_open", "job_open"})
 
-JOBS, STAGES, SUMMARIES, TASKS, QUEUE = (
-    "jobs_v1",
-    "stages_v1",
-    "summaries_v1",
-    "tasks_v1",
-    "queue_v1",
-)
-TABLES: Final = (JOBS, STAGES, SUMMARIES, TASKS, QUEUE)
+JOBS, STAGES, SUMMARIES = "jobs_v1", "stages_v1", "summaries_v1"
+TASKS, QUEUE, LOGS = "tasks_v1", "queue_v1", "task_logs_v1"
+TABLES: Final = (JOBS, STAGES, SUMMARIES, TASKS, QUEUE, LOGS)
 PRIMARY_KEYS: Final = {
     JOBS: "id",
     STAGES: "id",
     SUMMARIES: "stage_id",
     TASKS: "id",
     QUEUE: "task_id",
+    LOGS: "task_id, position, line_no",
 }
 
 SUMMARY_COUNTERS: Final = (
@@ -135,7 +133,36 @@ CREATE INDEX IF NOT EXISTS queue_v1_stage ON queue_v1 (stage_id);
 """
 
 
+# Migration 2 (workers: leases, heartbeats, logs). ADD COLUMN with defaults keeps existing rows
+# equal to what the projection writes for events from before leases existed.
+_DDL_LEASES: Final = """
+ALTER TABLE tasks_v1 ADD COLUMN lease_seconds INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tasks_v1 ADD COLUMN lease_expires_at {time};
+CREATE INDEX IF NOT EXISTS tasks_v1_lease ON tasks_v1 (lease_expires_at)
+    WHERE status = 'IN_PROGRESS';
+CREATE TABLE IF NOT EXISTS task_logs_v1 (
+    task_id {uuid} NOT NULL,
+    position BIGINT NOT NULL,
+    line_no INTEGER NOT NULL,
+    job_id {uuid} NOT NULL,
+    attempt INTEGER NOT NULL,
+    time {time} NOT NULL,
+    line TEXT NOT NULL,
+    PRIMARY KEY (task_id, position, line_no)
+);
+CREATE INDEX IF NOT EXISTS task_logs_v1_job ON task_logs_v1 (job_id);
+"""
+
+
+def _split(text: str, backend: str) -> list[str]:
+    return [s.strip() for s in text.format(**_TYPES[backend]).split(";") if s.strip()]
+
+
 def ddl(backend: str) -> list[str]:
-    """The CREATE statements of every inline read model, for `backend` ('postgres'/'sqlite')."""
-    text = _DDL.format(**_TYPES[backend])
-    return [s.strip() for s in text.split(";") if s.strip()]
+    """Migration 1: the inline read models, for `backend` ('postgres'/'sqlite')."""
+    return _split(_DDL, backend)
+
+
+def ddl_leases(backend: str) -> list[str]:
+    """Migration 2: task leases and the task log."""
+    return _split(_DDL_LEASES, backend)

@@ -13,18 +13,19 @@ import logging
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any, cast
 from uuid import UUID
 
 from eventsourcing.application import Application
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import PersistenceError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 from jobnik.domain.base import Entity
 from jobnik.domain.errors import DatabaseError, JobNotFound, StageNotFound, TaskNotFound
 from jobnik.domain.jobs import Job
-from jobnik.domain.ports import Summary
+from jobnik.domain.ports import Session, Summary
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.projections.dialect import POSTGRES, SQLITE, Dialect
@@ -92,9 +93,16 @@ class SqlStore:
     def backend(self) -> str:
         return self.dialect.name
 
-    def migrate(self) -> None:
-        """Create or upgrade every table; safe when several processes start at once."""
-        migrate(self)
+    @property
+    def sqlite_path(self) -> str:
+        assert self.lite is not None
+        return self.lite.pool.db_name
+
+    def migrate(self) -> list[int]:
+        """Create or upgrade every table; safe when several processes start at once.
+
+        Returns the migrations this call applied."""
+        return migrate(self)
 
     def close(self) -> None:
         self.log_app.close()
@@ -130,11 +138,11 @@ class SqlStore:
                         lite_conn.commit()
                     else:
                         lite_conn.rollback()
-        except sqlite3.Error as e:
+        except (sqlite3.Error, PersistenceError) as e:
             raise DatabaseError(f"database error: {e}") from e
 
     @contextmanager
-    def session(self, *, write: bool) -> Iterator[SqlSession]:
+    def session(self, *, write: bool) -> Iterator[Session]:
         with self.cursor(write=write) as cur:
             yield SqlSession(self, cur)
 
@@ -247,6 +255,14 @@ class SqlSession:
             {"s": self.d.dump("stage_id", stage_id)},
         )
         return summary_from_row(row) if row else Summary()
+
+    def expired_leases(self, now: datetime, limit: int) -> list[Task]:
+        rows = self.cur.all(
+            f"SELECT * FROM {TASKS} WHERE status = 'IN_PROGRESS' AND lease_expires_at < "
+            f"{self.p('now')} ORDER BY lease_expires_at LIMIT {int(limit)}",
+            {"now": self.d.dump("lease_expires_at", now)},
+        )
+        return [cast(Task, self._remember(task_from_row(r))) for r in rows]
 
     def save(self, *aggregates: Entity) -> None:
         events = [e for a in aggregates for e in a.collect_events()]

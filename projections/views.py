@@ -200,6 +200,20 @@ class Views:
                 raise TaskNotFound
             return task_from_row(row)
 
+    def task_logs(self, task_id: UUID) -> list[tuple[datetime, int, str]]:
+        with self.store.cursor(write=False) as cur:
+            row = cur.one(
+                f"SELECT id FROM tasks_v1 WHERE id = {self.p('id')}", self._by_id("id", task_id)
+            )
+            if row is None:
+                raise TaskNotFound
+            rows = cur.all(
+                f"SELECT time, attempt, line FROM task_logs_v1 WHERE task_id = {self.p('task_id')}"
+                " ORDER BY position, line_no",
+                self._by_id("task_id", task_id),
+            )
+            return [(r["time"], r["attempt"], r["line"]) for r in rows]
+
     def tasks(
         self,
         *,

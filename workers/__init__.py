@@ -1,0 +1,32 @@
+"""jobnik's Python SDK: a typed HTTP client (Producer, Consumer) and a worker runtime (Worker).
+
+Workers talk only to the `/v1` HTTP API, so they run on any machine that can reach it.
+"""
+
+from __future__ import annotations
+
+from jobnik.workers.backoff import Backoff
+from jobnik.workers.client import JobnikClient
+from jobnik.workers.consumer import Consumer
+from jobnik.workers.context import TaskContext
+from jobnik.workers.errors import ApiError, FatalTaskError
+from jobnik.workers.loop import Handler, Worker, WorkerStats
+from jobnik.workers.models import Heartbeat, Job, Stage, Task
+from jobnik.workers.producer import Producer
+
+__all__ = [
+    "ApiError",
+    "Backoff",
+    "Consumer",
+    "FatalTaskError",
+    "Handler",
+    "Heartbeat",
+    "Job",
+    "JobnikClient",
+    "Producer",
+    "Stage",
+    "Task",
+    "TaskContext",
+    "Worker",
+    "WorkerStats",
+]

@@ -99,7 +99,12 @@ def add_tasks(
 
 @router.patch("/stages/{stageType:path}/tasks/dequeue")  # a type may hold "/" (%2F)
 def dequeue_task(
-    jobnik: JobnikDep, stage_type: Annotated[StageType, Path(alias="stageType")]
+    jobnik: JobnikDep,
+    stage_type: Annotated[StageType, Path(alias="stageType")],
+    lease_seconds: Annotated[
+        int | None,
+        Query(ge=1, le=7 * 24 * 3600, description="jobnik: lease for a client that heartbeats"),
+    ] = None,
 ) -> TaskOut:
     """Claim the highest-priority, longest-waiting eligible task of this stage type."""
-    return TaskOut.of(jobnik.dequeue(stage_type))
+    return TaskOut.of(jobnik.dequeue(stage_type, lease_seconds))

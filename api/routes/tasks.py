@@ -8,7 +8,18 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query
 from jobnik.api.deps import JobnikDep, ViewsDep, reject_unknown_query
-from jobnik.api.schemas import Message, StageType, TaskOut, TaskStatusChange
+from jobnik.api.schemas import (
+    Appended,
+    AttemptBody,
+    GiveBack,
+    HeartbeatOut,
+    LogLineOut,
+    LogLines,
+    Message,
+    StageType,
+    TaskOut,
+    TaskStatusChange,
+)
 from jobnik.domain.statuses import TaskStatus
 
 router = APIRouter(prefix="/v1", tags=["tasks"], dependencies=[Depends(reject_unknown_query)])
@@ -54,4 +65,43 @@ def update_task_user_metadata(
 @router.put("/tasks/{taskId}/status")
 def update_task_status(jobnik: JobnikDep, task_id: TaskId, body: TaskStatusChange) -> TaskOut:
     """Report COMPLETED or FAILED; FAILED becomes RETRIED while attempts remain."""
-    return TaskOut.of(jobnik.report_task(task_id, TaskStatus(body.status)))
+    task = jobnik.report_task(
+        task_id,
+        TaskStatus(body.status),
+        attempt=body.attempt,
+        reason=body.reason,
+        fatal=body.fatal,
+    )
+    return TaskOut.of(task)
+
+
+@router.post("/tasks/{taskId}/heartbeat")
+def heartbeat(jobnik: JobnikDep, task_id: TaskId, body: AttemptBody) -> HeartbeatOut:
+    """Extend the attempt's lease; `cancelled` turns true when the job was aborted."""
+    beat = jobnik.heartbeat(task_id, body.attempt)
+    t = beat.task
+    return HeartbeatOut(
+        status=TaskStatus(t.status),
+        attempt=t.attempt,
+        lease_expires_at=t.lease_expires_at,
+        cancelled=beat.cancelled,
+    )
+
+
+@router.post("/tasks/{taskId}/release")
+def give_back(jobnik: JobnikDep, task_id: TaskId, body: GiveBack) -> TaskOut:
+    """Hand an unfinished task back to the queue (no attempt spent)."""
+    return TaskOut.of(jobnik.give_back(task_id, body.attempt, body.reason))
+
+
+@router.post("/tasks/{taskId}/logs", status_code=201)
+def append_logs(jobnik: JobnikDep, task_id: TaskId, body: LogLines) -> Appended:
+    """Append lines to the task's log (append-only, kept as events)."""
+    jobnik.append_log(task_id, body.lines, body.attempt)
+    return Appended(appended=len(body.lines))
+
+
+@router.get("/tasks/{taskId}/logs")
+def get_logs(views: ViewsDep, task_id: TaskId) -> list[LogLineOut]:
+    """The task's log lines, oldest first."""
+    return [LogLineOut(time=t, attempt=a, line=line) for t, a, line in views.task_logs(task_id)]

@@ -1,0 +1,51 @@
+"""The lease sweeper: a background thread; only the process holding the leader lock sweeps."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from jobnik.domain.application import Jobnik
+from jobnik.projections.leader import LeaderLock
+
+log = logging.getLogger(__name__)
+
+
+class Sweeper:
+    """Every `interval` seconds, if leader, takes back tasks whose lease expired."""
+
+    def __init__(self, jobnik: Jobnik, lock: LeaderLock, interval: float) -> None:
+        self.jobnik, self.lock, self.interval = jobnik, lock, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="jobnik-sweeper", daemon=True)
+        self.swept = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.lock.release()
+
+    def sweep_once(self) -> int:
+        """Sweep until nothing is left (when leader); returns how many tasks were taken back."""
+        if not self.lock.acquire():
+            return 0
+        total, limit = 0, 200
+        while not self._stop.is_set():
+            n = self.jobnik.sweep(limit)
+            total += n
+            if n < limit:
+                break
+        if total:
+            log.info("leases swept", extra={"action": "leases_swept", "tasks": total})
+        self.swept += total
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.sweep_once()
+            except Exception:  # a failed sweep is retried next round, never kills the thread
+                log.exception("sweep failed", extra={"action": "sweep_failed"})

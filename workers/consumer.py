@@ -1,0 +1,57 @@
+"""Consumer: dequeue tasks and report on them, fenced by attempt number."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jobnik.workers.client import JobnikClient
+from jobnik.workers.models import Heartbeat, Task
+
+
+class Consumer:
+    """Dequeue, complete, fail, heartbeat and log, for one task attempt at a time."""
+
+    def __init__(self, client: JobnikClient | str) -> None:
+        self.client = JobnikClient(client) if isinstance(client, str) else client
+
+    def dequeue(self, stage_type: str) -> Task | None:
+        """The next task of `stage_type` (now IN_PROGRESS, leased to you), or None."""
+        body = self.client.patch(f"/v1/stages/{stage_type}/tasks/dequeue", ok_404=True)
+        return Task.from_json(body) if body else None
+
+    def _report(self, task: Task, status: str, **extra: Any) -> Task:
+        body: dict[str, Any] = {"status": status, **extra}
+        if task.attempt is not None:
+            body["attempt"] = task.attempt
+        return Task.from_json(self.client.put(f"/v1/tasks/{task.id}/status", body))
+
+    def complete(self, task: Task) -> Task:
+        return self._report(task, "COMPLETED")
+
+    def fail(self, task: Task, reason: str | None = None, *, fatal: bool = False) -> Task:
+        """FAILED; the server retries while attempts remain, unless `fatal`."""
+        extra: dict[str, Any] = {"fatal": fatal} if fatal else {}
+        if reason:
+            extra["reason"] = reason[:2000]
+        return self._report(task, "FAILED", **extra)
+
+    def heartbeat(self, task: Task) -> Heartbeat:
+        """Extend the lease; the answer says whether the task was cancelled meanwhile."""
+        return Heartbeat.from_json(
+            self.client.post(f"/v1/tasks/{task.id}/heartbeat", {"attempt": task.attempt})
+        )
+
+    def give_back(self, task: Task, reason: str = "worker shutting down") -> Task:
+        """Return an unfinished task to the queue without spending an attempt."""
+        return Task.from_json(
+            self.client.post(
+                f"/v1/tasks/{task.id}/release", {"attempt": task.attempt, "reason": reason}
+            )
+        )
+
+    def log(self, task: Task, lines: Sequence[str]) -> None:
+        """Append lines to the task's log (append-only, kept in the event log)."""
+        self.client.post(
+            f"/v1/tasks/{task.id}/logs", {"attempt": task.attempt, "lines": list(lines)}
+        )

@@ -1,0 +1,218 @@
+"""The worker runtime: N threads poll one stage type, run the handler, heartbeat, report."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import signal
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from jobnik.workers.backoff import Backoff
+from jobnik.workers.client import JobnikClient
+from jobnik.workers.consumer import Consumer
+from jobnik.workers.context import TaskContext
+from jobnik.workers.errors import ApiError, FatalTaskError
+from jobnik.workers.models import Task
+from jobnik.workers.producer import Producer
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Task, TaskContext], Any | Awaitable[Any]]
+
+
+@dataclass
+class WorkerStats:
+    """Counters a status line shows."""
+
+    done: int = 0
+    failed: int = 0
+    refused: int = 0
+    running: int = 0
+
+
+class Worker:
+    """Runs `handler(task, context)` for tasks of `stage_type`, `concurrency` at a time.
+
+    A plain function runs in a worker thread; a coroutine function runs in its own event loop in
+    that thread. Returning reports COMPLETED; raising reports FAILED (the server retries while
+    attempts remain); raising `FatalTaskError` fails without retry. While a handler runs, the
+    worker heartbeats its lease every `heartbeat_interval` seconds; an aborted job or a lost lease
+    sets `context.cancelled`. `stop()` (or SIGTERM/SIGINT under `run()`) stops polling, waits up to
+    `grace_period` seconds for running handlers, then hands unfinished tasks back to the queue.
+    """
+
+    def __init__(
+        self,
+        stage_type: str,
+        handler: Handler,
+        *,
+        base_url: str | None = None,
+        client: JobnikClient | None = None,
+        concurrency: int = 1,
+        heartbeat_interval: float = 10.0,
+        grace_period: float = 30.0,
+        backoff: Backoff | None = None,
+    ) -> None:
+        if client is None:
+            if base_url is None:
+                raise ValueError("give base_url or client")
+            client = JobnikClient(base_url)
+        self.stage_type = stage_type
+        self.handler = handler
+        self.concurrency = concurrency
+        self.heartbeat_interval = heartbeat_interval
+        self.grace_period = grace_period
+        self.backoff = backoff or Backoff()
+        self.consumer = Consumer(client)
+        self.producer = Producer(client)
+        self.stats = WorkerStats()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._active: dict[str, tuple[Task, TaskContext]] = {}
+        self._handed_back: set[str] = set()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop polling; `run()` then drains and returns."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self, *, install_signal_handlers: bool = True) -> None:
+        """Work until `stop()` or SIGTERM/SIGINT, then drain (grace period) and hand back."""
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self.stop())
+        log.info(
+            "worker started",
+            extra={
+                "action": "worker_started",
+                "stage_type": self.stage_type,
+                "concurrency": self.concurrency,
+            },
+        )
+        pollers = [
+            threading.Thread(target=self._poll, name=f"jobnik-worker-{i}", daemon=True)
+            for i in range(self.concurrency)
+        ]
+        beats = threading.Thread(target=self._heartbeats, name="jobnik-heartbeat", daemon=True)
+        for t in [*pollers, beats]:
+            t.start()
+        self._stop.wait()
+        log.info(
+            "worker stopping", extra={"action": "worker_stopping", "running": self.stats.running}
+        )
+        deadline = threading.Event()
+        timer = threading.Timer(self.grace_period, deadline.set)
+        timer.start()
+        for t in pollers:
+            while t.is_alive() and not deadline.is_set():
+                t.join(0.05)
+        timer.cancel()
+        self._hand_back()
+        log.info("worker stopped", extra={"action": "worker_stopped", **vars(self.stats)})
+
+    # -- polling ----------------------------------------------------------------------------
+
+    def _poll(self) -> None:
+        idle = 0
+        while not self._stop.is_set():
+            try:
+                task = self.consumer.dequeue(self.stage_type)
+            except (ApiError, httpx.HTTPError) as exc:
+                log.warning("dequeue failed: %s", exc, extra={"action": "dequeue_failed"})
+                task = None
+            if task is None:
+                idle += 1
+                self._stop.wait(self.backoff.delay(idle))
+                continue
+            idle = 0
+            self._work(task)
+
+    def _work(self, task: Task) -> None:
+        context = TaskContext(task, self.consumer, self.producer)
+        with self._lock:
+            self._active[task.id] = (task, context)
+            self.stats.running += 1
+        extra = {"task_id": task.id, "attempt": task.attempt, "stage_type": self.stage_type}
+        try:
+            outcome, reason, fatal = "COMPLETED", None, False
+            try:
+                result = self.handler(task, context)
+                if inspect.isawaitable(result):
+                    asyncio.run(_await(result))
+            except FatalTaskError as exc:
+                outcome, reason, fatal = "FAILED", f"{type(exc).__name__}: {exc}", True
+            except Exception as exc:  # reported, not a crash: the server decides RETRIED/FAILED
+                log.warning(
+                    "handler raised", exc_info=True, extra={"action": "task_failed", **extra}
+                )
+                outcome, reason = "FAILED", f"{type(exc).__name__}: {exc}"
+            if task.id in self._handed_back:
+                return
+            try:
+                if outcome == "COMPLETED":
+                    self.consumer.complete(task)
+                else:
+                    self.consumer.fail(task, reason, fatal=fatal)
+                with self._lock:
+                    if outcome == "COMPLETED":
+                        self.stats.done += 1
+                    else:
+                        self.stats.failed += 1
+                log.info(
+                    "task reported", extra={"action": "task_reported", "outcome": outcome, **extra}
+                )
+            except (ApiError, httpx.HTTPError) as exc:  # e.g. 409: the lease was lost meanwhile
+                with self._lock:
+                    self.stats.refused += 1
+                log.warning("report refused: %s", exc, extra={"action": "report_refused", **extra})
+        finally:
+            with self._lock:
+                self._active.pop(task.id, None)
+                self.stats.running -= 1
+
+    # -- heartbeats and shutdown ------------------------------------------------------------
+
+    def _heartbeats(self) -> None:
+        while True:
+            with self._lock:
+                active = list(self._active.values())
+            for task, context in active:
+                try:
+                    beat = self.consumer.heartbeat(task)
+                    if beat.cancelled:
+                        context.cancel("job aborted")
+                except ApiError as exc:
+                    if exc.status in (404, 409):
+                        context.cancel("lease lost")
+                except httpx.HTTPError as exc:
+                    log.warning("heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
+            if self._stop.wait(self.heartbeat_interval) and not self._active:
+                return
+
+    def _hand_back(self) -> None:
+        with self._lock:
+            active = list(self._active.values())
+        for task, context in active:
+            context.cancel("worker shutting down")
+            self._handed_back.add(task.id)
+            try:
+                self.consumer.give_back(task)
+                log.info(
+                    "task handed back", extra={"action": "task_handed_back", "task_id": task.id}
+                )
+            except (ApiError, httpx.HTTPError) as exc:
+                log.warning("hand-back failed: %s", exc, extra={"action": "hand_back_failed"})
+
+
+async def _await(result: Awaitable[Any]) -> Any:
+    return await result

@@ -1,0 +1,122 @@
+"""What the API returns, as plain typed records (unknown fields are kept in `extra`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+def _time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task as a worker sees it. `attempt` numbers its dequeues; reports carry it (fencing)."""
+
+    id: str
+    stage_id: str
+    status: str
+    data: dict[str, Any]
+    user_metadata: dict[str, Any]
+    attempts: int
+    max_attempts: int
+    attempt: int | None = None
+    lease_expires_at: datetime | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Task:
+        known = {
+            "id",
+            "stageId",
+            "status",
+            "data",
+            "userMetadata",
+            "attempts",
+            "maxAttempts",
+            "attempt",
+            "leaseExpiresAt",
+        }
+        return cls(
+            id=body["id"],
+            stage_id=body["stageId"],
+            status=body["status"],
+            data=body.get("data") or {},
+            user_metadata=body.get("userMetadata") or {},
+            attempts=body.get("attempts", 0),
+            max_attempts=body.get("maxAttempts", 1),
+            attempt=body.get("attempt"),
+            lease_expires_at=_time(body.get("leaseExpiresAt")),
+            extra={k: v for k, v in body.items() if k not in known},
+        )
+
+
+@dataclass(frozen=True)
+class Stage:
+    id: str
+    job_id: str
+    type: str
+    order: int
+    status: str
+    data: dict[str, Any]
+    user_metadata: dict[str, Any]
+    summary: dict[str, int]
+    percentage: int
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Stage:
+        return cls(
+            id=body["id"],
+            job_id=body["jobId"],
+            type=body["type"],
+            order=body["order"],
+            status=body["status"],
+            data=body.get("data") or {},
+            user_metadata=body.get("userMetadata") or {},
+            summary=body.get("summary") or {},
+            percentage=body.get("percentage", 0),
+        )
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    name: str
+    status: str
+    priority: str
+    data: dict[str, Any]
+    user_metadata: dict[str, Any]
+    percentage: int
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Job:
+        return cls(
+            id=body["id"],
+            name=body["name"],
+            status=body["status"],
+            priority=body["priority"],
+            data=body.get("data") or {},
+            user_metadata=body.get("userMetadata") or {},
+            percentage=body.get("percentage", 0),
+        )
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """The server's answer to a heartbeat: the new lease, and whether the work was cancelled."""
+
+    status: str
+    attempt: int
+    lease_expires_at: datetime | None
+    cancelled: bool
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Heartbeat:
+        return cls(
+            status=body["status"],
+            attempt=body["attempt"],
+            lease_expires_at=_time(body.get("leaseExpiresAt")),
+            cancelled=body["cancelled"],
+        )

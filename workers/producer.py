@@ -1,0 +1,105 @@
+"""Producer: create and steer jobs, stages and tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from jobnik.workers.client import JobnikClient
+from jobnik.workers.models import Job, Stage, Task
+
+
+class Producer:
+    """Creates jobs, stages and tasks, and pauses, resumes, aborts and re-prioritises jobs."""
+
+    def __init__(self, client: JobnikClient | str) -> None:
+        self.client = JobnikClient(client) if isinstance(client, str) else client
+
+    def create_job(
+        self,
+        name: str,
+        data: Mapping[str, Any],
+        *,
+        priority: str = "MEDIUM",
+        user_metadata: Mapping[str, Any] | None = None,
+    ) -> Job:
+        body = {
+            "name": name,
+            "data": dict(data),
+            "priority": priority,
+            "userMetadata": dict(user_metadata or {}),
+        }
+        return Job.from_json(self.client.post("/v1/jobs", body))
+
+    def create_stage(
+        self,
+        job_id: str,
+        type: str,
+        data: Mapping[str, Any],
+        *,
+        user_metadata: Mapping[str, Any] | None = None,
+        start_as_waiting: bool = False,
+    ) -> Stage:
+        body = {
+            "type": type,
+            "data": dict(data),
+            "userMetadata": dict(user_metadata or {}),
+            "startAsWaiting": start_as_waiting,
+        }
+        return Stage.from_json(self.client.post(f"/v1/jobs/{job_id}/stage", body))
+
+    def create_tasks(
+        self,
+        stage_id: str,
+        tasks: Iterable[Mapping[str, Any]],
+        *,
+        max_attempts: int | None = None,
+        batch: int = 1000,
+    ) -> list[Task]:
+        """Each item is a task's `data`; posted in batches of `batch`."""
+        items = [dict(t) for t in tasks]
+        created: list[Task] = []
+        for start in range(0, len(items), batch):
+            body = [
+                {"data": d, **({"maxAttempts": max_attempts} if max_attempts else {})}
+                for d in items[start : start + batch]
+            ]
+            created += [
+                Task.from_json(t) for t in self.client.post(f"/v1/stages/{stage_id}/tasks", body)
+            ]
+        return created
+
+    def job(self, job_id: str) -> Job:
+        return Job.from_json(self.client.get(f"/v1/jobs/{job_id}"))
+
+    def stage(self, stage_id: str) -> Stage:
+        return Stage.from_json(self.client.get(f"/v1/stages/{stage_id}"))
+
+    def _status(self, job_id: str, status: str) -> None:
+        self.client.put(f"/v1/jobs/{job_id}/status", {"status": status})
+
+    def pause(self, job_id: str) -> None:
+        self._status(job_id, "PAUSED")
+
+    def resume(self, job_id: str) -> None:
+        self._status(job_id, "PENDING")
+
+    def abort(self, job_id: str) -> None:
+        """Cancel the job, its stages and queued tasks; running handlers are told to stop."""
+        self._status(job_id, "ABORTED")
+
+    def set_priority(self, job_id: str, priority: str) -> None:
+        self.client.patch(f"/v1/jobs/{job_id}/priority", {"priority": priority})
+
+    def release_stage(self, stage_id: str) -> None:
+        """Move a WAITING (or CREATED) stage to PENDING once the previous stage completed."""
+        self.client.put(f"/v1/stages/{stage_id}/status", {"status": "PENDING"})
+
+    def update_job_user_metadata(self, job_id: str, metadata: Mapping[str, Any]) -> None:
+        self.client.patch(f"/v1/jobs/{job_id}/user-metadata", dict(metadata))
+
+    def update_stage_user_metadata(self, stage_id: str, metadata: Mapping[str, Any]) -> None:
+        self.client.patch(f"/v1/stages/{stage_id}/user-metadata", dict(metadata))
+
+    def update_task_user_metadata(self, task_id: str, metadata: Mapping[str, Any]) -> None:
+        self.client.patch(f"/v1/tasks/{task_id}/user-metadata", dict(metadata))
