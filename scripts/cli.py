@@ -19,6 +19,8 @@ projections = typer.Typer(
     help="Read models: rebuild them from the event log.", no_args_is_help=True
 )
 app.add_typer(projections, name="projections")
+worker = typer.Typer(help="Run task handlers against a jobnik API.", no_args_is_help=True)
+app.add_typer(worker, name="worker")
 
 
 def _store() -> SqlStore:
@@ -73,6 +75,35 @@ def rebuild_command() -> None:
     sys.stderr.write("\n")
     typer.echo(f"rebuilt read models from {count} events")
     store.close()
+
+
+@worker.command("run")
+def worker_run(
+    handler: Annotated[str, typer.Argument(help="MODULE:FUNCTION, called as f(task, context)")],
+    stage_type: Annotated[str, typer.Option("--stage-type", help="the queue to work on")],
+    concurrency: Annotated[int, typer.Option(help="tasks handled at once")] = 1,
+    api_url: Annotated[
+        str, typer.Option(envvar="JOBNIK_API_URL", help="the API (or env JOBNIK_API_URL)")
+    ] = "http://127.0.0.1:8080",
+    heartbeat_interval: Annotated[float, typer.Option(help="seconds between heartbeats")] = 10.0,
+    grace_period: Annotated[float, typer.Option(help="seconds to finish on SIGTERM")] = 30.0,
+) -> None:
+    """Dequeue and handle tasks of one stage type until SIGTERM/SIGINT (then drain)."""
+    from jobnik.workers.cli import run_worker
+
+    sys.path.insert(0, os.getcwd())  # handlers in the working directory import as modules
+    try:
+        run_worker(
+            handler,
+            stage_type,
+            api_url,
+            concurrency=concurrency,
+            heartbeat_interval=heartbeat_interval,
+            grace_period=grace_period,
+        )
+    except (ValueError, ImportError, AttributeError) as exc:
+        typer.echo(f"cannot load handler: {exc}", err=True)
+        raise typer.Exit(2) from exc
 
 
 def main() -> None:
