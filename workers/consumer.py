@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 from jobnik.workers.client import JobnikClient
 from jobnik.workers.models import Heartbeat, Task
@@ -15,9 +16,15 @@ class Consumer:
     def __init__(self, client: JobnikClient | str) -> None:
         self.client = JobnikClient(client) if isinstance(client, str) else client
 
-    def dequeue(self, stage_type: str) -> Task | None:
-        """The next task of `stage_type` (now IN_PROGRESS, leased to you), or None."""
-        body = self.client.patch(f"/v1/stages/{stage_type}/tasks/dequeue", ok_404=True)
+    def dequeue(self, stage_type: str, lease_seconds: int | None = None) -> Task | None:
+        """The next task of `stage_type` (now IN_PROGRESS, leased to you), or None.
+
+        `lease_seconds`: how long the task stays yours without a heartbeat (server default:
+        30 minutes, for clients that never heartbeat)."""
+        params = {"lease_seconds": lease_seconds} if lease_seconds else None
+        body = self.client.patch(
+            f"/v1/stages/{quote(stage_type, safe='')}/tasks/dequeue", params=params, ok_404=True
+        )
         return Task.from_json(body) if body else None
 
     def _report(self, task: Task, status: str, **extra: Any) -> Task:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import logging
 import signal
 import threading
@@ -41,8 +42,8 @@ class Worker:
     A plain function runs in a worker thread; a coroutine function runs in its own event loop in
     that thread. Returning reports COMPLETED; raising reports FAILED (the server retries while
     attempts remain); raising `FatalTaskError` fails without retry. While a handler runs, the
-    worker heartbeats its lease every `heartbeat_interval` seconds; an aborted job or a lost lease
-    sets `context.cancelled`. `stop()` (or SIGTERM/SIGINT under `run()`) stops polling, waits up to
+    worker heartbeats its lease every `heartbeat_interval` seconds (the lease is `lease_seconds`,
+    three intervals by default); an aborted job or a lost lease sets `context.cancelled`. `stop()` (or SIGTERM/SIGINT under `run()`) stops polling, waits up to
     `grace_period` seconds for running handlers, then hands unfinished tasks back to the queue.
     """
 
@@ -56,6 +57,7 @@ class Worker:
         concurrency: int = 1,
         heartbeat_interval: float = 10.0,
         grace_period: float = 30.0,
+        lease_seconds: int | None = None,
         backoff: Backoff | None = None,
     ) -> None:
         if client is None:
@@ -66,6 +68,8 @@ class Worker:
         self.handler = handler
         self.concurrency = concurrency
         self.heartbeat_interval = heartbeat_interval
+        # three missed heartbeats and the task goes back to the queue
+        self.lease_seconds = lease_seconds or max(1, math.ceil(3 * heartbeat_interval))
         self.grace_period = grace_period
         self.backoff = backoff or Backoff()
         self.consumer = Consumer(client)
@@ -126,7 +130,7 @@ class Worker:
         idle = 0
         while not self._stop.is_set():
             try:
-                task = self.consumer.dequeue(self.stage_type)
+                task = self.consumer.dequeue(self.stage_type, self.lease_seconds)
             except (ApiError, httpx.HTTPError) as exc:
                 log.warning("dequeue failed: %s", exc, extra={"action": "dequeue_failed"})
                 task = None
