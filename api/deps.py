@@ -6,6 +6,7 @@ import re
 from typing import Annotated, Final
 
 from fastapi import Depends, Request
+
 from jobnik.domain.application import NO_TRACE, Jobnik
 from jobnik.domain.errors import InvalidRequest
 from jobnik.projections.views import Views

@@ -9,6 +9,8 @@ from typing import Any, Final
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
 from jobnik.domain.errors import (
     DatabaseError,
     IllegalJobTransition,
@@ -22,7 +24,6 @@ from jobnik.domain.errors import (
     TaskNotFound,
     UpdateConflict,
 )
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
 

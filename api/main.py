@@ -7,6 +7,8 @@ from contextlib import asynccontextmanager
 from typing import Any, Final
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
 from jobnik.api import errors
 from jobnik.api.routes import health, jobs, stages, tasks
 from jobnik.api.sweeper import Sweeper
@@ -17,7 +19,6 @@ from jobnik.projections.config import library_env
 from jobnik.projections.leader import LeaderLock
 from jobnik.projections.store import SqlStore
 from jobnik.projections.views import Views
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_BODY: Final = 1024 * 1024  # rules §2: request bodies ≤ 1 MB
 

@@ -6,14 +6,15 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic.alias_generators import to_camel
+
 from jobnik.api.deps import TRACEPARENT_RE, TRACESTATE_RE
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.projections.views import JobView, StageView
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
-from pydantic.alias_generators import to_camel
 
 TRACEPARENT, TRACESTATE = TRACEPARENT_RE.pattern, TRACESTATE_RE.pattern
 

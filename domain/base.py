@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
+
 from jobnik.domain.statuses import Actor
 
 A = TypeVar("A", bound="Entity")

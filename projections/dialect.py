@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from jobnik.projections.schema import BOOL_COLUMNS, JSON_COLUMNS, TIME_COLUMNS, UUID_COLUMNS
 from psycopg.types.json import Jsonb
+
+from jobnik.projections.schema import BOOL_COLUMNS, JSON_COLUMNS, TIME_COLUMNS, UUID_COLUMNS
 
 
 class Dialect:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from eventsourcing.domain import DomainEventProtocol
+
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus

@@ -10,6 +10,7 @@ import zlib
 from typing import IO, Any
 
 import psycopg
+
 from jobnik.projections.store import SqlStore
 
 log = logging.getLogger(__name__)

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from eventsourcing.domain import DomainEventProtocol
+
 from jobnik.projections.schema import TABLES
 from jobnik.projections.store import SqlStore, batches
 

@@ -22,6 +22,7 @@ from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import PersistenceError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
+
 from jobnik.domain.base import Entity
 from jobnik.domain.errors import DatabaseError, JobNotFound, StageNotFound, TaskNotFound
 from jobnik.domain.jobs import Job

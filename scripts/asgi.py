@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from fastapi import FastAPI
+
 from jobnik.api.main import app_from_env
 
 

@@ -6,13 +6,14 @@ import logging
 from typing import Any
 
 import httpx
-from jobnik.workers.errors import ApiError
 from tenacity import (
     retry,
     retry_if_exception,
     stop_after_attempt,
     wait_exponential_jitter,
 )
+
+from jobnik.workers.errors import ApiError
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
 import logging
+import math
 import signal
 import threading
 from collections.abc import Awaitable, Callable
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
 from jobnik.workers.backoff import Backoff
 from jobnik.workers.client import JobnikClient
 from jobnik.workers.consumer import Consumer
@@ -43,8 +44,9 @@ class Worker:
     that thread. Returning reports COMPLETED; raising reports FAILED (the server retries while
     attempts remain); raising `FatalTaskError` fails without retry. While a handler runs, the
     worker heartbeats its lease every `heartbeat_interval` seconds (the lease is `lease_seconds`,
-    three intervals by default); an aborted job or a lost lease sets `context.cancelled`. `stop()` (or SIGTERM/SIGINT under `run()`) stops polling, waits up to
-    `grace_period` seconds for running handlers, then hands unfinished tasks back to the queue.
+    three intervals by default); an aborted job or a lost lease sets `context.cancelled`.
+    `stop()` (or SIGTERM/SIGINT under `run()`) stops polling, waits up to `grace_period` seconds
+    for running handlers, then hands unfinished tasks back to the queue.
     """
 
     def __init__(

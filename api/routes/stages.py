@@ -6,6 +6,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query
+
 from jobnik.api.deps import JobnikDep, TraceDep, ViewsDep, reject_unknown_query
 from jobnik.api.schemas import (
     CreateTask,
