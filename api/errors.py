@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -87,8 +88,8 @@ def describe(error: Mapping[str, Any]) -> str:
         "string_too_long": f"must NOT have more than {ctx.get('max_length')} characters",
         "too_short": f"must NOT have fewer than {ctx.get('min_length')} items",
         "string_pattern_mismatch": f'must match pattern "{ctx.get("pattern")}"',
-        "enum": f"must be equal to one of the allowed values: {ctx.get('expected')}",
-        "literal_error": f"must be equal to one of the allowed values: {ctx.get('expected')}",
+        "enum": f"must be equal to one of the allowed values: {_allowed(ctx)}",
+        "literal_error": f"must be equal to one of the allowed values: {_allowed(ctx)}",
         "dict_type": "must be object",
         "model_type": "must be object",
         "model_attributes_type": "must be object",
@@ -108,6 +109,11 @@ def describe(error: Mapping[str, Any]) -> str:
     return f"{where} {messages.get(kind, error.get('msg', 'is invalid'))}"
 
 
+def _allowed(ctx: Mapping[str, Any]) -> str:
+    """pydantic's `expected` (quoted values, enum reprs too) as the validator lists them."""
+    return ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers: domain errors, validation, unknown routes, anything else."""
 
@@ -123,6 +129,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, PayloadTooLarge):  # a streamed body over the limit
+            return error_response(413, exc.__cause__.message, exc.__cause__.code)
         message = "not found" if exc.status_code == 404 else str(exc.detail).lower()
         return error_response(exc.status_code, message, "UNKNOWN_ERROR")
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
+from pydantic import AwareDatetime
 
 from jobnik.api.deps import JobnikDep, TraceDep, ViewsDep, reject_unknown_query
 from jobnik.api.schemas import (
@@ -36,8 +36,8 @@ def find_jobs(
     views: ViewsDep,
     job_name: Annotated[JobName | None, Query()] = None,
     priority: Priority | None = None,
-    from_date: datetime | None = None,
-    end_date: datetime | None = None,
+    from_date: AwareDatetime | None = None,
+    end_date: AwareDatetime | None = None,
     should_return_stages: ReturnStages = False,
 ) -> list[JobOut]:
     """Jobs matching name, priority and creation-time range; stages on request."""

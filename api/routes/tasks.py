@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query
+from pydantic import AwareDatetime
 
 from jobnik.api.deps import JobnikDep, ViewsDep, reject_unknown_query
 from jobnik.api.schemas import (
@@ -33,8 +33,8 @@ def get_tasks_by_criteria(
     views: ViewsDep,
     stage_id: UUID | None = None,
     stage_type: Annotated[StageType | None, Query()] = None,
-    from_date: datetime | None = None,
-    end_date: datetime | None = None,
+    from_date: AwareDatetime | None = None,
+    end_date: AwareDatetime | None = None,
     status: TaskStatus | None = None,
 ) -> list[TaskOut]:
     """Tasks matching stage, type, creation-time range and status."""
