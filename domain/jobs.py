@@ -169,6 +169,9 @@ class Job(Entity):
 
     def request_status(self, target: S, now: datetime, reason: str | None = None) -> None:
         """A user's PUT status: PENDING (resume or start), PAUSED or ABORTED."""
+        target = S(target)
+        if target not in (S.PENDING, S.PAUSED, S.ABORTED):
+            raise IllegalJobTransition.between(self.status, target)
         self._check(target)
         if target is S.PAUSED:
             self._emit(self.JobPaused, now, Actor.API, reason, previous=self.status)

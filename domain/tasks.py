@@ -304,7 +304,7 @@ class Task(Entity):
         fatal: bool = False,
     ) -> None:
         """A worker's PUT status: COMPLETED or FAILED (fatal: without retry)."""
-        if status is S.COMPLETED:
+        if S(status) == S.COMPLETED:
             self.complete(now, actor)
         else:
             self.fail(now, actor, reason, cause=FATAL if fatal else ERROR)

@@ -16,5 +16,6 @@ class Backoff:
     jitter: float = 0.25
 
     def delay(self, n: int) -> float:
-        base = min(self.maximum, self.initial * self.factor ** max(0, n - 1))
+        exponent = min(max(0, n - 1), 64)  # capped: an idle queue polls for days
+        base = min(self.maximum, self.initial * self.factor**exponent)
         return base * random.uniform(1 - self.jitter, 1 + self.jitter)

@@ -10,7 +10,8 @@ from tenacity import (
     retry,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
 
 from jobnik.workers.errors import ApiError
@@ -50,7 +51,7 @@ class JobnikClient:
         self._send = retry(
             retry=retry_if_exception(_is_transient),
             stop=stop_after_attempt(retries + 1),
-            wait=wait_exponential_jitter(initial=0.1, max=2.0),
+            wait=wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.1),
             reraise=True,
         )(self._send_once)
 

@@ -78,6 +78,7 @@ class Worker:
         self.producer = Producer(client)
         self.stats = WorkerStats()
         self._stop = threading.Event()
+        self._done = threading.Event()  # run() returned: the heartbeat thread ends
         self._lock = threading.Lock()
         self._active: dict[str, tuple[Task, TaskContext]] = {}
         self._handed_back: set[str] = set()
@@ -124,6 +125,7 @@ class Worker:
                 t.join(0.05)
         timer.cancel()
         self._hand_back()
+        self._done.set()
         log.info("worker stopped", extra={"action": "worker_stopped", **vars(self.stats)})
 
     # -- polling ----------------------------------------------------------------------------
@@ -189,9 +191,9 @@ class Worker:
     # -- heartbeats and shutdown ------------------------------------------------------------
 
     def _heartbeats(self) -> None:
-        while True:
+        while not self._done.wait(self.heartbeat_interval):
             with self._lock:
-                active = list(self._active.values())
+                active = [v for k, v in self._active.items() if k not in self._handed_back]
             for task, context in active:
                 try:
                     beat = self.consumer.heartbeat(task)
@@ -202,15 +204,13 @@ class Worker:
                         context.cancel("lease lost")
                 except httpx.HTTPError as exc:
                     log.warning("heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
-            if self._stop.wait(self.heartbeat_interval) and not self._active:
-                return
 
     def _hand_back(self) -> None:
         with self._lock:
             active = list(self._active.values())
         for task, context in active:
+            self._handed_back.add(task.id)  # before cancelling: its handler may return at once
             context.cancel("worker shutting down")
-            self._handed_back.add(task.id)
             try:
                 self.consumer.give_back(task)
                 log.info(

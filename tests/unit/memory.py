@@ -1,0 +1,226 @@
+"""An in-memory Store for the real application service: the pure projection applied to dicts.
+
+`Tables` stands in for the SQL the executor runs, including its column-wise batching of the runs
+`projections.store.batches` makes (so the "ops of a run commute" claim is exercised too), and the
+DEFAULT 0 summary counters. A session works on a copy of the tables and publishes it on success
+only, as a transaction would.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, cast
+from uuid import UUID
+
+from jobnik.domain.base import Entity
+from jobnik.domain.errors import JobNotFound, StageNotFound, TaskNotFound
+from jobnik.domain.jobs import Job
+from jobnik.domain.ports import Summary
+from jobnik.domain.stages import Stage
+from jobnik.domain.tasks import Task
+from jobnik.projections.entities import Add, Delete, Insert, Op, Update
+from jobnik.projections.rows import job_from_row, stage_from_row, summary_from_row, task_from_row
+from jobnik.projections.schema import (
+    JOBS,
+    PRIMARY_KEYS,
+    QUEUE,
+    STAGES,
+    SUMMARIES,
+    SUMMARY_COUNTERS,
+    TABLES,
+    TASKS,
+)
+from jobnik.projections.store import batches
+
+from .builders import replay
+
+Row = dict[str, Any]
+
+
+class Tables:
+    """The inline read models as lists of dict rows."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[Row]] = {t: [] for t in TABLES}
+
+    def run(self, runs: Iterator[list[list[Op]]]) -> None:
+        """Like OpExecutor.run: a run of equal-length op lists is applied column by column."""
+        for run in runs:
+            if len(run) == 1 or len({len(ops) for ops in run}) != 1:
+                for ops in run:
+                    for op in ops:
+                        self.apply(op)
+                continue
+            for column in zip(*run, strict=True):
+                for op in column:
+                    self.apply(op)
+
+    def apply(self, op: Op) -> None:
+        if isinstance(op, Insert):
+            defaults = dict.fromkeys(SUMMARY_COUNTERS, 0) if op.table == SUMMARIES else {}
+            key = {k: op.row[k] for k in PRIMARY_KEYS[op.table].split(", ")}
+            assert not self.where(op.table, key), f"duplicate key in {op.table}"
+            self.rows[op.table].append({**defaults, **copy.deepcopy(dict(op.row))})
+        elif isinstance(op, Update):
+            for row in self.where(op.table, op.key):
+                row.update(copy.deepcopy(dict(op.values)))
+        elif isinstance(op, Add):
+            for row in self.where(op.table, op.key):
+                for column, delta in op.deltas.items():
+                    row[column] += delta
+        elif isinstance(op, Delete):
+            gone = [id(r) for r in self.where(op.table, op.key)]
+            self.rows[op.table] = [r for r in self.rows[op.table] if id(r) not in gone]
+        else:  # Enqueue: priority and eligibility from the job and stage rows, as the SQL does
+            stage = self.one(STAGES, id=op.stage_id)
+            job = self.one(JOBS, id=stage["job_id"])
+            assert not self.where(QUEUE, {"task_id": op.task_id}), "task enqueued twice"
+            self.rows[QUEUE].append(
+                {
+                    "task_id": op.task_id,
+                    "job_id": job["id"],
+                    "stage_id": stage["id"],
+                    "stage_type": stage["type"],
+                    "priority_rank": job["priority_rank"],
+                    "seq": op.seq,
+                    "stage_open": stage["status"] in ("PENDING", "IN_PROGRESS"),
+                    "job_open": job["status"] in ("PENDING", "IN_PROGRESS"),
+                }
+            )
+
+    def copy(self) -> Tables:
+        """A copy to write on: rows are copied, values are only ever replaced, never mutated."""
+        other = Tables()
+        other.rows = {t: [dict(r) for r in rows] for t, rows in self.rows.items()}
+        return other
+
+    def where(self, table: str, key: Mapping[str, Any]) -> list[Row]:
+        return [r for r in self.rows[table] if all(r[k] == v for k, v in key.items())]
+
+    def one(self, table: str, **key: Any) -> Row:
+        [row] = self.where(table, key)
+        return row
+
+    def maybe(self, table: str, **key: Any) -> Row | None:
+        rows = self.where(table, key)
+        assert len(rows) <= 1
+        return rows[0] if rows else None
+
+    def dequeueable(self, stage_type: str | None = None) -> list[UUID]:
+        """Task ids in dequeue order (priority, then enqueue position)."""
+        rows = [
+            r
+            for r in self.rows[QUEUE]
+            if r["stage_open"] and r["job_open"] and stage_type in (None, r["stage_type"])
+        ]
+        return [r["task_id"] for r in sorted(rows, key=lambda r: (r["priority_rank"], r["seq"]))]
+
+
+class MemorySession:
+    """One transaction over a private copy of the tables; an identity map like SqlSession's."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.tables = store.tables.copy()
+        self.log = list(store.log)
+        self.loaded: dict[UUID, Entity] = {}
+        self.position: int | None = None
+
+    def _load(self, table: str, key: UUID, convert: Any, missing: type[Exception]) -> Any:
+        if key in self.loaded:
+            return self.loaded[key]
+        row = self.tables.maybe(table, id=key)
+        if row is None:
+            raise missing
+        aggregate = convert(dict(row))
+        self.loaded[key] = aggregate
+        return aggregate
+
+    def _remember(self, row: Row, convert: Any) -> Any:
+        return self.loaded.setdefault(row["id"], convert(dict(row)))
+
+    def job(self, job_id: UUID) -> Job:
+        return cast(Job, self._load(JOBS, job_id, job_from_row, JobNotFound))
+
+    def stage(self, stage_id: UUID) -> Stage:
+        return cast(Stage, self._load(STAGES, stage_id, stage_from_row, StageNotFound))
+
+    def task(self, task_id: UUID) -> Task:
+        return cast(Task, self._load(TASKS, task_id, task_from_row, TaskNotFound))
+
+    def stage_at(self, job_id: UUID, order: int) -> Stage | None:
+        row = self.tables.maybe(STAGES, job_id=job_id, stage_order=order)
+        return cast(Stage, self._remember(row, stage_from_row)) if row else None
+
+    def stages_of(self, job_id: UUID) -> list[Stage]:
+        rows = sorted(self.tables.where(STAGES, {"job_id": job_id}), key=lambda r: r["stage_order"])
+        return [cast(Stage, self._remember(r, stage_from_row)) for r in rows]
+
+    def queued_tasks(self, job_id: UUID) -> list[Task]:
+        rows = [
+            r
+            for r in self.tables.where(TASKS, {"job_id": job_id})
+            if r["status"] in ("PENDING", "RETRIED")
+        ]
+        rows.sort(key=lambda r: (r["creation_time"], str(r["id"])))
+        return [cast(Task, self._remember(r, task_from_row)) for r in rows]
+
+    def claim(self, stage_type: str) -> Task | None:
+        queued = self.tables.dequeueable(stage_type)
+        return self.task(queued[0]) if queued else None
+
+    def summary(self, stage_id: UUID) -> Summary:
+        row = self.tables.maybe(SUMMARIES, stage_id=stage_id)
+        return summary_from_row(row) if row else Summary()
+
+    def expired_leases(self, now: datetime, limit: int) -> list[Task]:
+        rows = [
+            r
+            for r in self.tables.rows[TASKS]
+            if r["status"] == "IN_PROGRESS" and r["lease_expires_at"] < now
+        ]
+        rows.sort(key=lambda r: r["lease_expires_at"])
+        return [cast(Task, self._remember(r, task_from_row)) for r in rows[:limit]]
+
+    def save(self, *aggregates: Entity) -> None:
+        events = [e for a in aggregates for e in a.collect_events()]
+        if not events:
+            return
+        start = len(self.log) + 1
+        ids = list(range(start, start + len(events)))
+        self.log += events
+        self.tables.run(batches(events, ids))
+        self.position = ids[-1]
+        for a in aggregates:
+            self.loaded.setdefault(a.id, a)
+
+
+class MemoryStore:
+    """Sessions over `Tables` and an in-memory event log; a failed session publishes nothing."""
+
+    def __init__(self) -> None:
+        self.tables = Tables()
+        self.log: list[Any] = []
+
+    @contextmanager
+    def session(self, *, write: bool) -> Iterator[MemorySession]:
+        session = MemorySession(self)
+        yield session  # an exception propagates and the copy is dropped: a rollback
+        if write:
+            self.tables, self.log = session.tables, session.log
+
+    def events_of(self, aggregate_id: UUID) -> list[Any]:
+        return [e for e in self.log if e.originator_id == aggregate_id]
+
+    def replayed(self, aggregate_id: UUID) -> Any:
+        """The aggregate rebuilt from the log alone."""
+        return replay(self.events_of(aggregate_id))
+
+    def restored(self, table: str, aggregate_id: UUID) -> Entity | None:
+        """The aggregate as the next command would load it from its row."""
+        convert = {JOBS: job_from_row, STAGES: stage_from_row, TASKS: task_from_row}[table]
+        row = self.tables.maybe(table, id=aggregate_id)
+        return convert(dict(row)) if row else None
