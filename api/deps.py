@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from jobnik.domain.application import NO_TRACE, Jobnik
 from jobnik.domain.errors import InvalidRequest
+from jobnik.projections.audit import Audit
 from jobnik.projections.views import Views
 
 TRACEPARENT_RE: Final = re.compile(r"^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$")
@@ -27,7 +28,13 @@ def get_views(request: Request) -> Views:
     return views
 
 
+def get_audit(request: Request) -> Audit:
+    audit: Audit = request.app.state.audit
+    return audit
+
+
 JobnikDep = Annotated[Jobnik, Depends(get_jobnik)]
+AuditDep = Annotated[Audit, Depends(get_audit)]
 ViewsDep = Annotated[Views, Depends(get_views)]
 
 

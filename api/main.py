@@ -10,11 +10,12 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobnik.api import errors
-from jobnik.api.routes import health, jobs, stages, tasks
+from jobnik.api.routes import health, history, jobs, stages, tasks
 from jobnik.api.sweeper import Sweeper
 from jobnik.domain.application import Jobnik
 from jobnik.domain.errors import PayloadTooLarge
 from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS
+from jobnik.projections.audit import Audit
 from jobnik.projections.config import library_env
 from jobnik.projections.leader import LeaderLock
 from jobnik.projections.store import SqlStore
@@ -56,7 +57,7 @@ def _too_large(limit: int) -> str:
     return f"request body is larger than {limit} bytes"
 
 
-def create_app(jobnik: Jobnik, views: Views, **fastapi: Any) -> FastAPI:
+def create_app(jobnik: Jobnik, views: Views, audit: Audit | None = None, **fastapi: Any) -> FastAPI:
     """The v1 API over `jobnik` (commands) and `views` (queries)."""
     app = FastAPI(
         title="jobnik",
@@ -65,8 +66,9 @@ def create_app(jobnik: Jobnik, views: Views, **fastapi: Any) -> FastAPI:
         **fastapi,
     )
     app.state.jobnik, app.state.views = jobnik, views
+    app.state.audit = audit if audit is not None else Audit(views.store)
     errors.install(app)
-    for module in (jobs, stages, tasks, health):
+    for module in (jobs, stages, tasks, history, health):
         app.include_router(module.router)
     app.add_middleware(BodyLimit)
     return app

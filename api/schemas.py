@@ -278,3 +278,22 @@ class JobOut(OutModel):
             tracestate=j.tracestate,
             stages=[StageOut.of(s) for s in view.stages] if view.stages is not None else None,
         )
+
+
+class EventOut(ApiModel):
+    position: int
+    type: str
+    entity: str
+    entity_id: UUID
+    version: int
+    time: datetime
+    actor: str
+    reason: str | None = None
+    payload: dict[str, Any]
+
+
+class EventPage(ApiModel):
+    """A page of events in log order; `next` is the cursor for the next page (None: the end)."""
+
+    items: list[EventOut]
+    next: int | None = None

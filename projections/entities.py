@@ -16,6 +16,7 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
+from jobnik.projections.history import IndexEvent, history_ops
 from jobnik.projections.schema import JOBS, LOGS, QUEUE, STAGES, SUMMARIES, TASKS
 
 
@@ -58,7 +59,7 @@ class Enqueue:
     seq: int
 
 
-Op = Insert | Update | Add | Delete | Enqueue
+Op = Insert | Update | Add | Delete | Enqueue | IndexEvent
 
 # Summary keys by task status (rules §9: camelCase on the wire, snake_case here).
 SUMMARY_KEY: Final = {
@@ -343,4 +344,5 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
 def project(event: DomainEventProtocol[Any], position: int) -> list[Op]:
     """The row operations `event`, stored at log `position`, makes to the inline read models."""
     handler = PROJECT.get(type(event))
-    return handler(event, position) if handler else []
+    ops = handler(event, position) if handler else []
+    return [*ops, *history_ops(event, position)]

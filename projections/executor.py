@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from jobnik.projections.dialect import Dialect
 from jobnik.projections.entities import Add, Delete, Enqueue, Insert, Op, Update
+from jobnik.projections.history import IndexEvent
 
 
 class _Cursor(Protocol):
@@ -39,6 +40,11 @@ class OpExecutor:
             return f"UPDATE {table} SET {sets} WHERE {where}"
         if kind is Delete:
             return f"DELETE FROM {table} WHERE {where}"
+        if kind is IndexEvent:
+            return (
+                f"INSERT INTO job_events_v1 (job_id, position) SELECT job_id, {p('position')} "
+                f"FROM entity_jobs_v1 WHERE entity_id = {p('entity_id')}"
+            )
         return (  # Enqueue: priority and eligibility from the job and stage rows
             "INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, seq, "
             "stage_open, job_open) "
@@ -51,6 +57,11 @@ class OpExecutor:
         d = self.d
         if isinstance(op, Insert):
             return self.sql(Insert, op.table, (), tuple(op.row)), d.dump_row(op.row, "v_")
+        if isinstance(op, IndexEvent):
+            return self.sql(IndexEvent, "job_events_v1", (), ()), {
+                "entity_id": d.dump("entity_id", op.originator_id),
+                "position": op.position,
+            }
         if isinstance(op, Enqueue):
             return self.sql(Enqueue, "queue_v1", (), ()), {
                 "task_id": d.dump("task_id", op.task_id),

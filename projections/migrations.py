@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 from typing import TYPE_CHECKING, Final
 
-from jobnik.projections.schema import ddl, ddl_leases
+from jobnik.projections.schema import ddl, ddl_history, ddl_leases
 
 if TYPE_CHECKING:
     from jobnik.projections.store import SqlStore
@@ -16,9 +16,10 @@ LOCK_KEY: Final = zlib.crc32(b"jobnik-migrations")
 MIGRATIONS: Final = [
     (1, "inline read models v1", ddl),
     (2, "task leases and logs", ddl_leases),
+    (3, "history index", ddl_history),
 ]
 # After these, rows written before them are rebuilt from the log (through the upcasters).
-REBUILD_AFTER: Final = frozenset({2})
+REBUILD_AFTER: Final = frozenset({2, 3})
 
 _META = (
     "CREATE TABLE IF NOT EXISTS jobnik_migrations "

@@ -6,7 +6,7 @@ from typing import Final
 
 # Column kinds, so one loader turns either backend's row into the same Python values.
 JSON_COLUMNS: Final = frozenset({"data", "user_metadata"})
-UUID_COLUMNS: Final = frozenset({"id", "job_id", "stage_id", "task_id"})
+UUID_COLUMNS: Final = frozenset({"id", "job_id", "stage_id", "task_id", "entity_id"})
 TIME_COLUMNS: Final = frozenset(
     {"creation_time", "update_time", "start_time", "end_time", "lease_expires_at", "time"}
 )
@@ -14,7 +14,8 @@ BOOL_COLUMNS: Final = frozenset({"started", "stage_open", "job_open"})
 
 JOBS, STAGES, SUMMARIES = "jobs_v1", "stages_v1", "summaries_v1"
 TASKS, QUEUE, LOGS = "tasks_v1", "queue_v1", "task_logs_v1"
-TABLES: Final = (JOBS, STAGES, SUMMARIES, TASKS, QUEUE, LOGS)
+ENTITY_JOBS, JOB_EVENTS = "entity_jobs_v1", "job_events_v1"
+TABLES: Final = (JOBS, STAGES, SUMMARIES, TASKS, QUEUE, LOGS, ENTITY_JOBS, JOB_EVENTS)
 PRIMARY_KEYS: Final = {
     JOBS: "id",
     STAGES: "id",
@@ -22,6 +23,8 @@ PRIMARY_KEYS: Final = {
     TASKS: "id",
     QUEUE: "task_id",
     LOGS: "task_id, position, line_no",
+    ENTITY_JOBS: "entity_id",
+    JOB_EVENTS: "job_id, position",
 }
 
 SUMMARY_COUNTERS: Final = (
@@ -154,6 +157,21 @@ CREATE INDEX IF NOT EXISTS task_logs_v1_job ON task_logs_v1 (job_id);
 """
 
 
+# Migration 3 (history): the per-job event index, kept when a job is deleted.
+_DDL_HISTORY: Final = """
+CREATE TABLE IF NOT EXISTS entity_jobs_v1 (
+    entity_id {uuid} PRIMARY KEY,
+    job_id {uuid} NOT NULL,
+    kind TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS job_events_v1 (
+    job_id {uuid} NOT NULL,
+    position BIGINT NOT NULL,
+    PRIMARY KEY (job_id, position)
+);
+"""
+
+
 def _split(text: str, backend: str) -> list[str]:
     return [s.strip() for s in text.format(**_TYPES[backend]).split(";") if s.strip()]
 
@@ -166,3 +184,8 @@ def ddl(backend: str) -> list[str]:
 def ddl_leases(backend: str) -> list[str]:
     """Migration 2: task leases and the task log."""
     return _split(_DDL_LEASES, backend)
+
+
+def ddl_history(backend: str) -> list[str]:
+    """Migration 3: the history index."""
+    return _split(_DDL_HISTORY, backend)

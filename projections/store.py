@@ -65,6 +65,13 @@ class Cursor:
         row = self.raw.fetchone()
         return self.dialect.load(dict(row)) if row is not None else None
 
+    def raw_all(
+        self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()
+    ) -> list[dict[str, Any]]:
+        """Rows as the driver returns them (no column conversions)."""
+        self.raw.execute(sql, params)
+        return [dict(r) for r in self.raw.fetchall()]
+
     def all(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[dict[str, Any]]:
         self.raw.execute(sql, params)
         return [self.dialect.load(dict(r)) for r in self.raw.fetchall()]

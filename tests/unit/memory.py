@@ -22,8 +22,11 @@ from jobnik.domain.ports import Summary
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.projections.entities import Add, Delete, Insert, Op, Update
+from jobnik.projections.history import IndexEvent
 from jobnik.projections.rows import job_from_row, stage_from_row, summary_from_row, task_from_row
 from jobnik.projections.schema import (
+    ENTITY_JOBS,
+    JOB_EVENTS,
     JOBS,
     PRIMARY_KEYS,
     QUEUE,
@@ -74,6 +77,9 @@ class Tables:
         elif isinstance(op, Delete):
             gone = [id(r) for r in self.where(op.table, op.key)]
             self.rows[op.table] = [r for r in self.rows[op.table] if id(r) not in gone]
+        elif isinstance(op, IndexEvent):  # the job of the event's aggregate, as the SQL does
+            entity = self.one(ENTITY_JOBS, entity_id=op.originator_id)
+            self.rows[JOB_EVENTS].append({"job_id": entity["job_id"], "position": op.position})
         else:  # Enqueue: priority and eligibility from the job and stage rows, as the SQL does
             stage = self.one(STAGES, id=op.stage_id)
             job = self.one(JOBS, id=stage["job_id"])

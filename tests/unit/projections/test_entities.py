@@ -14,8 +14,11 @@ from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import Actor, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.projections.entities import PROJECT, Add, Delete, Enqueue, Insert, Update, project
+from jobnik.projections.history import IndexEvent
 from jobnik.projections.rows import summary_from_row
 from jobnik.projections.schema import (
+    ENTITY_JOBS,
+    JOB_EVENTS,
     JOBS,
     LOGS,
     QUEUE,
@@ -84,7 +87,7 @@ def test_job_created_inserts_a_pending_job_row() -> None:
     job = new_job(Priority.HIGH)
     event = only_event(job)
 
-    ops = project(event, POSITION)
+    ops = entity_ops(event, POSITION)
 
     assert ops == [
         Insert(
@@ -118,7 +121,9 @@ def test_stage_appended_counts_the_jobs_stages() -> None:
     job.append_stage(uuid4(), at(5), Actor.API)
     event = only_event(job)
 
-    assert project(event, POSITION) == [Update(JOBS, {"id": job.id}, stamp(event, stage_count=1))]
+    assert entity_ops(event, POSITION) == [
+        Update(JOBS, {"id": job.id}, stamp(event, stage_count=1))
+    ]
 
 
 def test_job_started_marks_the_job_started() -> None:
@@ -126,7 +131,7 @@ def test_job_started_marks_the_job_started() -> None:
     job.start(at(5), Actor.SYSTEM)
     event = only_event(job)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(
             JOBS,
             {"id": job.id},
@@ -140,7 +145,7 @@ def test_job_paused_closes_its_tasks_in_the_queue() -> None:
     job.request_status(JobStatus.PAUSED, at(5))
     event = only_event(job)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(JOBS, {"id": job.id}, stamp(event, status="PAUSED")),
         Update(QUEUE, {"job_id": job.id}, {"job_open": False}),
     ]
@@ -152,7 +157,7 @@ def test_job_resumed_reopens_its_tasks_in_the_queue(started: bool, status: str) 
     job.request_status(JobStatus.PENDING, at(5))
     event = only_event(job)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(JOBS, {"id": job.id}, stamp(event, status=status)),
         Update(QUEUE, {"job_id": job.id}, {"job_open": True}),
     ]
@@ -168,7 +173,7 @@ def test_job_progressed_writes_the_percentage() -> None:
     job.stage_completed(stage_ids[0], at(5), Actor.SYSTEM)
     event = only_event(job)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(JOBS, {"id": job.id}, stamp(event, completed_stages=1, percentage=33))
     ]
 
@@ -189,7 +194,7 @@ def _ended_job(status: JobStatus) -> tuple[Job, Any]:
 def test_a_job_that_ends_leaves_the_queue(status: JobStatus) -> None:
     job, event = _ended_job(status)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(JOBS, {"id": job.id}, stamp(event, status=status.value, end_time=at(5))),
         Delete(QUEUE, {"job_id": job.id}),
     ]
@@ -200,7 +205,7 @@ def test_job_priority_changed_reorders_its_queued_tasks() -> None:
     job.change_priority(Priority.VERY_HIGH, at(5))
     event = only_event(job)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(JOBS, {"id": job.id}, stamp(event, priority="VERY_HIGH", priority_rank=0)),
         Update(QUEUE, {"job_id": job.id}, {"priority_rank": 0}),
     ]
@@ -211,7 +216,7 @@ def test_job_user_metadata_is_replaced_whole() -> None:
     job.replace_user_metadata({"a": 1}, at(5), Actor.API)
     event = only_event(job)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(JOBS, {"id": job.id}, stamp(event, user_metadata={"a": 1}))
     ]
 
@@ -221,7 +226,7 @@ def test_job_deleted_deletes_the_job_tree_from_every_table() -> None:
     job.delete(at(5))
     event = only_event(job)
 
-    ops = project(event, POSITION)
+    ops = entity_ops(event, POSITION)
 
     assert ops == [
         Delete(QUEUE, {"job_id": job.id}),
@@ -231,7 +236,7 @@ def test_job_deleted_deletes_the_job_tree_from_every_table() -> None:
         Delete(STAGES, {"job_id": job.id}),
         Delete(JOBS, {"id": job.id}),
     ]
-    assert {op.table for op in ops} == set(TABLES)
+    assert {op.table for op in ops} == set(TABLES) - {ENTITY_JOBS, JOB_EVENTS}  # history stays
 
 
 # -- stages ---------------------------------------------------------------------------------
@@ -241,7 +246,7 @@ def test_stage_added_inserts_the_stage_and_an_empty_summary() -> None:
     stage = new_stage(order=2, start_as_waiting=True)
     event = only_event(stage)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Insert(
             STAGES,
             {
@@ -270,7 +275,7 @@ def test_stage_released_opens_its_tasks_in_the_queue() -> None:
     stage.release(None, at(5), Actor.API)
     event = only_event(stage)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(STAGES, {"id": stage.id}, stamp(event, status="PENDING")),
         Update(QUEUE, {"stage_id": stage.id}, {"stage_open": True}),
     ]
@@ -281,7 +286,7 @@ def test_stage_started_records_its_start_time() -> None:
     stage.start(at(5), Actor.SYSTEM)
     event = only_event(stage)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(STAGES, {"id": stage.id}, stamp(event, status="IN_PROGRESS", start_time=at(5)))
     ]
 
@@ -301,7 +306,7 @@ def _ended_stage(status: str) -> tuple[Stage, Any]:
 def test_a_stage_that_ends_leaves_the_queue(status: str) -> None:
     stage, event = _ended_stage(status)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(STAGES, {"id": stage.id}, stamp(event, status=status, end_time=at(5))),
         Delete(QUEUE, {"stage_id": stage.id}),
     ]
@@ -312,7 +317,7 @@ def test_stage_user_metadata_is_replaced_whole() -> None:
     stage.replace_user_metadata({"b": 2}, at(5), Actor.API)
     event = only_event(stage)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(STAGES, {"id": stage.id}, stamp(event, user_metadata={"b": 2}))
     ]
 
@@ -324,7 +329,7 @@ def test_task_created_inserts_counts_and_enqueues_at_its_log_position() -> None:
     task = new_task(max_attempts=4)
     event = only_event(task)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Insert(
             TASKS,
             {
@@ -365,7 +370,7 @@ def test_task_dequeued_moves_the_counter_it_came_from(
     task.dequeue(at(5), Actor.WORKER, lease_seconds=600)
     event = only_event(task)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(
             TASKS,
             {"id": task.id},
@@ -388,7 +393,7 @@ def test_task_completed_counts_a_completion() -> None:
     task.complete(at(5), Actor.WORKER)
     event = only_event(task)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(
             TASKS,
             {"id": task.id},
@@ -403,7 +408,7 @@ def test_task_retried_goes_back_to_the_end_of_the_queue() -> None:
     task.fail(at(5), Actor.WORKER)
     event = only_event(task)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(
             TASKS,
             {"id": task.id},
@@ -419,7 +424,7 @@ def test_task_failed_counts_a_failure_and_ends_the_task() -> None:
     task.fail(at(5), Actor.WORKER)
     event = only_event(task)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(
             TASKS,
             {"id": task.id},
@@ -442,7 +447,7 @@ def test_task_aborted_moves_its_count_to_aborted(status: TaskStatus, counter: st
     task.abort(at(5), Actor.SYSTEM, "job aborted")
     event = only_event(task)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(
             TASKS,
             {"id": task.id},
@@ -460,7 +465,7 @@ def test_task_lease_extended_moves_the_lease_only() -> None:
     task.extend_lease(at(6), Actor.WORKER)
     event = only_event(task)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(TASKS, {"id": task.id}, stamp(event, lease_expires_at=at(7)))
     ]
 
@@ -470,7 +475,7 @@ def test_task_returned_goes_back_to_pending_and_to_the_end_of_the_queue() -> Non
     task.give_back(at(5), Actor.WORKER, "shutting down")
     event = only_event(task)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(TASKS, {"id": task.id}, stamp(event, status="PENDING", lease_expires_at=None)),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {"in_progress": -1, "pending": 1}),
         Enqueue(task.id, task.stage_id, POSITION),
@@ -482,7 +487,7 @@ def test_a_refused_attempt_only_moves_the_tasks_version() -> None:
     task.refuse(7, "heartbeat", at(5), Actor.WORKER)
     event = only_event(task)
 
-    assert project(event, POSITION) == [Update(TASKS, {"id": task.id}, stamp(event))]
+    assert entity_ops(event, POSITION) == [Update(TASKS, {"id": task.id}, stamp(event))]
 
 
 def test_task_logged_inserts_one_row_per_line_keyed_by_its_log_position() -> None:
@@ -491,7 +496,7 @@ def test_task_logged_inserts_one_row_per_line_keyed_by_its_log_position() -> Non
     event = only_event(task)
 
     line = {"task_id": task.id, "position": POSITION, "job_id": task.job_id, "attempt": 1}
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(TASKS, {"id": task.id}, stamp(event)),
         Insert(LOGS, {**line, "line_no": 0, "time": at(5), "line": "started"}),
         Insert(LOGS, {**line, "line_no": 1, "time": at(5), "line": "done"}),
@@ -503,7 +508,7 @@ def test_task_user_metadata_is_replaced_whole() -> None:
     task.replace_user_metadata({"c": 3}, at(5), Actor.API)
     event = only_event(task)
 
-    assert project(event, POSITION) == [
+    assert entity_ops(event, POSITION) == [
         Update(TASKS, {"id": task.id}, stamp(event, user_metadata={"c": 3}))
     ]
 
@@ -519,7 +524,7 @@ def test_no_task_event_changes_a_summarys_total_except_creation() -> None:
     events = [*task.collect_events(), *other.collect_events()]
 
     for event in events:
-        [delta] = [op.deltas for op in project(event, POSITION) if isinstance(op, Add)]
+        [delta] = [op.deltas for op in entity_ops(event, POSITION) if isinstance(op, Add)]
         counted = sum(v for k, v in delta.items() if k != "total")
         assert counted == delta.get("total", 0), type(event).__name__
 
@@ -665,7 +670,9 @@ def test_abort_cascades_to_stages_and_queued_tasks(store: MemoryStore, jobnik: J
     assert_rows_are_snapshots(store)
 
 
-def test_a_deleted_job_leaves_no_row_behind(store: MemoryStore, jobnik: Jobnik) -> None:
+def test_a_deleted_job_leaves_no_row_behind_but_its_history_index(
+    store: MemoryStore, jobnik: Jobnik
+) -> None:
     job = jobnik.create_job(NewJob(name="nightly", data={}))
     stage = jobnik.add_stage(job.id, NewStage(type="tiles", data={}))
     [task] = jobnik.add_tasks(stage.id, [NewTask(data={})])
@@ -674,7 +681,13 @@ def test_a_deleted_job_leaves_no_row_behind(store: MemoryStore, jobnik: Jobnik) 
 
     jobnik.delete_job(job.id)
 
-    assert store.tables.rows == {t: [] for t in TABLES}
+    kept = {ENTITY_JOBS, JOB_EVENTS}
+    assert {t: rows for t, rows in store.tables.rows.items() if t not in kept} == {
+        t: [] for t in TABLES if t not in kept
+    }
+    assert [r["position"] for r in store.tables.rows[JOB_EVENTS]] == list(
+        range(1, len(store.log) + 1)
+    )
     assert isinstance(store.events_of(job.id)[-1], Job.JobDeleted)
 
 
@@ -694,8 +707,11 @@ def test_consecutive_events_of_one_type_and_distinct_aggregates_share_a_batch() 
     runs = list(batches(events, ids))
 
     assert runs == [[project(e, p) for e, p in zip(events, ids, strict=True)]]
-    assert [ops[-1] for ops in runs[0]] == [
+    assert [ops[2] for ops in runs[0]] == [
         Enqueue(t.id, stage_id, p) for t, p in zip(tasks, ids, strict=True)
+    ]
+    assert [ops[-1] for ops in runs[0]] == [
+        IndexEvent(t.id, p) for t, p in zip(tasks, ids, strict=True)
     ]
 
 
@@ -730,3 +746,26 @@ def test_a_repeated_aggregate_splits_a_batch_of_one_type() -> None:
 
 def test_no_events_make_no_batches() -> None:
     assert list(batches([], [])) == []
+
+
+def entity_ops(event: Any, position: int) -> list[Any]:
+    """The read-model ops of `event` without the history index (tested on its own below)."""
+    return PROJECT[type(event)](event, position)
+
+
+def test_every_event_is_filed_under_its_job_and_creations_map_their_entity() -> None:
+    job = job_in(JobStatus.PENDING)
+    task = new_task(stage_id=uuid4())
+    created = task.collect_events()[0]
+    job.replace_user_metadata({"a": 1}, at(3), Actor.API)
+    replaced = job.collect_events()[-1]
+
+    created_ops = project(created, 7)
+    replaced_ops = project(replaced, 8)
+
+    assert created_ops[-2:] == [
+        Insert(ENTITY_JOBS, {"entity_id": task.id, "job_id": task.job_id, "kind": "task"}),
+        IndexEvent(task.id, 7),
+    ]
+    assert replaced_ops[-1] == IndexEvent(job.id, 8)
+    assert not any(isinstance(op, Insert) and op.table == ENTITY_JOBS for op in replaced_ops)

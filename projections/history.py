@@ -1,0 +1,42 @@
+"""The history index: which job every event belongs to (kept after the job is deleted).
+
+`entity_jobs_v1` maps each job, stage and task to its job; `job_events_v1` lists, per job, the log
+positions of the events of the job, its stages and its tasks. Both are inline (same transaction as
+the events) and pure functions of the log, so they rebuild like every other read model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from jobnik.domain.jobs import Job
+from jobnik.domain.stages import Stage
+from jobnik.domain.tasks import Task
+from jobnik.projections.schema import ENTITY_JOBS
+
+KIND = {Job.JobCreated: "job", Stage.StageAdded: "stage", Task.TaskCreated: "task"}
+
+
+@dataclass(frozen=True)
+class IndexEvent:
+    """File the event at `position` under its aggregate's job (found through entity_jobs_v1)."""
+
+    originator_id: UUID
+    position: int
+
+
+def history_ops(event: Any, position: int) -> list[Any]:
+    """The index rows `event` adds: its aggregate's job (on creation), then the event itself."""
+    from jobnik.projections.entities import Insert
+
+    ops: list[Any] = []
+    kind = KIND.get(type(event))
+    if kind is not None:
+        job_id = event.originator_id if kind == "job" else event.job_id
+        ops.append(
+            Insert(ENTITY_JOBS, {"entity_id": event.originator_id, "job_id": job_id, "kind": kind})
+        )
+    ops.append(IndexEvent(event.originator_id, position))
+    return ops
