@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from typing import Annotated, Final
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 
 from jobnik.domain.application import NO_TRACE, Jobnik
 from jobnik.domain.errors import InvalidRequest
 from jobnik.projections.audit import Audit
+from jobnik.projections.timetravel import AsOf
 from jobnik.projections.views import Views
 
 TRACEPARENT_RE: Final = re.compile(r"^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$")
@@ -48,6 +49,18 @@ def incoming_trace(request: Request) -> tuple[str, str | None]:
 
 
 TraceDep = Annotated[tuple[str, str | None], Depends(incoming_trace)]
+
+
+def as_of(
+    as_of: Annotated[
+        str | None,
+        Query(description="jobnik: a log position or an ISO time; the entity as it was then"),
+    ] = None,
+) -> AsOf | None:
+    return AsOf.parse(as_of) if as_of is not None else None
+
+
+AsOfQuery = Annotated[AsOf | None, Depends(as_of)]
 
 
 def reject_unknown_query(request: Request) -> None:

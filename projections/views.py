@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from jobnik.domain.errors import JobNotFound, StageNotFound, TaskNotFound
@@ -15,6 +16,9 @@ from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.projections.rows import job_from_row, stage_from_row, summary_from_row, task_from_row
 from jobnik.projections.store import Cursor, SqlStore
+
+if TYPE_CHECKING:
+    from jobnik.projections.timetravel import AsOf, TimeTravel
 
 STAGE_SELECT = (
     "SELECT s.*, m.pending, m.in_progress, m.completed, m.failed, m.created, m.retried, "
@@ -67,7 +71,17 @@ class Views:
 
     # -- jobs -----------------------------------------------------------------------------
 
-    def job(self, job_id: UUID, *, with_stages: bool = False) -> JobView:
+    @cached_property
+    def history(self) -> TimeTravel:
+        from jobnik.projections.audit import Audit
+        from jobnik.projections.timetravel import TimeTravel
+
+        return TimeTravel(Audit(self.store))
+
+    def job(self, job_id: UUID, *, with_stages: bool = False, as_of: AsOf | None = None) -> JobView:
+        if as_of is not None:
+            view = self.history.job(job_id, as_of)
+            return view if with_stages else JobView(view.job)
         with self.store.cursor(write=False) as cur:
             row = cur.one(
                 f"SELECT * FROM jobs_v1 WHERE id = {self.p('id')}", self._by_id("id", job_id)
@@ -130,7 +144,11 @@ class Views:
             stages = self._stages_of(cur, [job_id]).get(job_id, [])
             return self._with_tasks(cur, stages) if with_tasks else stages
 
-    def stage(self, stage_id: UUID, *, with_tasks: bool = False) -> StageView:
+    def stage(
+        self, stage_id: UUID, *, with_tasks: bool = False, as_of: AsOf | None = None
+    ) -> StageView:
+        if as_of is not None:
+            return self.history.stage(stage_id, as_of, with_tasks=with_tasks)
         with self.store.cursor(write=False) as cur:
             row = cur.one(
                 f"{STAGE_SELECT} WHERE s.id = {self.p('id')}", self._by_id("id", stage_id)
@@ -191,7 +209,9 @@ class Views:
                 raise StageNotFound
             return self._tasks_of(cur, stage_id)
 
-    def task(self, task_id: UUID) -> Task:
+    def task(self, task_id: UUID, *, as_of: AsOf | None = None) -> Task:
+        if as_of is not None:
+            return self.history.task(task_id, as_of)
         with self.store.cursor(write=False) as cur:
             row = cur.one(
                 f"SELECT * FROM tasks_v1 WHERE id = {self.p('id')}", self._by_id("id", task_id)

@@ -8,7 +8,7 @@ from uuid import UUID
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from pydantic import AwareDatetime
 
-from jobnik.api.deps import JobnikDep, TraceDep, ViewsDep, reject_unknown_query
+from jobnik.api.deps import AsOfQuery, JobnikDep, TraceDep, ViewsDep, reject_unknown_query
 from jobnik.api.schemas import (
     CreateJob,
     CreateStage,
@@ -71,9 +71,10 @@ def get_job(
     views: ViewsDep,
     job_id: Annotated[UUID, Path(alias="jobId")],
     should_return_stages: ReturnStages = False,
+    as_of: AsOfQuery = None,
 ) -> JobOut:
-    """One job, with its stages on request."""
-    return JobOut.of(views.job(job_id, with_stages=should_return_stages))
+    """One job, with its stages on request; `as_of` shows it as it was then (from the events)."""
+    return JobOut.of(views.job(job_id, with_stages=should_return_stages, as_of=as_of))
 
 
 @router.delete("/jobs/{jobId}")

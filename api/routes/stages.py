@@ -7,7 +7,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query
 
-from jobnik.api.deps import JobnikDep, TraceDep, ViewsDep, reject_unknown_query
+from jobnik.api.deps import AsOfQuery, JobnikDep, TraceDep, ViewsDep, reject_unknown_query
 from jobnik.api.schemas import (
     CreateTask,
     Message,
@@ -47,10 +47,13 @@ def get_stages(
 
 @router.get("/stages/{stageId}")
 def get_stage_by_id(
-    views: ViewsDep, stage_id: StageId, should_return_tasks: ReturnTasks = False
+    views: ViewsDep,
+    stage_id: StageId,
+    should_return_tasks: ReturnTasks = False,
+    as_of: AsOfQuery = None,
 ) -> StageOut:
-    """One stage, with its tasks on request."""
-    return StageOut.of(views.stage(stage_id, with_tasks=should_return_tasks))
+    """One stage, with its tasks on request; `as_of` shows it as it was then."""
+    return StageOut.of(views.stage(stage_id, with_tasks=should_return_tasks, as_of=as_of))
 
 
 @router.get("/stages/{stageId}/summary")

@@ -8,7 +8,7 @@ from uuid import UUID
 from fastapi import APIRouter, Body, Depends, Path, Query
 from pydantic import AwareDatetime
 
-from jobnik.api.deps import JobnikDep, ViewsDep, reject_unknown_query
+from jobnik.api.deps import AsOfQuery, JobnikDep, ViewsDep, reject_unknown_query
 from jobnik.api.schemas import (
     Appended,
     AttemptBody,
@@ -49,9 +49,9 @@ def get_tasks_by_criteria(
 
 
 @router.get("/tasks/{taskId}")
-def get_task_by_id(views: ViewsDep, task_id: TaskId) -> TaskOut:
-    """One task."""
-    return TaskOut.of(views.task(task_id))
+def get_task_by_id(views: ViewsDep, task_id: TaskId, as_of: AsOfQuery = None) -> TaskOut:
+    """One task; `as_of` shows it as it was then."""
+    return TaskOut.of(views.task(task_id, as_of=as_of))
 
 
 @router.patch("/tasks/{taskId}/user-metadata")
