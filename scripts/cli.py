@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 if TYPE_CHECKING:
+    from jobnik.projections.audit import Entry
     from jobnik.projections.store import SqlStore
 
 app = typer.Typer(
@@ -20,6 +23,8 @@ projections = typer.Typer(
 )
 app.add_typer(projections, name="projections")
 worker = typer.Typer(help="Run task handlers against a jobnik API.", no_args_is_help=True)
+history = typer.Typer(help="A job's history from the event log.", no_args_is_help=True)
+app.add_typer(history, name="history")
 app.add_typer(worker, name="worker")
 
 
@@ -104,6 +109,52 @@ def worker_run(
     except (ValueError, ImportError, AttributeError) as exc:
         typer.echo(f"cannot load handler: {exc}", err=True)
         raise typer.Exit(2) from exc
+
+
+def _entries(job_id: str) -> Iterator[Entry]:
+    from uuid import UUID
+
+    from jobnik.projections.audit import Audit
+
+    store = _store()
+    audit, after = Audit(store), 0
+    try:
+        while True:
+            page = audit.job_history(UUID(job_id), after, 1000)
+            yield from page.items
+            if page.next is None:
+                return
+            after = page.next
+    finally:
+        store.close()
+
+
+@history.command("export")
+def history_export(job_id: Annotated[str, typer.Argument(help="the job's id")]) -> None:
+    """Every event of the job, its stages and tasks as NDJSON on stdout (also after DELETE)."""
+    from jobnik.api.routes.history import entry_json
+
+    for entry in _entries(job_id):
+        sys.stdout.write(json.dumps(entry_json(entry)) + "\n")
+
+
+@app.command()
+def replay(job_id: Annotated[str, typer.Argument(help="the job's id")]) -> None:
+    """The job's timeline as a table: position, time, entity, event, actor, reason."""
+    header = (
+        f"{'pos':>7}  {'time':<26}  {'entity':<6}  {'id':<8}  {'event':<24}  {'actor':<6}  reason"
+    )
+    typer.echo(header)
+    typer.echo("-" * len(header))
+    for e in _entries(job_id):
+        details = e.reason or ""
+        status = e.payload.get("status") or e.payload.get("previous")
+        if status and not details:
+            details = str(status)
+        typer.echo(
+            f"{e.position:>7}  {e.time.isoformat(timespec='milliseconds'):<29}  {e.entity:<6}  "
+            f"{str(e.entity_id)[:8]:<8}  {e.type:<24}  {e.actor:<6}  {details}"
+        )
 
 
 def main() -> None:
