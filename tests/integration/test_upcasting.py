@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import uuid4
+
+from eventsourcing.persistence import StoredEvent
+
+from jobnik.domain.application import NO_TRACE
+from jobnik.domain.jobs import Job
+from jobnik.domain.stages import Stage
+from jobnik.domain.statuses import Actor, Priority, TaskStatus
+from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS, ERROR, Task
+from jobnik.projections import migrations
+from jobnik.projections.config import library_env
+from jobnik.projections.migrations import MIGRATIONS
+from jobnik.projections.store import SqlStore
+
+# What the first release wrote for these events: no lease fields, no cause, no class_version.
+V2_ONLY = {
+    Task.TaskDequeued: ("lease_seconds", "lease_expires_at"),
+    Task.TaskRetried: ("cause",),
+    Task.TaskFailed: ("cause",),
+}
+
+
+def as_first_release_wrote_it(store: SqlStore, event: Any) -> StoredEvent:
+    stored = store.mapper.to_stored_event(event)
+    dropped = V2_ONLY.get(type(event))
+    if not dropped:
+        return stored
+    state = store.mapper.transcoder.decode(stored.state)
+    for name in (*dropped, "class_version"):
+        state.pop(name)
+    return StoredEvent(
+        stored.originator_id,
+        stored.originator_version,
+        stored.topic,
+        store.mapper.transcoder.encode(state),
+    )
+
+
+def first_release_log(store: SqlStore) -> tuple[list[StoredEvent], Task]:
+    """A job whose task failed once (RETRIED) and is in progress again, as v1 events."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    job = Job.create(
+        name="old",
+        data={},
+        priority=Priority.MEDIUM,
+        user_metadata={},
+        traceparent=NO_TRACE,
+        tracestate=None,
+        now=now,
+    )
+    stage_id = uuid4()
+    job.append_stage(stage_id, now, Actor.API)
+    stage = Stage.add(
+        id=stage_id,
+        job_id=job.id,
+        order=1,
+        type="old",
+        data={},
+        user_metadata={},
+        traceparent=NO_TRACE,
+        tracestate=None,
+        start_as_waiting=False,
+        previous_completed=False,
+        now=now,
+    )
+    task = Task.create(
+        stage_id=stage.id,
+        job_id=job.id,
+        stage_type="old",
+        data={},
+        user_metadata={},
+        max_attempts=3,
+        traceparent=NO_TRACE,
+        tracestate=None,
+        now=now,
+    )
+    task.dequeue(now + timedelta(seconds=1), Actor.WORKER)
+    stage.start(now + timedelta(seconds=1), Actor.SYSTEM)
+    job.start(now + timedelta(seconds=1), Actor.SYSTEM)
+    task.fail(now + timedelta(seconds=2), Actor.WORKER)
+    task.dequeue(now + timedelta(seconds=3), Actor.WORKER)
+    j, s, t = job.collect_events(), stage.collect_events(), task.collect_events()
+    events = [*j[:2], s[0], *t[:2], s[1], j[2], *t[2:]]  # the order the commands saved them
+    return [as_first_release_wrote_it(store, e) for e in events], task
+
+
+def test_events_stored_by_the_first_release_upgrade_and_load(database_url: str) -> None:
+    env = library_env({"JOBNIK_DATABASE_URL": database_url})
+    old = SqlStore(env)
+    old.create_tables()
+    saved, migrations.MIGRATIONS = MIGRATIONS, MIGRATIONS[:1]  # the first release's schema
+    try:
+        migrations.migrate(old)
+    finally:
+        migrations.MIGRATIONS = saved
+    with old.cursor(write=True) as cur:  # drop the scratch rows: the log is what was stored
+        for table in ("queue_v1", "tasks_v1", "summaries_v1", "stages_v1", "jobs_v1"):
+            cur.execute(f"DELETE FROM {table}")
+    log, task = first_release_log(old)
+    old.recorder.insert_events(log)
+    old.close()
+
+    store = SqlStore(env)
+    applied = store.migrate()  # 2 and 3, then a rebuild through the upcasters
+    loaded = [store.mapper.to_domain_event(n) for n in store.recorder.select_notifications(1, 100)]
+    with store.session(write=False) as s:
+        row = s.task(task.id)
+
+    assert applied == [2, 3]
+    dequeued = [e for e in loaded if isinstance(e, Task.TaskDequeued)]
+    assert [e.lease_seconds for e in dequeued] == [DEFAULT_LEASE_SECONDS] * 2
+    assert dequeued[1].lease_expires_at == dequeued[1].timestamp + timedelta(
+        seconds=DEFAULT_LEASE_SECONDS
+    )
+    [retried] = [e for e in loaded if isinstance(e, Task.TaskRetried)]
+    assert retried.cause == ERROR
+    assert (row.status, row.attempts, row.attempt) == (TaskStatus.IN_PROGRESS, 1, 2)
+    assert row.lease_expires_at == dequeued[1].lease_expires_at
+    assert store.recorder.select_notifications(1, 100)[-1].state.count(b"class_version") == 0
+    store.close()
