@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
+from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from pydantic.alias_generators import to_camel
 
@@ -14,6 +15,7 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
+from jobnik.projections.audit import Entry, Page
 from jobnik.projections.views import JobView, StageView
 
 TRACEPARENT, TRACESTATE = TRACEPARENT_RE.pattern, TRACESTATE_RE.pattern
@@ -281,6 +283,8 @@ class JobOut(OutModel):
 
 
 class EventOut(ApiModel):
+    """One event of the log, as the audit shows it."""
+
     position: int
     type: str
     entity: str
@@ -291,9 +295,27 @@ class EventOut(ApiModel):
     reason: str | None = None
     payload: dict[str, Any]
 
+    @classmethod
+    def of(cls, e: Entry) -> EventOut:
+        return cls(
+            position=e.position,
+            type=e.type,
+            entity=e.entity,
+            entity_id=e.entity_id,
+            version=e.version,
+            time=e.time,
+            actor=e.actor,
+            reason=e.reason,
+            payload=jsonable_encoder({to_camel(k): v for k, v in e.payload.items()}),
+        )
+
 
 class EventPage(ApiModel):
     """A page of events in log order; `next` is the cursor for the next page (None: the end)."""
 
     items: list[EventOut]
     next: int | None = None
+
+    @classmethod
+    def of(cls, page: Page) -> EventPage:
+        return cls(items=[EventOut.of(e) for e in page.items], next=page.next)

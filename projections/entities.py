@@ -122,11 +122,15 @@ def _job_created(e: Job.JobCreated, _: int) -> list[Op]:
     ]
 
 
-def _job_ended(status: JobStatus) -> Callable[[Any, int], list[Op]]:
+def _ended(
+    row: Callable[..., Update], key: str, status: JobStatus | StageStatus
+) -> Callable[[Any, int], list[Op]]:
+    """A job or stage reached a final status: stamp it, and its tasks leave the queue."""
+
     def project(e: Any, _: int) -> list[Op]:
         return [
-            _job(e, status=status.value, end_time=e.timestamp),
-            Delete(QUEUE, {"job_id": e.originator_id}),
+            row(e, status=status.value, end_time=e.timestamp),
+            Delete(QUEUE, {key: e.originator_id}),
         ]
 
     return project
@@ -182,16 +186,6 @@ def _stage_added(e: Stage.StageAdded, _: int) -> list[Op]:
         ),
         Insert(SUMMARIES, {"stage_id": e.originator_id, "job_id": e.job_id}),
     ]
-
-
-def _stage_ended(status: StageStatus) -> Callable[[Any, int], list[Op]]:
-    def project(e: Any, _: int) -> list[Op]:
-        return [
-            _stage(e, status=status.value, end_time=e.timestamp),
-            Delete(QUEUE, {"stage_id": e.originator_id}),
-        ]
-
-    return project
 
 
 def _task_created(e: Task.TaskCreated, position: int) -> list[Op]:
@@ -297,9 +291,9 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Job.JobProgressed: lambda e, _: [
         _job(e, completed_stages=e.completed_stages, percentage=e.percentage)
     ],
-    Job.JobCompleted: _job_ended(JobStatus.COMPLETED),
-    Job.JobFailed: _job_ended(JobStatus.FAILED),
-    Job.JobAborted: _job_ended(JobStatus.ABORTED),
+    Job.JobCompleted: _ended(_job, "job_id", JobStatus.COMPLETED),
+    Job.JobFailed: _ended(_job, "job_id", JobStatus.FAILED),
+    Job.JobAborted: _ended(_job, "job_id", JobStatus.ABORTED),
     Job.JobPriorityChanged: _job_priority_changed,
     Job.JobUserMetadataReplaced: lambda e, _: [_job(e, user_metadata=e.user_metadata)],
     Job.JobDeleted: _job_deleted,
@@ -311,9 +305,9 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Stage.StageStarted: lambda e, _: [
         _stage(e, status=StageStatus.IN_PROGRESS.value, start_time=e.timestamp)
     ],
-    Stage.StageCompleted: _stage_ended(StageStatus.COMPLETED),
-    Stage.StageFailed: _stage_ended(StageStatus.FAILED),
-    Stage.StageAborted: _stage_ended(StageStatus.ABORTED),
+    Stage.StageCompleted: _ended(_stage, "stage_id", StageStatus.COMPLETED),
+    Stage.StageFailed: _ended(_stage, "stage_id", StageStatus.FAILED),
+    Stage.StageAborted: _ended(_stage, "stage_id", StageStatus.ABORTED),
     Stage.StageUserMetadataReplaced: lambda e, _: [_stage(e, user_metadata=e.user_metadata)],
     Task.TaskCreated: _task_created,
     Task.TaskDequeued: _task_dequeued,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -132,10 +131,10 @@ def _entries(job_id: str) -> Iterator[Entry]:
 @history.command("export")
 def history_export(job_id: Annotated[str, typer.Argument(help="the job's id")]) -> None:
     """Every event of the job, its stages and tasks as NDJSON on stdout (also after DELETE)."""
-    from jobnik.api.routes.history import entry_json
+    from jobnik.api.schemas import EventOut
 
     for entry in _entries(job_id):
-        sys.stdout.write(json.dumps(entry_json(entry)) + "\n")
+        sys.stdout.write(EventOut.of(entry).model_dump_json(by_alias=True) + "\n")
 
 
 @app.command()

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
-from fastapi.encoders import jsonable_encoder
-from pydantic.alias_generators import to_camel
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from jobnik.api.deps import AuditDep, reject_unknown_query
-from jobnik.api.schemas import EventPage
-from jobnik.projections.audit import TOPICS, Entry, Page
+from jobnik.api.schemas import EventOut, EventPage
+from jobnik.projections.audit import TOPICS, Page
 
 router = APIRouter(prefix="/v1", tags=["history"], dependencies=[Depends(reject_unknown_query)])
 
@@ -25,24 +22,6 @@ After = Annotated[int, Query(ge=0, description="the last position seen (cursor)"
 Limit = Annotated[int, Query(ge=1, le=1000)]
 LastEventId = Annotated[str | None, Header(alias="Last-Event-ID")]
 POLL_SECONDS = 0.25
-
-
-def entry_json(e: Entry) -> dict[str, Any]:
-    return {
-        "position": e.position,
-        "type": e.type,
-        "entity": e.entity,
-        "entityId": str(e.entity_id),
-        "version": e.version,
-        "time": jsonable_encoder(e.time),
-        "actor": e.actor,
-        "reason": e.reason,
-        "payload": jsonable_encoder({to_camel(k): v for k, v in e.payload.items()}),
-    }
-
-
-def page_json(page: Page) -> dict[str, Any]:
-    return {"items": [entry_json(e) for e in page.items], "next": page.next}
 
 
 def _types(types: list[str] | None) -> list[str]:
@@ -54,24 +33,22 @@ def _types(types: list[str] | None) -> list[str]:
     return types or []
 
 
-@router.get("/jobs/{jobId}/history", response_model=EventPage)
-def job_history(
-    audit: AuditDep, job_id: JobId, after: After = 0, limit: Limit = 100
-) -> dict[str, Any]:
+@router.get("/jobs/{jobId}/history")
+def job_history(audit: AuditDep, job_id: JobId, after: After = 0, limit: Limit = 100) -> EventPage:
     """Every event of the job, its stages and its tasks, in order; kept after deletion."""
-    return page_json(audit.job_history(job_id, after, limit))
+    return EventPage.of(audit.job_history(job_id, after, limit))
 
 
-@router.get("/events", response_model=EventPage)
+@router.get("/events")
 def events(
     audit: AuditDep,
     after: After = 0,
     limit: Limit = 100,
     type: Annotated[list[str] | None, Query(description="event type, e.g. TaskCompleted")] = None,
     job_id: UUID | None = None,
-) -> dict[str, Any]:
+) -> EventPage:
     """The global event feed after a position, optionally filtered by event type and job."""
-    return page_json(audit.feed(after, limit, _types(type), job_id))
+    return EventPage.of(audit.feed(after, limit, _types(type), job_id))
 
 
 def _start(after: int, last_event_id: str | None) -> int:
@@ -87,7 +64,8 @@ async def _stream(
     while not await request.is_disconnected():
         page = await run_in_threadpool(read, after)
         for e in page.items:
-            yield {"id": str(e.position), "event": e.type, "data": json.dumps(entry_json(e))}
+            data = EventOut.of(e).model_dump_json(by_alias=True)
+            yield {"id": str(e.position), "event": e.type, "data": data}
             after = e.position
             if until_terminal and e.terminal:
                 return
