@@ -30,6 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+
 from jobnik.domain.application import Jobnik
 from jobnik.projections.config import library_env
 from jobnik.projections.store import SqlStore

@@ -75,6 +75,7 @@ class Server:
     log_path: Path
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
     _log: object = field(default=None, repr=False)
 
     @property
@@ -86,6 +87,7 @@ class Server:
         self.port = free_port()
         env = {**os.environ, "JOBNIK_DATABASE_URL": self.database_url}
         env.pop("JOBNIK_POOL_SIZE", None)
+        env.update(self.env)
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "jobnik.scripts.asgi:create", "--factory",
@@ -150,8 +152,12 @@ def _spawner(directory: Path) -> Iterator[SpawnServer]:
     log_config.write_text(json.dumps(LOG_CONFIG))
     servers: list[Server] = []
 
-    def spawn(database_url: str, workers: int = 1, wait: bool = True) -> Server:
-        server = Server(database_url, workers, directory / f"server-{len(servers)}.log")
+    def spawn(
+        database_url: str, workers: int = 1, wait: bool = True, env: dict[str, str] | None = None
+    ) -> Server:
+        server = Server(
+            database_url, workers, directory / f"server-{len(servers)}.log", env=dict(env or {})
+        )
         servers.append(server)
         server.spawn(log_config)
         if wait:
@@ -167,7 +173,8 @@ def _spawner(directory: Path) -> Iterator[SpawnServer]:
 
 @pytest.fixture
 def spawn_server(tmp_path: Path) -> Iterator[SpawnServer]:
-    """`spawn_server(database_url, workers=1, wait=True) -> Server`; all stopped at teardown."""
+    """`spawn_server(database_url, workers=1, wait=True, env=None) -> Server`; all stopped at
+    teardown. `env` adds to the server's environment (e.g. JOBNIK_SWEEP_INTERVAL)."""
     with _spawner(tmp_path) as spawn:
         yield spawn
 

@@ -7,6 +7,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+
 from jobnik.domain.application import NO_TRACE, Jobnik, NewJob, NewStage, NewTask, utcnow
 from jobnik.domain.errors import JobNotFound, TaskNotFound
 from jobnik.domain.jobs import Job

@@ -1,0 +1,138 @@
+"""An in-memory stand-in for the jobnik API, behind `httpx.MockTransport` (no sockets, no server).
+
+It serves just what the worker runtime calls: dequeue (from a queue the test fills), the stage and
+job a TaskContext fetches, status reports, heartbeats, hand-backs and log lines. Every request is
+kept (`requests`) so a test can assert what went over the wire and when.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+import httpx
+
+from jobnik.workers import JobnikClient
+
+BASE_URL = "http://jobnik.test"
+STAGE_ID = "5f0c6a55-0000-4000-8000-000000000001"
+JOB_ID = "5f0c6a55-0000-4000-8000-000000000002"
+
+
+@dataclass(frozen=True)
+class Seen:
+    time: float
+    method: str
+    path: str
+    params: dict[str, str]
+    body: Any
+
+
+def task_json(n: int, *, attempt: int = 1, data: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "id": f"00000000-0000-4000-8000-{n:012d}",
+        "stageId": STAGE_ID,
+        "status": "IN_PROGRESS",
+        "data": data or {"n": n},
+        "userMetadata": {},
+        "attempts": attempt - 1,
+        "maxAttempts": 3,
+        "attempt": attempt,
+        "leaseExpiresAt": "2030-01-01T00:00:00Z",
+    }
+
+
+def _error(status: int, code: str, message: str = "") -> httpx.Response:
+    return httpx.Response(status, json={"code": code, "message": message or code})
+
+
+@dataclass
+class FakeApi:
+    queue: deque[dict[str, Any]] = field(default_factory=deque)
+    requests: list[Seen] = field(default_factory=list)
+    cancelled: bool = False
+    heartbeat_status: int = 200
+    refuse_reports_of: set[str] = field(default_factory=set)
+    failing_dequeues: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, *tasks: dict[str, Any]) -> None:
+        with self.lock:
+            self.queue.extend(tasks)
+
+    def client(self) -> JobnikClient:
+        http = httpx.Client(transport=httpx.MockTransport(self.handle), base_url=BASE_URL)
+        return JobnikClient(BASE_URL, http=http, retries=0)
+
+    def seen(self, method: str, suffix: str) -> list[Seen]:
+        with self.lock:
+            return [r for r in self.requests if r.method == method and r.path.endswith(suffix)]
+
+    @property
+    def dequeues(self) -> list[Seen]:
+        return self.seen("PATCH", "/tasks/dequeue")
+
+    @property
+    def reports(self) -> list[Seen]:
+        return self.seen("PUT", "/status")
+
+    @property
+    def heartbeats(self) -> list[Seen]:
+        return self.seen("POST", "/heartbeat")
+
+    @property
+    def releases(self) -> list[Seen]:
+        return self.seen("POST", "/release")
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        path = unquote(request.url.path)
+        body = json.loads(request.content) if request.content else None
+        with self.lock:
+            self.requests.append(
+                Seen(time.monotonic(), request.method, path, dict(request.url.params), body)
+            )
+            return self._answer(request.method, path, body)
+
+    def _answer(self, method: str, path: str, body: Any) -> httpx.Response:
+        parts = path.strip("/").split("/")
+        if method == "PATCH" and path.endswith("/tasks/dequeue"):
+            if self.failing_dequeues > 0:
+                self.failing_dequeues -= 1
+                return _error(500, "INTERNAL_SERVER_ERROR")
+            if not self.queue:
+                return _error(404, "TASK_NOT_FOUND")
+            return httpx.Response(200, json=self.queue.popleft())
+        if method == "GET" and parts[:2] == ["v1", "stages"]:
+            return httpx.Response(200, json={
+                "id": parts[2], "jobId": JOB_ID, "type": "tiles", "order": 1,
+                "status": "IN_PROGRESS", "data": {"resolution": "high"}, "userMetadata": {},
+                "summary": {}, "percentage": 0,
+            })
+        if method == "GET" and parts[:2] == ["v1", "jobs"]:
+            return httpx.Response(200, json={
+                "id": parts[2], "name": "create-map", "status": "IN_PROGRESS",
+                "priority": "HIGH", "data": {"mapId": "map-1"}, "userMetadata": {},
+                "percentage": 0,
+            })
+        if method == "PUT" and parts[-1] == "status":
+            if parts[2] in self.refuse_reports_of:
+                return _error(409, "STALE_ATTEMPT", "attempt is no longer current")
+            return httpx.Response(200, json={**task_json(0), "id": parts[2],
+                                             "status": body["status"]})
+        if method == "POST" and parts[-1] == "heartbeat":
+            if self.heartbeat_status != 200:
+                return _error(self.heartbeat_status, "STALE_ATTEMPT")
+            return httpx.Response(200, json={
+                "status": "IN_PROGRESS", "attempt": body["attempt"],
+                "leaseExpiresAt": "2030-01-01T00:00:00Z", "cancelled": self.cancelled,
+            })
+        if method == "POST" and parts[-1] == "release":
+            return httpx.Response(200, json={**task_json(0), "id": parts[2], "status": "PENDING"})
+        if method == "POST" and parts[-1] == "logs":
+            return httpx.Response(201, json={"appended": len(body["lines"])})
+        return _error(404, "NOT_FOUND", f"{method} {path}")

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import io
+import json
+import os.path
+import sys
+from collections import OrderedDict
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from jobnik.scripts.cli import app
+from jobnik.workers import Worker
+from jobnik.workers.cli import load_handler, run_worker, status_line
+
+from .fake_api import FakeApi
+
+
+def test_a_module_and_function_spec_loads_the_function() -> None:
+    spec = "json:dumps"
+
+    handler = load_handler(spec)
+
+    assert handler is json.dumps
+
+
+def test_a_dotted_module_and_a_dotted_attribute_both_resolve() -> None:
+    specs = ["os.path:join", "collections:OrderedDict.fromkeys"]
+
+    handlers = [load_handler(s) for s in specs]
+
+    assert handlers == [os.path.join, OrderedDict.fromkeys]
+
+
+@pytest.mark.parametrize("spec", ["json", "json:", ":dumps", "", ":"])
+def test_a_spec_without_both_module_and_function_is_refused(spec: str) -> None:
+    with pytest.raises(ValueError, match="MODULE:FUNCTION"):
+        load_handler(spec)
+
+
+def test_a_spec_naming_something_not_callable_is_refused() -> None:
+    spec = "math:pi"
+
+    with pytest.raises(ValueError, match="not callable"):
+        load_handler(spec)
+
+
+def test_a_missing_module_or_attribute_raises_the_lookup_error() -> None:
+    with pytest.raises(ImportError):
+        load_handler("jobnik_no_such_module:handle")
+    with pytest.raises(AttributeError):
+        load_handler("json:no_such_function")
+
+
+def test_the_command_exits_2_when_the_handler_cannot_be_loaded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the command prepends the cwd
+    runner = CliRunner()
+
+    result = runner.invoke(
+        app, ["worker", "run", "json:no_such_function", "--stage-type", "tiles"]
+    )
+
+    assert result.exit_code == 2
+    assert "cannot load handler" in result.output
+
+
+def test_the_status_line_counts_done_failed_running_and_refused() -> None:
+    worker = Worker("tiles", lambda task, context: None, client=FakeApi().client())
+    worker.stats.done, worker.stats.failed, worker.stats.running, worker.stats.refused = 7, 2, 3, 1
+
+    line = status_line(worker)
+
+    assert line == "[tiles] running: done 7  failed 2  running 3  refused 1"
+
+
+def test_run_worker_ends_with_a_final_status_line_when_not_on_a_tty() -> None:
+    fake = FakeApi()
+    out = io.StringIO()
+
+    def make_worker(*args: Any, **kwargs: Any) -> Worker:
+        kwargs.pop("base_url")
+        worker = Worker(*args, client=fake.client(), **kwargs)
+        worker.stop()  # run() drains at once
+        return worker
+
+    worker = run_worker("json:dumps", "tiles", "http://unused", out=out, make_worker=make_worker)
+
+    assert worker.handler is json.dumps
+    assert out.getvalue().splitlines()[-1] == (
+        "[tiles] stopping: done 0  failed 0  running 0  refused 0"
+    )
