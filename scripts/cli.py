@@ -91,6 +91,10 @@ def worker_run(
     ] = "http://127.0.0.1:8080",
     heartbeat_interval: Annotated[float, typer.Option(help="seconds between heartbeats")] = 10.0,
     grace_period: Annotated[float, typer.Option(help="seconds to finish on SIGTERM")] = 30.0,
+    lease_seconds: Annotated[
+        int | None, typer.Option(help="lease per task (default: 3 heartbeat intervals)")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING (JSON lines)")] = "INFO",
 ) -> None:
     """Dequeue and handle tasks of one stage type until SIGTERM/SIGINT (then drain)."""
     from jobnik.workers.cli import run_worker
@@ -104,6 +108,8 @@ def worker_run(
             concurrency=concurrency,
             heartbeat_interval=heartbeat_interval,
             grace_period=grace_period,
+            lease_seconds=lease_seconds,
+            log_level=log_level,
         )
     except (ValueError, ImportError, AttributeError) as exc:
         typer.echo(f"cannot load handler: {exc}", err=True)

@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from pythonjsonlogger.json import JsonFormatter
+
 from jobnik.workers.loop import Handler, Worker
 
 
@@ -31,7 +33,7 @@ def status_line(worker: Worker) -> str:
     state = "stopping" if worker.stopping else "running"
     return (
         f"[{worker.stage_type}] {state}: done {s.done}  failed {s.failed}  "
-        f"running {s.running}  refused {s.refused}"
+        f"running {s.running}  cancelled {s.cancelled}  refused {s.refused}"
     )
 
 
@@ -43,12 +45,16 @@ def run_worker(
     concurrency: int = 1,
     heartbeat_interval: float = 10.0,
     grace_period: float = 30.0,
+    lease_seconds: int | None = None,
+    log_level: str = "INFO",
     out: TextIO = sys.stderr,
     make_worker: Callable[..., Worker] = Worker,
 ) -> Worker:
     """Run until SIGTERM/SIGINT, redrawing the status line every half second when `out` is a TTY
     (a line per change otherwise)."""
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    handler = logging.StreamHandler(out)  # structured: one JSON object per line, extras kept
+    handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logging.basicConfig(level=log_level.upper(), handlers=[handler], force=True)
     worker = make_worker(
         stage_type,
         load_handler(spec),
@@ -56,6 +62,7 @@ def run_worker(
         concurrency=concurrency,
         heartbeat_interval=heartbeat_interval,
         grace_period=grace_period,
+        lease_seconds=lease_seconds,
     )
     done = threading.Event()
     tty = out.isatty()

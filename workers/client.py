@@ -27,8 +27,20 @@ class _Transient(Exception):
         self.response = response
 
 
-def _is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, _Transient | httpx.TransportError)
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+def _retry_safe(method: str) -> Any:
+    """Reads retry any transport fault or 502/503/504; writes (a dequeue, a report) only when
+    the request surely never reached the server, so a lost answer is not acted on twice."""
+
+    def decide(exc: BaseException) -> bool:
+        if method in IDEMPOTENT:
+            return isinstance(exc, _Transient | httpx.TransportError)
+        return isinstance(exc, NOT_SENT)
+
+    return retry_if_exception(decide)
 
 
 class JobnikClient:
@@ -48,12 +60,7 @@ class JobnikClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.http = http or httpx.Client(base_url=self.base_url, timeout=timeout)
-        self._send = retry(
-            retry=retry_if_exception(_is_transient),
-            stop=stop_after_attempt(retries + 1),
-            wait=wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.1),
-            reraise=True,
-        )(self._send_once)
+        self.retries = retries
 
     def close(self) -> None:
         self.http.close()
@@ -72,8 +79,14 @@ class JobnikClient:
 
     def request(self, method: str, path: str, *, ok_404: bool = False, **kwargs: Any) -> Any:
         """Send and decode; `None` for 204 (and for 404 when `ok_404`)."""
+        send = retry(
+            retry=_retry_safe(method),
+            stop=stop_after_attempt(self.retries + 1),
+            wait=wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.1),
+            reraise=True,
+        )(self._send_once)
         try:
-            response = self._send(method, path, **kwargs)
+            response = send(method, path, **kwargs)
         except _Transient as t:
             response = t.response
         if response.status_code == 204 or (ok_404 and response.status_code == 404):

@@ -33,6 +33,7 @@ class WorkerStats:
 
     done: int = 0
     failed: int = 0
+    cancelled: int = 0  # reported, but the job had been aborted: recorded, moved nothing
     refused: int = 0
     running: int = 0
 
@@ -168,11 +169,13 @@ class Worker:
                 return
             try:
                 if outcome == "COMPLETED":
-                    self.consumer.complete(task)
+                    after = self.consumer.complete(task)
                 else:
-                    self.consumer.fail(task, reason, fatal=fatal)
+                    after = self.consumer.fail(task, reason, fatal=fatal)
                 with self._lock:
-                    if outcome == "COMPLETED":
+                    if after.status == "ABORTED":
+                        self.stats.cancelled += 1
+                    elif outcome == "COMPLETED":
                         self.stats.done += 1
                     else:
                         self.stats.failed += 1

@@ -108,29 +108,51 @@ class FakeApi:
                 return _error(404, "TASK_NOT_FOUND")
             return httpx.Response(200, json=self.queue.popleft())
         if method == "GET" and parts[:2] == ["v1", "stages"]:
-            return httpx.Response(200, json={
-                "id": parts[2], "jobId": JOB_ID, "type": "tiles", "order": 1,
-                "status": "IN_PROGRESS", "data": {"resolution": "high"}, "userMetadata": {},
-                "summary": {}, "percentage": 0,
-            })
+            return httpx.Response(
+                200,
+                json={
+                    "id": parts[2],
+                    "jobId": JOB_ID,
+                    "type": "tiles",
+                    "order": 1,
+                    "status": "IN_PROGRESS",
+                    "data": {"resolution": "high"},
+                    "userMetadata": {},
+                    "summary": {},
+                    "percentage": 0,
+                },
+            )
         if method == "GET" and parts[:2] == ["v1", "jobs"]:
-            return httpx.Response(200, json={
-                "id": parts[2], "name": "create-map", "status": "IN_PROGRESS",
-                "priority": "HIGH", "data": {"mapId": "map-1"}, "userMetadata": {},
-                "percentage": 0,
-            })
+            return httpx.Response(
+                200,
+                json={
+                    "id": parts[2],
+                    "name": "create-map",
+                    "status": "IN_PROGRESS",
+                    "priority": "HIGH",
+                    "data": {"mapId": "map-1"},
+                    "userMetadata": {},
+                    "percentage": 0,
+                },
+            )
         if method == "PUT" and parts[-1] == "status":
             if parts[2] in self.refuse_reports_of:
                 return _error(409, "STALE_ATTEMPT", "attempt is no longer current")
-            return httpx.Response(200, json={**task_json(0), "id": parts[2],
-                                             "status": body["status"]})
+            return httpx.Response(
+                200, json={**task_json(0), "id": parts[2], "status": body["status"]}
+            )
         if method == "POST" and parts[-1] == "heartbeat":
             if self.heartbeat_status != 200:
                 return _error(self.heartbeat_status, "STALE_ATTEMPT")
-            return httpx.Response(200, json={
-                "status": "IN_PROGRESS", "attempt": body["attempt"],
-                "leaseExpiresAt": "2030-01-01T00:00:00Z", "cancelled": self.cancelled,
-            })
+            return httpx.Response(
+                200,
+                json={
+                    "status": "IN_PROGRESS",
+                    "attempt": body["attempt"],
+                    "leaseExpiresAt": "2030-01-01T00:00:00Z",
+                    "cancelled": self.cancelled,
+                },
+            )
         if method == "POST" and parts[-1] == "release":
             return httpx.Response(200, json={**task_json(0), "id": parts[2], "status": "PENDING"})
         if method == "POST" and parts[-1] == "logs":

@@ -59,21 +59,20 @@ def test_the_command_exits_2_when_the_handler_cannot_be_loaded(
     monkeypatch.setattr(sys, "path", list(sys.path))  # the command prepends the cwd
     runner = CliRunner()
 
-    result = runner.invoke(
-        app, ["worker", "run", "json:no_such_function", "--stage-type", "tiles"]
-    )
+    result = runner.invoke(app, ["worker", "run", "json:no_such_function", "--stage-type", "tiles"])
 
     assert result.exit_code == 2
     assert "cannot load handler" in result.output
 
 
-def test_the_status_line_counts_done_failed_running_and_refused() -> None:
+def test_the_status_line_counts_done_failed_running_cancelled_and_refused() -> None:
     worker = Worker("tiles", lambda task, context: None, client=FakeApi().client())
-    worker.stats.done, worker.stats.failed, worker.stats.running, worker.stats.refused = 7, 2, 3, 1
+    s = worker.stats
+    s.done, s.failed, s.running, s.cancelled, s.refused = 7, 2, 3, 4, 1
 
     line = status_line(worker)
 
-    assert line == "[tiles] running: done 7  failed 2  running 3  refused 1"
+    assert line == "[tiles] running: done 7  failed 2  running 3  cancelled 4  refused 1"
 
 
 def test_run_worker_ends_with_a_final_status_line_when_not_on_a_tty() -> None:
@@ -89,6 +88,8 @@ def test_run_worker_ends_with_a_final_status_line_when_not_on_a_tty() -> None:
     worker = run_worker("json:dumps", "tiles", "http://unused", out=out, make_worker=make_worker)
 
     assert worker.handler is json.dumps
-    assert out.getvalue().splitlines()[-1] == (
-        "[tiles] stopping: done 0  failed 0  running 0  refused 0"
-    )
+    lines = out.getvalue().splitlines()
+    assert lines[-1] == "[tiles] stopping: done 0  failed 0  running 0  cancelled 0  refused 0"
+    logged = [json.loads(line) for line in lines if line.startswith("{")]
+    assert {"worker started", "worker stopped"} <= {entry["message"] for entry in logged}
+    assert next(e for e in logged if e["message"] == "worker started")["stage_type"] == "tiles"

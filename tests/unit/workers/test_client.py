@@ -31,7 +31,9 @@ def test_an_error_answer_raises_api_error_with_its_status_code_and_message() -> 
         client.put("/v1/tasks/t/status", {"status": "COMPLETED"})
 
     assert (raised.value.status, raised.value.code, raised.value.message) == (
-        409, "STALE_ATTEMPT", "old"
+        409,
+        "STALE_ATTEMPT",
+        "old",
     )
 
 
@@ -41,3 +43,45 @@ def test_a_404_is_none_when_the_caller_allows_it() -> None:
     body = client.patch("/v1/stages/tiles/tasks/dequeue", ok_404=True)
 
     assert body is None
+
+
+def _client_failing_with(exc: Exception, calls: list[str]) -> JobnikClient:
+    def handle(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        raise exc
+
+    transport = httpx.MockTransport(handle)
+    return JobnikClient(
+        BASE_URL, http=httpx.Client(transport=transport, base_url=BASE_URL), retries=2
+    )
+
+
+@pytest.mark.parametrize("method", ["POST", "PATCH", "PUT"])
+def test_a_write_whose_answer_was_lost_is_not_sent_again(method: str) -> None:
+    calls: list[str] = []
+    client = _client_failing_with(httpx.ReadTimeout("lost"), calls)
+
+    with pytest.raises(httpx.ReadTimeout):
+        client.request(method, "/v1/stages/tiles/tasks/dequeue")
+
+    assert calls == [method]
+
+
+def test_a_write_that_never_reached_the_server_is_retried() -> None:
+    calls: list[str] = []
+    client = _client_failing_with(httpx.ConnectError("refused"), calls)
+
+    with pytest.raises(httpx.ConnectError):
+        client.request("PATCH", "/v1/stages/tiles/tasks/dequeue")
+
+    assert calls == ["PATCH"] * 3
+
+
+def test_a_read_is_retried_on_any_transport_fault() -> None:
+    calls: list[str] = []
+    client = _client_failing_with(httpx.ReadTimeout("slow"), calls)
+
+    with pytest.raises(httpx.ReadTimeout):
+        client.get("/v1/jobs")
+
+    assert calls == ["GET"] * 3

@@ -82,7 +82,9 @@ def test_a_raising_handler_is_reported_failed_with_the_reason() -> None:
         wait_until(lambda: len(fake.reports) == 1)
 
     assert fake.reports[0].body == {
-        "status": "FAILED", "attempt": 2, "reason": "ValueError: tile 1 is corrupt"
+        "status": "FAILED",
+        "attempt": 2,
+        "reason": "ValueError: tile 1 is corrupt",
     }
     assert (worker.stats.done, worker.stats.failed) == (0, 1)
 
@@ -100,7 +102,10 @@ def test_a_fatal_task_error_is_reported_failed_and_fatal() -> None:
         wait_until(lambda: len(fake.reports) == 1)
 
     assert fake.reports[0].body == {
-        "status": "FAILED", "attempt": 1, "fatal": True, "reason": "FatalTaskError: bad input"
+        "status": "FAILED",
+        "attempt": 1,
+        "fatal": True,
+        "reason": "FatalTaskError: bad input",
     }
 
 
@@ -393,8 +398,10 @@ def test_stop_hands_back_a_task_whose_handler_outlives_the_grace_period() -> Non
     assert 0.45 <= took < 2.0
     assert [r.body for r in fake.reports] == [{"status": "COMPLETED", "attempt": 1}]
     assert [(r.path, r.body) for r in fake.releases] == [
-        (f"/v1/tasks/{task_json(2)['id']}/release",
-         {"attempt": 5, "reason": "worker shutting down"})
+        (
+            f"/v1/tasks/{task_json(2)['id']}/release",
+            {"attempt": 5, "reason": "worker shutting down"},
+        )
     ]
     assert reasons == ["worker shutting down"]
 
