@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+from uuid import UUID
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.domain.errors import JobnikError
+from jobnik.domain.statuses import (
+    JOB_FINAL,
+    STAGE_DEQUEUEABLE,
+    STAGE_FINAL,
+    TASK_FINAL,
+    JobStatus,
+    TaskStatus,
+)
+from jobnik.projections.schema import JOBS, STAGES, SUMMARIES, SUMMARY_COUNTERS, TASKS
+
+from ..builders import Clock, replay
+from ..memory import MemoryStore
+
+TYPES = ("tiles", "upload")
+FINAL_BY_TABLE = {JOBS: JOB_FINAL, STAGES: STAGE_FINAL, TASKS: TASK_FINAL}
+
+
+class Commands(RuleBasedStateMachine):
+    """Random command sequences through the real application service (seed 003's guarantees)."""
+
+    @initialize()
+    def start(self) -> None:
+        self.store = MemoryStore()
+        self.clock = Clock()
+        self.jobnik = Jobnik(self.store, self.clock, lease_seconds=3 * 60)
+        self.jobs: list[UUID] = []
+        self.stages: list[UUID] = []
+        self.final: dict[tuple[str, UUID], str] = {}  # terminal statuses seen so far
+
+    def attempt(self, command: Any) -> None:
+        with contextlib.suppress(JobnikError):  # refused: writes nothing (the invariants check)
+            command()
+
+    @rule(name=st.sampled_from(["nightly", "hourly"]))
+    def create_job(self, name: str) -> None:
+        self.jobs.append(self.jobnik.create_job(NewJob(name=name, data={})).id)
+
+    @precondition(lambda self: self.jobs)
+    @rule(
+        data=st.data(),
+        waiting=st.booleans(),
+        count=st.integers(1, 3),
+        attempts=st.integers(1, 3),
+    )
+    def add_stage_with_tasks(
+        self, data: st.DataObject, waiting: bool, count: int, attempts: int
+    ) -> None:
+        job = data.draw(st.sampled_from(self.jobs))
+        kind = data.draw(st.sampled_from(TYPES))
+
+        def add() -> None:
+            stage = self.jobnik.add_stage(
+                job, NewStage(type=kind, data={}, start_as_waiting=waiting)
+            ).id
+            self.stages.append(stage)
+            self.jobnik.add_tasks(stage, [NewTask(data={}, max_attempts=attempts)] * count)
+
+        self.attempt(add)
+
+    @precondition(lambda self: self.stages)
+    @rule(data=st.data(), count=st.integers(1, 3), attempts=st.integers(1, 3))
+    def add_tasks(self, data: st.DataObject, count: int, attempts: int) -> None:
+        stage = data.draw(st.sampled_from(self.stages))
+        new = [NewTask(data={}, max_attempts=attempts)] * count
+        self.attempt(lambda: self.jobnik.add_tasks(stage, new))
+
+    @precondition(lambda self: self.store.tables.dequeueable())
+    @rule(
+        data=st.data(),
+        outcome=st.sampled_from(["done", "done", "done", "fail", "fatal", "keep"]),
+    )
+    def work(self, data: st.DataObject, outcome: str) -> None:
+        queued = self.store.tables.dequeueable()
+        kind = data.draw(st.sampled_from(sorted({self.queue_type(t) for t in queued})))
+
+        def run() -> None:
+            task = self.jobnik.dequeue(kind)
+            if outcome == "done":
+                self.jobnik.report_task(task.id, TaskStatus.COMPLETED, attempt=task.attempt)
+            elif outcome in ("fail", "fatal"):
+                self.jobnik.report_task(
+                    task.id, TaskStatus.FAILED, attempt=task.attempt, fatal=outcome == "fatal"
+                )
+
+        self.attempt(run)
+
+    @precondition(lambda self: self.stages)
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        stage = data.draw(st.sampled_from(self.stages))
+        self.attempt(lambda: self.jobnik.release_stage(stage))
+
+    @precondition(lambda self: self.jobs)
+    @rule(
+        data=st.data(),
+        wanted=st.sampled_from(
+            [JobStatus.PENDING, JobStatus.PAUSED, JobStatus.PENDING, JobStatus.ABORTED]
+        ),
+    )
+    def job_status(self, data: st.DataObject, wanted: JobStatus) -> None:
+        job = data.draw(st.sampled_from(self.jobs))
+        self.attempt(lambda: self.jobnik.set_job_status(job, wanted))
+
+    def queue_type(self, task_id: UUID) -> str:
+        [row] = self.store.tables.where("queue_v1", {"task_id": task_id})
+        kind: str = row["stage_type"]
+        return kind
+
+    @rule()
+    def sweep(self) -> None:
+        self.jobnik.sweep()
+
+    # -- invariants, after every step -----------------------------------------------------
+
+    @invariant()
+    def summary_total_is_the_sum_of_its_counters(self) -> None:
+        for s in self.store.tables.rows[SUMMARIES]:
+            assert s["total"] == sum(s[c] for c in SUMMARY_COUNTERS if c != "total")
+            assert all(s[c] >= 0 for c in SUMMARY_COUNTERS)
+
+    @invariant()
+    def terminal_states_never_change(self) -> None:
+        for table, finals in FINAL_BY_TABLE.items():
+            for row in self.store.tables.rows[table]:
+                key = (table, row["id"])
+                if key in self.final:
+                    assert row["status"] == self.final[key], (table, row["id"])
+                elif row["status"] in finals:
+                    self.final[key] = row["status"]
+
+    @invariant()
+    def timestamps_are_ordered(self) -> None:
+        for table in (JOBS, STAGES, TASKS):
+            for row in self.store.tables.rows[table]:
+                created, updated = row["creation_time"], row["update_time"]
+                assert created <= updated
+                if row["start_time"] is not None:
+                    assert created <= row["start_time"] <= updated
+                if row["end_time"] is not None:
+                    assert row["status"] in FINAL_BY_TABLE[table]
+                    assert row["end_time"] >= (row["start_time"] or created)
+                elif table != TASKS or row["status"] != TaskStatus.RETRIED:
+                    assert row["status"] not in FINAL_BY_TABLE[table]
+
+    @invariant()
+    def at_most_one_stage_of_a_job_is_active(self) -> None:
+        active: dict[UUID, int] = {}
+        for s in self.store.tables.rows[STAGES]:
+            if s["status"] in STAGE_DEQUEUEABLE:
+                active[s["job_id"]] = active.get(s["job_id"], 0) + 1
+        assert all(n <= 1 for n in active.values()), active
+
+    @invariant()
+    def every_event_replays_to_the_same_state(self) -> None:
+        for table in (JOBS, STAGES, TASKS):
+            for row in self.store.tables.rows[table]:
+                assert self.store.restored(table, row["id"]) == replay(
+                    self.store.events_of(row["id"])
+                )
+
+
+Commands.TestCase.settings = settings(
+    max_examples=200,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_random_command_sequences_keep_the_guarantees = Commands.TestCase
