@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any, Protocol
 
@@ -18,11 +18,17 @@ class _Cursor(Protocol):
 
 
 class OpExecutor:
-    """Executes `Op`s in one dialect."""
+    """Executes `Op`s in one dialect; `rename` maps each statement's table names (a rebuild writes
+    the same rows into shadow tables)."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, rename: Callable[[str], str] | None = None) -> None:
         self.d = dialect
-        self.sql = cache(self._sql)
+        self.rename = rename
+        self.sql = cache(self._renamed)
+
+    def _renamed(self, kind: type, table: str, keys: tuple[str, ...], cols: tuple[str, ...]) -> str:
+        sql = self._sql(kind, table, keys, cols)
+        return self.rename(sql) if self.rename is not None else sql
 
     def _sql(self, kind: type, table: str, keys: tuple[str, ...], cols: tuple[str, ...]) -> str:
         p = self.d.param

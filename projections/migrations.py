@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 from typing import TYPE_CHECKING, Final
 
-from jobnik.projections.schema import ddl, ddl_history, ddl_leases
+from jobnik.projections.schema import ddl, ddl_history, ddl_leases, ddl_projections
 
 if TYPE_CHECKING:
     from jobnik.projections.store import SqlStore
@@ -17,6 +17,7 @@ MIGRATIONS: Final = [
     (1, "inline read models v1", ddl),
     (2, "task leases and logs", ddl_leases),
     (3, "history index", ddl_history),
+    (4, "projection registry", ddl_projections),
 ]
 # After these, rows written before them are rebuilt from the log (through the upcasters).
 REBUILD_AFTER: Final = frozenset({2, 3})
@@ -42,10 +43,13 @@ def migrate(store: SqlStore) -> list[int]:
 
 
 def _rebuild_if_needed(store: SqlStore, applied: list[int]) -> list[int]:
+    from jobnik.projections.registry import ensure
+
+    ensure(store)  # register projections (and create catch-up tables) not registered yet
     if REBUILD_AFTER.intersection(applied) and store.recorder.max_notification_id():
         from jobnik.projections.rebuild import rebuild
 
-        rebuild(store)
+        rebuild(store, names=["inline"], wait=600)
     return applied
 
 

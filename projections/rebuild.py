@@ -1,57 +1,357 @@
-"""Rebuild every inline read model from the event log alone."""
+"""Blue/green rebuilds and verification of projections, from the event log alone.
+
+`rebuild` builds every chosen projection into shadow tables (`<table>__next`, shadow.py) while
+the API keeps serving and writing the live ones, in one streamed pass over the log (a page of
+events per transaction; nothing holds the whole log). When the shadows are within a page of the
+log's head it opens a write transaction, which blocks writers for the instant of the swap, applies
+the last events, drops the live tables, renames the shadows into their place and records the
+projection's version and position in `jobnik_projections`, all in that one transaction.
+
+`verify` builds the same shadows, brings shadows and live tables to one log position and reports
+every row that differs (then drops the shadows). On PostgreSQL the comparison reads a
+REPEATABLE READ snapshot taken while writers were held back, so writers wait only for the final
+catch-up; on SQLite it runs inside the write transaction (writers wait for the comparison).
+
+One rebuild or verify runs at a time per database (a lock beside the leader locks); a second one
+gets `RebuildBusy`. A crash leaves only shadow tables, dropped when the next rebuild starts.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+from uuid import UUID
 
-from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.persistence import Notification
 
-from jobnik.projections.schema import TABLES
-from jobnik.projections.store import SqlStore, batches
+from jobnik.projections import tracking
+from jobnik.projections.catchup import CatchUpProjection, catch_up, pipelined
+from jobnik.projections.leader import LeaderLock
+from jobnik.projections.registry import Applier, Projection, applier, by_name, outdated
+from jobnik.projections.shadow import (
+    Difference,
+    Renamer,
+    compare,
+    drop_shadows,
+    identity,
+    swap,
+)
+from jobnik.projections.store import Cursor, SqlStore
 
-PAGE = 2000
+log = logging.getLogger(__name__)
+
+PAGE: Final = 2000  # events per read and per shadow transaction
+Progress = Callable[[int, int], None]  # (events applied so far, events to apply in all)
+
+
+class RebuildBusy(RuntimeError):
+    """Another rebuild or verify holds this database's rebuild lock."""
 
 
 def read_log(
-    store: SqlStore, after: int = 0, page: int = PAGE
-) -> Iterator[tuple[int, DomainEventProtocol[Any]]]:
-    """Every event after position `after`, in log order, decoded; streamed page by page."""
-    while True:
-        notes = store.recorder.select_notifications(after, page, inclusive_of_start=False)
-        if not notes:
-            return
+    store: SqlStore,
+    after: int = 0,
+    page: int = PAGE,
+    *,
+    stop: int | None = None,
+    topics: Sequence[str] = (),
+) -> Iterator[tuple[int, Any]]:
+    """Every event after position `after` (up to `stop`), in log order, decoded; streamed."""
+    for notes in _pages(store, after, page, stop, topics):
         for n in notes:
             yield n.id, store.mapper.to_domain_event(n)
+
+
+def _pages(
+    store: SqlStore,
+    after: int,
+    page: int,
+    stop: int | None,
+    topics: Sequence[str],
+    cur: Cursor | None = None,
+) -> Iterator[Sequence[Notification]]:
+    """Pages of notifications after `after`: through the library's recorder, or, inside a write
+    transaction, through that transaction's cursor `cur`. (The library's SQLite pool queues
+    every request behind a writer waiting for the writer lock, so a second connection asked for
+    while holding the writer connection can wait for a writer that waits for us.)"""
+    while True:
+        if cur is None:
+            notes = store.recorder.select_notifications(
+                after, page, stop=stop, topics=topics, inclusive_of_start=False
+            )
+        else:
+            notes = _select(cur, store, after, page, stop, topics)
+        if not notes:
+            return
+        yield notes
+        if len(notes) < page:
+            return
         after = notes[-1].id
 
 
-def rebuild(store: SqlStore, progress: Callable[[int], None] | None = None) -> int:
-    """Empty the read models and replay the whole log into them, in one transaction.
+def _select(
+    cur: Cursor,
+    store: SqlStore,
+    after: int,
+    limit: int,
+    stop: int | None,
+    topics: Sequence[str],
+) -> list[Notification]:
+    p = cur.dialect.param
+    position = "notification_id" if store.backend == "postgres" else "rowid"
+    params: dict[str, Any] = {"after": after, "limit": limit}
+    where = [f"{position} > {p('after')}"]
+    if stop is not None:
+        where.append(f"{position} <= {p('stop')}")
+        params["stop"] = stop
+    if topics:
+        names = {f"t{i}": t for i, t in enumerate(topics)}
+        where.append(f"topic IN ({', '.join(p(n) for n in names)})")
+        params.update(names)
+    rows = cur.raw_all(
+        f"SELECT {position} AS id, originator_id, originator_version, topic, state "
+        f"FROM {store.events_table} WHERE {' AND '.join(where)} ORDER BY {position} "
+        f"LIMIT {p('limit')}",
+        params,
+    )
+    return [
+        Notification(
+            id=r["id"],
+            originator_id=r["originator_id"]
+            if isinstance(r["originator_id"], UUID)
+            else UUID(r["originator_id"]),
+            originator_version=r["originator_version"],
+            topic=r["topic"],
+            state=bytes(r["state"]),
+        )
+        for r in rows
+    ]
 
-    Writers wait meanwhile (the write lock), readers keep seeing the old rows until commit.
-    Returns the number of events replayed.
+
+def _head(cur: Cursor, store: SqlStore) -> int:
+    position = "notification_id" if store.backend == "postgres" else "rowid"
+    row = cur.one(f"SELECT MAX({position}) AS head FROM {store.events_table}")
+    return int(row["head"] or 0) if row else 0
+
+
+@contextmanager
+def rebuild_lock(store: SqlStore, *, wait: float = 0.0) -> Iterator[None]:
+    """Hold this database's rebuild lock; `wait` seconds for it, else RebuildBusy."""
+    lock = LeaderLock(store, "rebuild")
+    deadline = time.monotonic() + wait
+    while not lock.acquire():
+        if time.monotonic() >= deadline:
+            raise RebuildBusy("another rebuild or verify is running on this database")
+        time.sleep(0.2)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@dataclass
+class _Shadow:
+    projection: Projection
+    rename: Renamer
+    apply: Applier
+
+
+class _Pass:
+    """Shadows of some projections, fed from one pass over the log."""
+
+    def __init__(
+        self, store: SqlStore, projections: Sequence[Projection], progress: Progress | None
+    ):
+        self.store = store
+        self.shadows = []
+        for p in projections:
+            rename = Renamer(p.tables)
+            self.shadows.append(_Shadow(p, rename, applier(store, p, rename)))
+        everything = any(not p.topics for p in projections)
+        self.topics: tuple[str, ...] = (
+            () if everything else tuple(sorted({t for p in projections for t in p.topics}))
+        )
+        self.progress = progress
+        self.position = 0
+        self.applied = 0
+
+    def create(self) -> None:
+        with self.store.cursor(write=True, lock=False) as cur:
+            for s in self.shadows:
+                drop_shadows(cur, s.projection.tables)
+                for statement in s.projection.create(self.store.backend):
+                    cur.execute(s.rename(statement))
+
+    def drop(self) -> None:
+        with self.store.cursor(write=True, lock=False) as cur:
+            for s in self.shadows:
+                drop_shadows(cur, s.projection.tables)
+
+    def head(self) -> int:
+        return int(self.store.recorder.max_notification_id() or 0)
+
+    def build(self, near: int | None = None) -> None:
+        """Feed the shadows until they are within `near` (a page) of the head (no lock held),
+        or until a round no longer shrinks the distance (writers outpace the replay: the rest
+        is then applied under the write lock, a longer pause but a finite one)."""
+        lag = None
+        while True:
+            head = self.head()
+            if head - self.position <= (near or PAGE) or (
+                lag is not None and head - self.position >= lag
+            ):
+                return
+            lag = head - self.position
+            for notes in _pages(self.store, self.position, PAGE, head, self.topics):
+                with self.store.cursor(write=True, lock=False) as cur:
+                    self._apply(cur, notes, head)
+
+    def finish(self, cur: Cursor) -> int:
+        """Feed the shadows the rest of the log, in the caller's transaction; returns the head.
+
+        The caller holds the write lock, so the head cannot move meanwhile."""
+        head = _head(cur, self.store)
+        for notes in _pages(self.store, self.position, PAGE, head, self.topics, cur):
+            self._apply(cur, notes, head)
+        self.position = head
+        return head
+
+    def _apply(self, cur: Cursor, notes: Sequence[Any], head: int) -> None:
+        batch = [(n.id, self.store.mapper.to_domain_event(n)) for n in notes]
+        for s in self.shadows:
+            with pipelined(cur):  # one block each: a projection's reads wait for its own writes
+                s.apply(cur, batch)
+        self.applied += len(batch)
+        self.position = notes[-1].id if len(notes) == PAGE else head
+        if self.progress is not None:
+            self.progress(self.applied, self.applied + self._left(head))
+
+    def _left(self, head: int) -> int:
+        return max(0, head - self.position) if not self.topics else 0
+
+
+def rebuild(
+    store: SqlStore,
+    progress: Progress | None = None,
+    *,
+    names: Sequence[str] | None = None,
+    wait: float = 0.0,
+    only_outdated: bool = False,
+) -> int:
+    """Rebuild projections `names` (all when None) blue/green; returns the events replayed.
+
+    `only_outdated`: only those whose rows an older version built, judged once the rebuild lock
+    is held (so processes starting together rebuild once). `wait`: seconds to wait for the lock.
     """
-    count = 0
-    with store.cursor(write=True) as cur:
-        for table in TABLES:
-            cur.execute(f"DELETE FROM {table}")
-        chunk: list[tuple[int, DomainEventProtocol[Any]]] = []
-        for item in read_log(store):
-            chunk.append(item)
-            if len(chunk) == PAGE:
-                count += _apply(store, cur, chunk)
-                chunk = []
-                if progress:
-                    progress(count)
-        count += _apply(store, cur, chunk)
-        if progress:
-            progress(count)
-    return count
+    projections = by_name(names)
+    with rebuild_lock(store, wait=wait):
+        if only_outdated:
+            projections = outdated(store, projections)
+            if not projections:
+                return 0
+        work = _Pass(store, projections, progress)
+        work.create()
+        try:
+            work.build()
+            with store.cursor(write=True) as cur:  # writers wait from here to the commit
+                _lock_entries(cur, projections)
+                head = work.finish(cur)
+                now = datetime.now(UTC)
+                for s in work.shadows:
+                    swap(cur, s.projection.tables)
+                    tracking.record_rebuild(cur, s.projection.name, s.projection.version, head, now)
+        except BaseException:
+            work.drop()
+            raise
+    log.info(
+        "projections rebuilt",
+        extra={
+            "action": "projections_rebuilt",
+            "projections": [p.name for p in projections],
+            "events": work.applied,
+            "position": head,
+        },
+    )
+    return work.applied
 
 
-def _apply(store: SqlStore, cur: Any, chunk: list[tuple[int, DomainEventProtocol[Any]]]) -> int:
-    if chunk:
-        ids = [i for i, _ in chunk]
-        store.executor.run(cur, batches([e for _, e in chunk], ids))
-    return len(chunk)
+def _lock_entries(cur: Cursor, projections: Sequence[Projection]) -> None:
+    """Wait for catch-up batches in flight (they hold their registry row until they commit)."""
+    for p in projections:
+        tracking.get(cur, p.name, for_update=True)
+
+
+# -- verify ---------------------------------------------------------------------------------------
+
+
+def verify(
+    store: SqlStore,
+    progress: Progress | None = None,
+    *,
+    names: Sequence[str] | None = None,
+    wait: float = 0.0,
+) -> list[Difference]:
+    """Replay projections `names` (all when None) into shadows and list every row that differs
+    from the live tables at the same log position. The live tables are not changed, except that
+    catch-up projections are first brought up to the head (as their runner would)."""
+    projections = by_name(names)
+    with rebuild_lock(store, wait=wait):
+        work = _Pass(store, projections, progress)
+        work.create()
+        try:
+            work.build()
+            with _frozen(store, work, projections) as cur:
+                return [
+                    d
+                    for s in work.shadows
+                    for table in s.projection.tables
+                    for d in compare(cur, table, s.projection.keys[table])
+                ]
+        finally:
+            work.drop()
+
+
+@contextmanager
+def _frozen(store: SqlStore, work: _Pass, projections: Sequence[Projection]) -> Iterator[Cursor]:
+    """A cursor in which every live table and every shadow reflect the same log position."""
+    catch_ups = [p for p in projections if isinstance(p, CatchUpProjection)]
+    if store.pg is None:
+        with store.cursor(write=True) as cur:  # SQLite: one writer, so this holds everyone
+            head = work.finish(cur)
+            for p in catch_ups:
+                _catch_up_in(store, cur, p, head)
+            yield cur
+        return
+    with store.cursor(write=False) as snapshot:
+        snapshot.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        with store.pg.get_connection() as held, held.transaction(force_rollback=True):
+            held.execute(f"LOCK TABLE {store.events_table} IN EXCLUSIVE MODE")  # writers wait
+            with store.cursor(write=True, lock=False) as cur:
+                head = work.finish(cur)
+            for p in catch_ups:
+                _catch_up_live(store, p, head)
+            snapshot.execute("SELECT 1")  # the snapshot: taken while no writer can commit
+        yield snapshot
+
+
+def _catch_up_live(store: SqlStore, p: CatchUpProjection, head: int) -> None:
+    """Bring a live catch-up projection to `head` (the runner may be doing it too)."""
+    while tracking.position_of(store, p.name) < head:
+        if not catch_up(store, p, PAGE):
+            time.sleep(0.01)  # the runner holds the row: its batch moves the position
+
+
+def _catch_up_in(store: SqlStore, cur: Cursor, p: CatchUpProjection, head: int) -> None:
+    """Bring a live catch-up projection to `head` inside `cur`'s (write) transaction."""
+    entry = tracking.get(cur, p.name)
+    if entry is None or entry.position >= head:
+        return
+    live = applier(store, p, identity)
+    for notes in _pages(store, entry.position, PAGE, head, p.topics, cur):
+        live(cur, [(n.id, store.mapper.to_domain_event(n)) for n in notes])
+    tracking.advance(cur, p.name, head)

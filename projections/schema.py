@@ -6,11 +6,12 @@ from typing import Final
 
 # Column kinds, so one loader turns either backend's row into the same Python values.
 JSON_COLUMNS: Final = frozenset({"data", "user_metadata"})
-UUID_COLUMNS: Final = frozenset({"id", "job_id", "stage_id", "task_id", "entity_id"})
+UUID_COLUMNS: Final = frozenset({"id", "job_id", "stage_id", "task_id", "entity_id", "last_job_id"})
 TIME_COLUMNS: Final = frozenset(
     {"creation_time", "update_time", "start_time", "end_time", "lease_expires_at", "time"}
+    | {"last_interaction", "rebuilt_at"}  # catch-up projections and their registry
 )
-BOOL_COLUMNS: Final = frozenset({"started", "stage_open", "job_open"})
+BOOL_COLUMNS: Final = frozenset({"started", "stage_open", "job_open", "deleted"})
 
 JOBS, STAGES, SUMMARIES = "jobs_v1", "stages_v1", "summaries_v1"
 TASKS, QUEUE, LOGS = "tasks_v1", "queue_v1", "task_logs_v1"
@@ -172,6 +173,18 @@ CREATE TABLE IF NOT EXISTS job_events_v1 (
 """
 
 
+# Migration 4 (catch-up projections and rebuilds): every projection's name, the version of the
+# code that built its rows, and the log position they reflect (projections/registry.py).
+_DDL_PROJECTIONS: Final = """
+CREATE TABLE IF NOT EXISTS jobnik_projections (
+    name TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    position BIGINT NOT NULL,
+    rebuilt_at {time}
+);
+"""
+
+
 def _split(text: str, backend: str) -> list[str]:
     return [s.strip() for s in text.format(**_TYPES[backend]).split(";") if s.strip()]
 
@@ -189,3 +202,8 @@ def ddl_leases(backend: str) -> list[str]:
 def ddl_history(backend: str) -> list[str]:
     """Migration 3: the history index."""
     return _split(_DDL_HISTORY, backend)
+
+
+def ddl_projections(backend: str) -> list[str]:
+    """Migration 4: the projection registry."""
+    return _split(_DDL_PROJECTIONS, backend)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, cast
@@ -33,6 +33,7 @@ from jobnik.projections.dialect import POSTGRES, SQLITE, Dialect
 from jobnik.projections.entities import Op, project
 from jobnik.projections.executor import OpExecutor
 from jobnik.projections.migrations import migrate
+from jobnik.projections.positions import note_written
 from jobnik.projections.rows import job_from_row, stage_from_row, summary_from_row, task_from_row
 from jobnik.projections.schema import JOBS, STAGES, SUMMARIES, TASKS
 
@@ -96,6 +97,8 @@ class SqlStore:
         self.mapper = self.log_app.mapper
         self.executor = OpExecutor(self.dialect)
         self.events_table = recorder.events_table_name
+        # Called with the log position each write session committed (wakes catch-up runners).
+        self.on_commit: list[Callable[[int], None]] = []
 
     @property
     def backend(self) -> str:
@@ -120,8 +123,13 @@ class SqlStore:
         cast(PostgresApplicationRecorder | SQLiteApplicationRecorder, self.recorder).create_table()
 
     @contextmanager
-    def cursor(self, *, write: bool) -> Iterator[Cursor]:
-        """A transaction: committed on success when `write`, rolled back otherwise."""
+    def cursor(self, *, write: bool, lock: bool = True) -> Iterator[Cursor]:
+        """A transaction: committed on success when `write`, rolled back otherwise.
+
+        A write transaction serialises with every other writer. `lock=False` (PostgreSQL) leaves
+        the event table unlocked: for catch-up projections and rebuilds, which append no events
+        and write only their own tables (SQLite has one writer at a time whatever `lock` says).
+        """
         try:
             if self.pg is not None:
                 with (
@@ -129,7 +137,7 @@ class SqlStore:
                     conn.transaction(force_rollback=not write),
                     conn.cursor() as raw,
                 ):
-                    if write:
+                    if write and lock:
                         raw.execute(f"LOCK TABLE {self.events_table} IN EXCLUSIVE MODE")
                     yield Cursor(raw, self.dialect)
             else:
@@ -152,7 +160,12 @@ class SqlStore:
     @contextmanager
     def session(self, *, write: bool) -> Iterator[Session]:
         with self.cursor(write=write) as cur:
-            yield SqlSession(self, cur)
+            session = SqlSession(self, cur)
+            yield session
+        if session.position is not None:  # committed: the response's X-Jobnik-Position
+            note_written(session.position)
+            for listener in self.on_commit:
+                listener(session.position)
 
     def insert_events(self, cur: Cursor, stored: Sequence[StoredEvent]) -> list[int]:
         """Append through the library's recorder (same transaction); returns notification ids."""

@@ -1,14 +1,15 @@
-"""The `jobnik` command: serve the API, migrate, rebuild projections."""
+"""The `jobnik` command: serve the API, migrate, projections (status, rebuild, verify)."""
 
 from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from jobnik.scripts.projections_cli import projections
 
 if TYPE_CHECKING:
     from jobnik.projections.audit import Entry
@@ -16,9 +17,6 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     help="jobnik: an event-sourced workflow engine speaking Jobnik's v1 API.", no_args_is_help=True
-)
-projections = typer.Typer(
-    help="Read models: rebuild them from the event log.", no_args_is_help=True
 )
 app.add_typer(projections, name="projections")
 worker = typer.Typer(help="Run task handlers against a jobnik API.", no_args_is_help=True)
@@ -61,24 +59,6 @@ def migrate() -> None:
     """Create or upgrade the database schema."""
     _store().close()
     typer.echo("schema is up to date")
-
-
-@projections.command("rebuild")
-def rebuild_command() -> None:
-    """Recreate every inline read model from the event log alone."""
-    from jobnik.projections.rebuild import rebuild
-
-    store = _store()
-    started = time.perf_counter()
-
-    def show(n: int) -> None:
-        rate = n / max(time.perf_counter() - started, 1e-9)
-        sys.stderr.write(f"\r{n} events replayed ({rate:,.0f} events/s)")
-
-    count = rebuild(store, show)
-    sys.stderr.write("\n")
-    typer.echo(f"rebuilt read models from {count} events")
-    store.close()
 
 
 @worker.command("run")

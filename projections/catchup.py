@@ -1,0 +1,252 @@
+"""Catch-up projections: derived views that follow the event log behind a tracking position.
+
+Each one (`last_status.py`, `run_stats.py`) is a pure fold of events into row changes plus the SQL
+that applies them. `catch_up` applies the next batch of events after the projection's tracking
+position and moves the position, both in one transaction: a crash before the commit leaves
+neither, so after a restart every event is applied exactly once. `CatchUpRunner` calls it from a
+background thread of the API process that holds the leader lock (one process per database runs
+the catch-up projections however many serve the API).
+
+Driver: a small runner of ours over the eventsourcing library's `select_notifications`, not the
+library's `ProjectionRunner`/`Projection` with a tracking recorder, because
+- `SQLiteApplicationRecorder.subscribe` raises NotImplementedError (eventsourcing 9.5): the
+  library's runner cannot follow a SQLite log, and jobnik behaves the same on both backends;
+- the library's runner builds its own `Application` (a second connection pool) and its view from
+  an `InfrastructureFactory` and the environment, while our views live next to the inline read
+  models and share the store's pool, dialect and the shadow-table renaming rebuilds use;
+- it writes one tracking row per event in one transaction per event; we apply hundreds of events
+  per transaction, so replaying 300,000 events takes hundreds of commits, not 300,000.
+What we do take from the library: the notification log (`select_notifications` with `stop` and a
+topic filter), its gapless commit-ordered notification ids (every save holds the event table's
+EXCLUSIVE lock on PostgreSQL; SQLite has one writer), the mapper (decoding and upcasting), and the
+discipline of `eventsourcing.projection`: view rows and tracking position in one transaction.
+The tracking position lives in `jobnik_projections` (tracking.py) beside the projection's version.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import cache
+from typing import Any, ClassVar, Final
+
+from eventsourcing.utils import get_topic
+
+from jobnik.projections import tracking
+from jobnik.projections.dialect import Dialect
+from jobnik.projections.leader import LeaderLock
+from jobnik.projections.shadow import identity
+from jobnik.projections.store import Cursor, SqlStore
+
+log = logging.getLogger(__name__)
+
+Batch = Sequence[tuple[int, Any]]  # (log position, decoded domain event), in log order
+BATCH: Final = 500  # events per catch-up transaction
+_TYPES: Final = {
+    "postgres": {"uuid": "uuid", "json": "jsonb", "time": "timestamptz", "bool": "boolean"},
+    "sqlite": {"uuid": "TEXT", "json": "TEXT", "time": "TEXT", "bool": "INTEGER"},
+}
+_PARAM: Final = re.compile(r"%\((\w+)\)s")
+
+
+class Sql:
+    """SQL text for one dialect (`%(name)s` → `:name` on SQLite), table names mapped by `rename`
+    (identity for the live tables, shadow names during a rebuild)."""
+
+    def __init__(self, dialect: Dialect, rename: Callable[[str], str] = identity) -> None:
+        self.dialect = dialect
+        self.rename = rename
+        self._cached = cache(self._text)
+
+    def _text(self, template: str) -> str:
+        text = self.rename(template)
+        return _PARAM.sub(r":\1", text) if self.dialect.name == "sqlite" else text
+
+    def __call__(self, template: str) -> str:
+        return self._cached(template)
+
+
+class CatchUpProjection(ABC):
+    """A derived view: name, version, tables, the events it reads, and how it applies them."""
+
+    name: ClassVar[str]
+    version: ClassVar[int]
+    tables: ClassVar[tuple[str, ...]]
+    keys: ClassVar[dict[str, tuple[str, ...]]]  # primary key of each table (verify pairs rows)
+    events: ClassVar[tuple[type, ...]]  # the event classes it reads
+    ddl: ClassVar[str]  # CREATE statements with {uuid}/{json}/{time}/{bool} placeholders
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return tuple(get_topic(cls) for cls in self.events)
+
+    def create(self, backend: str) -> list[str]:
+        """The statements that create the projection's (live) tables."""
+        return [s.strip() for s in self.ddl.format(**_TYPES[backend]).split(";") if s.strip()]
+
+    @abstractmethod
+    def apply(self, cur: Cursor, batch: Batch, sql: Sql) -> None:
+        """Apply `batch` (its events in log order) to the tables `sql` names."""
+
+
+@contextmanager
+def pipelined(cur: Cursor) -> Iterator[None]:
+    """PostgreSQL pipeline mode for a run of statements: sent without waiting for each answer
+    (a read, or the block's end, waits for them all). A projection batch is hundreds of small
+    writes, so this saves a network round trip per statement."""
+    if cur.dialect.name == "postgres":
+        with cur.raw.connection.pipeline():
+            yield
+    else:
+        yield
+
+
+def catch_up(store: SqlStore, projection: CatchUpProjection, limit: int = BATCH) -> int:
+    """Apply the next events after the projection's tracking position, exactly once.
+
+    Events are read and decoded before the write transaction; inside it the position is read
+    again under a row lock and the batch is dropped if someone else moved it meanwhile. Returns
+    how far the position moved (0: it was caught up, or another runner got there first).
+    """
+    with store.cursor(write=False) as cur:
+        entry = tracking.get(cur, projection.name)
+    if entry is None:
+        return 0
+    head = int(store.recorder.max_notification_id() or 0)
+    if head <= entry.position:
+        return 0
+    notes = store.recorder.select_notifications(
+        entry.position, limit, stop=head, topics=projection.topics, inclusive_of_start=False
+    )
+    end = notes[-1].id if len(notes) == limit else head  # the filter may skip the rest to head
+    batch = [(n.id, store.mapper.to_domain_event(n)) for n in notes]
+    with store.cursor(write=True, lock=False) as cur:
+        now = tracking.get(cur, projection.name, for_update=True)
+        if now is None or now.position != entry.position:
+            return 0
+        if batch:
+            with pipelined(cur):
+                projection.apply(cur, batch, Sql(store.dialect))
+        tracking.advance(cur, projection.name, end)
+    return end - entry.position
+
+
+def wait_for(
+    store: SqlStore, name: str, position: int, timeout: float, *, sleep: float = 0.01
+) -> int:
+    """Wait up to `timeout` seconds until projection `name` has reached `position`.
+
+    Returns the tracking position last seen (the caller compares: it may still be lower). Polls
+    the registry, so it works in every API process, not only the one running the projection.
+    """
+    deadline = time.monotonic() + timeout
+    delay = sleep
+    while True:
+        seen = tracking.position_of(store, name)
+        if seen >= position or time.monotonic() >= deadline:
+            return seen
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.1)
+
+
+class CatchUpRunner:
+    """Keeps catch-up projections up with the log from a background thread, while leader.
+
+    Wakes on every write this process commits (the store's `on_commit`) and otherwise every
+    `interval` seconds (writes from other processes). With `rebuild_stale`, a projection whose
+    rows an older version of its code built is rebuilt blue/green first (the old rows keep
+    serving meanwhile); without, it is caught up with the new code as it is. Rows built by a
+    newer version (a rolling deploy's newer processes) are left alone.
+    """
+
+    def __init__(
+        self,
+        store: SqlStore,
+        projections: Sequence[CatchUpProjection],
+        lock: LeaderLock,
+        *,
+        interval: float = 0.2,
+        batch: int = BATCH,
+        rebuild_stale: bool = True,
+        follower_interval: float = 2.0,
+    ) -> None:
+        self.store, self.projections, self.lock = store, list(projections), lock
+        self.interval, self.batch, self.rebuild_stale = interval, batch, rebuild_stale
+        self.follower_interval = max(interval, follower_interval)  # how often to try the lock
+        self.leading = False
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="jobnik-catchup", daemon=True)
+        self.applied = 0
+
+    def _on_commit(self, _: int) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self.store.on_commit.append(self._on_commit)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        if self._on_commit in self.store.on_commit:
+            self.store.on_commit.remove(self._on_commit)
+        self.lock.release()
+
+    def run_once(self) -> int:
+        """One round over the projections (if leader); returns how far their positions moved."""
+        self.leading = self.lock.acquire()
+        if not self.leading:
+            return 0
+        moved = 0
+        for projection in self.projections:
+            if self._stop.is_set():
+                break
+            built = self._built_version(projection)
+            if built is None or built > projection.version:
+                continue  # not registered yet, or built by a newer version (rolling deploy)
+            if built < projection.version and self.rebuild_stale:
+                self._rebuild(projection)
+                continue
+            moved += catch_up(self.store, projection, self.batch)
+        self.applied += moved
+        return moved
+
+    def _built_version(self, projection: CatchUpProjection) -> int | None:
+        with self.store.cursor(write=False) as cur:
+            entry = tracking.get(cur, projection.name)
+        return entry.version if entry else None
+
+    def _rebuild(self, projection: CatchUpProjection) -> None:
+        from jobnik.projections.rebuild import RebuildBusy, rebuild
+
+        log.info(
+            "rebuilding stale projection",
+            extra={"action": "projection_rebuild", "projection": projection.name},
+        )
+        try:
+            rebuild(self.store, names=[projection.name], only_outdated=True)
+        except RebuildBusy:  # another process rebuilds; its swap will show up in the registry
+            log.info("rebuild busy elsewhere", extra={"action": "projection_rebuild_busy"})
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                moved = self.run_once()
+                failures = 0
+            except Exception:  # retried next round; never kills the thread
+                log.exception("catch-up failed", extra={"action": "catchup_failed"})
+                moved, failures = 0, failures + 1
+            if not self.leading:
+                self._stop.wait(self.follower_interval)
+            elif not moved:
+                self._wake.wait(self.interval * (2 ** min(failures, 5)))

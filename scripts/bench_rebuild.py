@@ -1,0 +1,407 @@
+"""Rebuild and verify every projection over a big log: speed against reading the log, and memory.
+
+What it does:
+
+  1. Writes two logs, SMALL (about 30,000 events) and LARGE (about 300,000), through the engine's
+     own commands into SQLite files: jobs of 1,000 tasks (`Jobnik.add_tasks`, one batch of
+     1,000), then every task dequeued and completed (`Jobnik.dequeue`, `Jobnik.report_task`),
+     one task in 20 failing its first attempt (RETRIED, dequeued again): about 3.1 events per
+     task plus 8 per job, the event mix of a big stage. To make this fast the commands run in
+     group commit: `GroupCommit` hands every command one shared session and commits it every
+     1,000 commands. The commands, their cascades, the events and the inline read-model rows
+     are exactly those of one transaction per command; only the transaction boundaries differ,
+     and the log does not record those. The catch-up projections are then brought to the head.
+  2. For PostgreSQL it copies each SQLite database into a fresh PostgreSQL database (COPY):
+     the events with their notification ids, every projection table and the registry. The
+     engine costs several network round trips per command on PostgreSQL (about 500 events/s
+     here, even in group commit), which would make the LARGE log take ten minutes to write;
+     the copy carries the same events in the same order and the same rows, so PostgreSQL's
+     verify compares the engine's rows (written through SQLite) with a PostgreSQL replay.
+  3. In a fresh child process per figure (so each one's peak memory is its own):
+     - raw: read and decode the whole log (`select_notifications` pages + the mapper), no
+       projection work: the baseline speed;
+     - rebuild: `rebuild(store)`, every projection (inline, last_status, run_stats), blue/green;
+     - verify: `verify(store)`, every projection; it must find no difference;
+     each at SMALL and at LARGE, reporting events/s and the child's peak RSS
+     (`resource.getrusage(RUSAGE_SELF).ru_maxrss`). With --tracemalloc, also the peak of
+     Python allocations during rebuild+verify (slower: tracemalloc hooks every allocation).
+
+How to read it: lines starting with '#' are progress; every other line is one figure:
+
+  name    value    baseline    ratio
+
+rebuild/verify events/s use raw read+decode events/s of the same log as baseline (ratio: the
+share of raw speed left after projection work); memory figures use SMALL as baseline (ratio
+LARGE/SMALL: about 1.0 when the rebuild streams, 10 if it held the log). Exit status 1 when
+verify finds a difference or a memory ratio exceeds 1.2.
+
+Usage:
+  python scripts/bench_rebuild.py [--backend postgres|sqlite|both] [--quick] [--tracemalloc]
+      [--pg-url postgresql://postgres@127.0.0.1:5432/postgres]
+--quick: SMALL about 3,000 and LARGE about 30,000 events (about a minute, both backends).
+PostgreSQL databases are created as jobnik_bench_rebuild_<pid>_<size> and dropped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import urlparse, urlunparse
+
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.postgres import PostgresApplicationRecorder
+
+from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.domain.ports import Session
+from jobnik.domain.statuses import TaskStatus
+from jobnik.projections.config import library_env
+from jobnik.projections.dialect import SQLITE
+from jobnik.projections.store import Cursor, SqlStore
+
+TASKS_PER_JOB = 1_000
+GROUP = 1_000  # commands per transaction while generating
+MAX_RATIO = 1.2
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+
+
+# -- generating the log -------------------------------------------------------------------------
+
+
+class GroupCommit:
+    """A Store whose sessions are one shared write session, committed every `size` commands.
+
+    `Jobnik`'s commands run unchanged on it; a command that raised would leave its group
+    half-done, so the generator only issues commands that succeed."""
+
+    def __init__(self, store: SqlStore, size: int = GROUP) -> None:
+        self.store, self.size = store, size
+        self._open: ExitStack | None = None
+        self._session: Session | None = None
+        self._commands = 0
+
+    @contextmanager
+    def session(self, *, write: bool) -> Iterator[Session]:
+        if self._session is None:
+            self._open = ExitStack()
+            session = self._open.enter_context(self.store.session(write=True))
+            if self.store.pg is not None:  # writes are sent without waiting (reads still wait)
+                self._open.enter_context(session.cur.raw.connection.pipeline())  # type: ignore[attr-defined]
+            self._session = session
+        yield self._session
+        self._commands += 1
+        if self._commands >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._open is not None:
+            self._open.close()
+        self._open, self._session, self._commands = None, None, 0
+
+
+class PipelinedStore(SqlStore):
+    """The store, with the event insert synced inside PostgreSQL pipeline mode (the library's
+    recorder reads the new notification ids, which needs the insert's result first)."""
+
+    def insert_events(self, cur: Cursor, stored: Sequence[StoredEvent]) -> list[int]:
+        if self.pg is None or cur.raw.connection._pipeline is None:
+            return super().insert_events(cur, stored)
+        pg = cast(PostgresApplicationRecorder, self.recorder)
+        with cur.raw.connection.pipeline() as pipeline:
+            pg._insert_stored_events(cur.raw, stored)
+            pipeline.sync()
+            return list(pg._fetch_ids_after_insert_events(cur.raw, stored) or [])
+
+
+def generate(store: SqlStore, events: int, label: str) -> int:
+    """Jobs of TASKS_PER_JOB tasks until the log holds at least `events` events."""
+    batch = GroupCommit(store)
+    jobnik = Jobnik(batch)
+    per_job = TASKS_PER_JOB * 3 + TASKS_PER_JOB // 20 * 2 + 8
+    jobs = max(1, -(-events // per_job))
+    started = time.perf_counter()
+    for j in range(jobs):
+        stage_type = f"bench-{j}"
+        job = jobnik.create_job(NewJob(name=f"bench-{j % 7}", data={"j": j}))
+        stage = jobnik.add_stage(job.id, NewStage(type=stage_type, data={}))
+        jobnik.add_tasks(
+            stage.id, [NewTask(data={"i": i}, max_attempts=2) for i in range(TASKS_PER_JOB)]
+        )
+        for i in range(TASKS_PER_JOB + TASKS_PER_JOB // 20):
+            task = jobnik.dequeue(stage_type)
+            outcome = (
+                TaskStatus.FAILED if i % 20 == 0 and task.attempt == 1 else TaskStatus.COMPLETED
+            )
+            jobnik.report_task(task.id, outcome, attempt=task.attempt)
+        batch.flush()
+        head = int(store.recorder.max_notification_id() or 0)
+        took = time.perf_counter() - started
+        if (j + 1) % max(1, jobs // 5) == 0 or j + 1 == jobs:
+            say(f"# {label}: {head:>9,} events written, {head / took:,.0f} events/s")
+    from jobnik.projections.catchup import catch_up
+    from jobnik.projections.registry import CATCH_UP
+
+    for projection in CATCH_UP:
+        while catch_up(store, projection, 5_000):
+            pass
+    return int(store.recorder.max_notification_id() or 0)
+
+
+# -- measuring, in a child process -------------------------------------------------------------
+
+
+def child(kind: str, url: str, trace: bool) -> None:
+    """Run one measurement and print it as JSON (the parent parses the last line)."""
+    if trace:
+        import tracemalloc
+
+        tracemalloc.start()
+    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": url}))
+    out: dict[str, Any] = {}
+    started = time.perf_counter()
+    if kind == "raw":
+        from jobnik.projections.rebuild import read_log
+
+        out["events"] = sum(1 for _ in read_log(store))
+    elif kind == "rebuild":
+        from jobnik.projections.rebuild import rebuild
+
+        out["events"] = rebuild(store)
+    elif kind == "verify":
+        from jobnik.projections.rebuild import verify
+
+        out["differences"] = [d.describe() for d in verify(store)[:20]]
+        out["events"] = int(store.recorder.max_notification_id() or 0)
+    elif kind == "both":
+        from jobnik.projections.rebuild import rebuild, verify
+
+        out["events"] = rebuild(store)
+        out["differences"] = [d.describe() for d in verify(store)[:20]]
+    out["seconds"] = time.perf_counter() - started
+    out["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if trace:
+        import tracemalloc
+
+        out["traced_peak"] = tracemalloc.get_traced_memory()[1]
+    store.close()
+    print(json.dumps(out), flush=True)
+
+
+def measure(kind: str, url: str, trace: bool = False) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", kind, "--url", url]
+    if trace:
+        cmd.append("--tracemalloc")
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{kind} child failed:\n{done.stdout}\n{done.stderr}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+# -- databases ---------------------------------------------------------------------------------
+
+
+def write_log(path: Path, events: int, label: str) -> str:
+    """A SQLite database holding a log of at least `events` events; its URL."""
+    url = f"sqlite:///{path}"
+    store = PipelinedStore(library_env({"JOBNIK_DATABASE_URL": url}))
+    try:
+        store.migrate()
+        generate(store, events, label)
+    finally:
+        store.close()
+    return url
+
+
+@contextmanager
+def postgres_copy(sqlite_url: str, pg_url: str, label: str) -> Iterator[str]:
+    """A fresh PostgreSQL database holding a copy of the SQLite database; dropped afterwards."""
+    import psycopg
+
+    name = f"jobnik_bench_rebuild_{os.getpid()}_{label}"
+    admin_url = urlunparse(urlparse(pg_url)._replace(path="/postgres"))
+    url = urlunparse(urlparse(pg_url)._replace(path=f"/{name}"))
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        copy(sqlite_url, url)
+        yield url
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def copy(sqlite_url: str, pg_url: str) -> None:
+    """Events (with their notification ids), projection tables and registry, row for row."""
+    from jobnik.projections.dialect import POSTGRES
+    from jobnik.projections.registry import ALL
+
+    source = SqlStore(library_env({"JOBNIK_DATABASE_URL": sqlite_url}))
+    target = SqlStore(library_env({"JOBNIK_DATABASE_URL": pg_url}))
+    started = time.perf_counter()
+    try:
+        target.migrate()
+        assert source.lite is not None
+        assert target.pg is not None
+        tables = [t for p in ALL for t in p.tables]
+        with source.lite.get_connection(commit=False) as lite, target.pg.get_connection() as pg:
+            read = lite.cursor().sqlite_cursor
+            with pg.transaction(), pg.cursor() as cur:
+                for table in tables:
+                    cur.execute(f"DELETE FROM {table}")
+                read.execute(
+                    f"SELECT rowid, originator_id, originator_version, topic, state "
+                    f"FROM {source.events_table} ORDER BY rowid"
+                )
+                with cur.copy(
+                    f"COPY {target.events_table} (notification_id, originator_id, "
+                    "originator_version, topic, state) FROM STDIN"
+                ) as out:
+                    for row in read:
+                        out.write_row((row[0], row[1], row[2], row[3], bytes(row[4])))
+                cur.execute(
+                    f"SELECT setval(pg_get_serial_sequence('{target.events_table}', "
+                    f"'notification_id'), (SELECT MAX(notification_id) FROM {target.events_table}))"
+                )
+                for table in tables:
+                    read.execute(f"SELECT * FROM {table}")
+                    columns = [d[0] for d in read.description]
+                    with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as out:
+                        for raw in read:
+                            row = SQLITE.load(dict(zip(columns, raw, strict=True)))
+                            out.write_row([POSTGRES.dump(c, row[c]) for c in columns])
+                read.execute("SELECT name, version, position FROM jobnik_projections")
+                for name, version, position in read.fetchall():
+                    cur.execute(
+                        "UPDATE jobnik_projections SET version = %s, position = %s WHERE name = %s",
+                        (version, position, name),
+                    )
+            pg.execute(f"VACUUM ANALYZE {target.events_table}")
+    finally:
+        source.close()
+        target.close()
+    say(f"# copied {sqlite_url} to PostgreSQL in {time.perf_counter() - started:.1f} s")
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def line(name: str, value: str, baseline: str, ratio: float | None) -> None:
+    shown = f"{ratio:.2f}" if ratio is not None else "-"
+    say(f"{name:<52} {value:>18} {baseline:>30} {shown:>6}")
+
+
+def run_backend(
+    backend: str, urls: dict[str, str], sizes: dict[str, int], args: argparse.Namespace
+) -> bool:
+    """Measure and report one backend; False when verify differs or memory grows."""
+    ok = True
+    results: dict[str, dict[str, Any]] = {}
+    for label, url in urls.items():
+        for kind in ("raw", "rebuild", "verify"):
+            say(f"# {backend} {label}: {kind} ...")
+            results[f"{label}-{kind}"] = measure(kind, url)
+        if args.tracemalloc:
+            say(f"# {backend} {label}: rebuild+verify under tracemalloc ...")
+            results[f"{label}-traced"] = measure("both", url, trace=True)
+    say()
+    say(f"{'name':<52} {'value':>18} {'baseline':>30} {'ratio':>6}")
+    for label in urls:
+        raw = results[f"{label}-raw"]
+        raw_rate = raw["events"] / raw["seconds"]
+        n = f"{sizes[label]:,} events"
+        for kind in ("rebuild", "verify"):
+            r = results[f"{label}-{kind}"]
+            rate = r["events"] / r["seconds"]
+            line(
+                f"{backend} {kind} all projections ({n})",
+                f"{rate:,.0f} events/s",
+                f"raw read+decode {raw_rate:,.0f}/s",
+                rate / raw_rate,
+            )
+        differences = results[f"{label}-verify"].get("differences", [])
+        line(f"{backend} verify: rows differing ({n})", str(len(differences)), "0", None)
+        for text in differences:
+            ok = False
+            say(f"# difference: {text}")
+    for kind in ("rebuild", "verify"):
+        big, base = results[f"large-{kind}"]["maxrss_kb"], results[f"small-{kind}"]["maxrss_kb"]
+        ok = ok and big / base <= MAX_RATIO
+        line(
+            f"{backend} {kind} peak RSS (large vs small log)",
+            f"{big / 1024:,.1f} MB",
+            f"{base / 1024:,.1f} MB",
+            big / base,
+        )
+    if args.tracemalloc:
+        big, base = (results[f"{s}-traced"]["traced_peak"] for s in ("large", "small"))
+        ok = ok and big / base <= MAX_RATIO
+        line(
+            f"{backend} rebuild+verify Python peak (tracemalloc)",
+            f"{big / 1024 / 1024:,.1f} MB",
+            f"{base / 1024 / 1024:,.1f} MB",
+            big / base,
+        )
+    say()
+    return ok
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--backend", choices=["postgres", "sqlite", "both"], default="both")
+    parser.add_argument("--quick", action="store_true", help="3,000 vs 30,000 events")
+    parser.add_argument("--tracemalloc", action="store_true", help="also trace Python memory")
+    parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.url, args.tracemalloc)
+        return 0
+    small, large = (3_000, 30_000) if args.quick else (30_000, 300_000)
+    backends = ["postgres", "sqlite"] if args.backend == "both" else [args.backend]
+    started = time.perf_counter()
+    ok = True
+    with tempfile.TemporaryDirectory() as d:
+        logs = {
+            "small": write_log(Path(d) / "small.db", small, "small"),
+            "large": write_log(Path(d) / "large.db", large, "large"),
+        }
+        sizes = {label: count_events(url) for label, url in logs.items()}
+        for backend in backends:
+            if backend == "sqlite":
+                ok = run_backend("sqlite", logs, sizes, args) and ok
+                continue
+            with (
+                postgres_copy(logs["small"], args.pg_url, "small") as small_url,
+                postgres_copy(logs["large"], args.pg_url, "large") as large_url,
+            ):
+                urls = {"small": small_url, "large": large_url}
+                ok = run_backend("postgres", urls, sizes, args) and ok
+    say(f"# done in {time.perf_counter() - started:.0f} s")
+    return 0 if ok else 1
+
+
+def count_events(url: str) -> int:
+    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": url}))
+    try:
+        return int(store.recorder.max_notification_id() or 0)
+    finally:
+        store.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""`jobnik projections status | rebuild [NAME] | verify [NAME]`: projection versions, blue/green
+rebuilds and verification, with a progress bar (events/s, ETA) on stderr."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.progress import Task
+    from rich.text import Text
+
+    from jobnik.projections.store import SqlStore
+
+projections = typer.Typer(
+    help="Projections (read models): versions, blue/green rebuilds from the event log, verify.",
+    no_args_is_help=True,
+)
+
+Name = Annotated[
+    str | None,
+    typer.Argument(help="inline, last_status or run_stats (default: all of them)"),
+]
+
+
+def _store() -> SqlStore:
+    from jobnik.projections.config import library_env
+    from jobnik.projections.store import SqlStore
+
+    store = SqlStore(library_env(os.environ))
+    store.migrate()
+    return store
+
+
+def _names(name: str | None) -> list[str] | None:
+    from jobnik.projections.registry import ALL
+
+    if name is None:
+        return None
+    known = [p.name for p in ALL]
+    if name not in known:
+        raise typer.BadParameter(f"unknown projection {name!r}; known: {', '.join(known)}")
+    return [name]
+
+
+@contextmanager
+def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar on stderr: events applied of the log's size, events/s and ETA."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from rich.text import Text
+
+    class EventsPerSecond(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text(f"{speed:>9,.0f} events/s" if speed else "        - events/s")
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        EventsPerSecond(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def show(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=max(total, done))
+
+        yield show
+
+
+@projections.command("status")
+def status_command() -> None:
+    """Each projection: code version, version its rows were built by, position, lag."""
+    from jobnik.projections.registry import status
+
+    store = _store()
+    try:
+        lines = status(store)
+    finally:
+        store.close()
+    header = (
+        f"{'projection':<12} {'version':>7} {'built':>5} {'position':>10} {'lag':>8}  "
+        f"{'rebuilt at':<25} state"
+    )
+    typer.echo(header)
+    typer.echo("-" * len(header))
+    for s in lines:
+        if s.built_version is None:
+            state = "not registered (run `jobnik migrate`)"
+        elif s.stale:
+            state = f"STALE: built by version {s.built_version}, rebuild it"
+        elif s.inline:
+            state = "current (inline: written with every command)"
+        else:
+            state = "caught up" if s.lag == 0 else "catching up"
+        rebuilt = s.rebuilt_at.isoformat(timespec="seconds") if s.rebuilt_at else "never"
+        typer.echo(
+            f"{s.name:<12} {s.version:>7} {s.built_version or '-':>5} {s.position:>10} "
+            f"{s.lag:>8}  {rebuilt:<25} {state}"
+        )
+
+
+@projections.command("rebuild")
+def rebuild_command(name: Name = None) -> None:
+    """Rebuild blue/green: fresh tables from the log while the API serves the old ones, then an
+    atomic swap (writers wait only for the swap)."""
+    from jobnik.projections.rebuild import RebuildBusy, rebuild
+
+    names = _names(name)
+    store = _store()
+    started = time.perf_counter()
+    try:
+        with _progress("rebuild") as show:
+            count = rebuild(store, show, names=names)
+    except RebuildBusy as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(3) from exc
+    finally:
+        store.close()
+    took = time.perf_counter() - started
+    typer.echo(
+        f"rebuilt {name or 'all projections'} from {count} events in {took:.1f}s "
+        f"({count / max(took, 1e-9):,.0f} events/s)"
+    )
+
+
+@projections.command("verify")
+def verify_command(name: Name = None) -> None:
+    """Replay into shadow tables and list every row that differs from the live one (exit 1)."""
+    from jobnik.projections.rebuild import RebuildBusy, verify
+
+    names = _names(name)
+    store = _store()
+    try:
+        with _progress("verify") as show:
+            differences = verify(store, show, names=names)
+    except RebuildBusy as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(3) from exc
+    finally:
+        store.close()
+    for d in differences:
+        typer.echo(d.describe())
+    if differences:
+        typer.echo(f"{len(differences)} row(s) differ from a replay of the log", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{name or 'all projections'}: every row equals a replay of the log")

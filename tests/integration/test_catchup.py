@@ -1,0 +1,207 @@
+"""Catch-up projections: equal to a replay from scratch, resumable, every event applied once."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.domain.statuses import TaskStatus
+from jobnik.projections import tracking
+from jobnik.projections.catchup import CatchUpProjection, CatchUpRunner, catch_up
+from jobnik.projections.config import library_env
+from jobnik.projections.leader import LeaderLock
+from jobnik.projections.rebuild import verify
+from jobnik.projections.registry import CATCH_UP
+from jobnik.projections.store import SqlStore
+
+from .test_rebuild import random_workload
+
+NAMES = [p.name for p in CATCH_UP]
+
+
+def head(store: SqlStore) -> int:
+    return int(store.recorder.max_notification_id() or 0)
+
+
+def rows(store: SqlStore, projection: CatchUpProjection) -> dict[str, list[dict[str, Any]]]:
+    with store.cursor(write=False) as cur:
+        return {
+            t: cur.all(f"SELECT * FROM {t} ORDER BY {', '.join(projection.keys[t])}")
+            for t in projection.tables
+        }
+
+
+def drain(store: SqlStore, limit: int) -> None:
+    for projection in CATCH_UP:
+        while catch_up(store, projection, limit):
+            pass
+
+
+def many_tasks(jobnik: Jobnik, n: int) -> None:
+    """One job of `n` tasks, every one dequeued and completed: about 3n events."""
+    job = jobnik.create_job(NewJob(name="bulk", data={}))
+    stage = jobnik.add_stage(job.id, NewStage(type="bulk", data={}))
+    jobnik.add_tasks(stage.id, [NewTask(data={"i": i}) for i in range(n)])
+    for _ in range(n):
+        task = jobnik.dequeue("bulk")
+        jobnik.report_task(task.id, TaskStatus.COMPLETED, attempt=task.attempt)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_catch_up_projections_equal_a_replay_from_scratch(
+    store: SqlStore, jobnik: Jobnik, seed: int
+) -> None:
+    random_workload(jobnik, random.Random(seed), 500)
+
+    drain(store, 13)
+
+    assert verify(store, names=NAMES) == []
+    assert all(tracking.position_of(store, n) == head(store) for n in NAMES)
+
+
+def test_batch_boundaries_do_not_change_the_rows(store: SqlStore, jobnik: Jobnik) -> None:
+    random_workload(jobnik, random.Random(5), 300)
+    drain(store, 1)
+    one_by_one = {p.name: rows(store, p) for p in CATCH_UP}
+    with store.cursor(write=True) as cur:
+        for p in CATCH_UP:
+            for t in p.tables:
+                cur.execute(f"DELETE FROM {t}")
+            tracking.advance(cur, p.name, 0)
+
+    drain(store, 10_000)
+
+    assert {p.name: rows(store, p) for p in CATCH_UP} == one_by_one
+
+
+def test_a_batch_that_fails_half_way_leaves_neither_rows_nor_position(
+    store: SqlStore, jobnik: Jobnik, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    random_workload(jobnik, random.Random(6), 300)
+    run_stats = next(p for p in CATCH_UP if p.name == "run_stats")
+    applied = type(run_stats).apply
+    calls = 0
+
+    def crash_on_the_third_batch(self: Any, cur: Any, batch: Any, sql: Any) -> None:
+        nonlocal calls
+        calls += 1
+        applied(self, cur, batch, sql)  # rows written, then the process "dies" before commit
+        if calls == 3:
+            raise RuntimeError("crash")
+
+    def run() -> None:
+        while catch_up(store, run_stats, 20):
+            pass
+
+    monkeypatch.setattr(type(run_stats), "apply", crash_on_the_third_batch)
+    with pytest.raises(RuntimeError, match="crash"):
+        run()
+    stopped_at = tracking.position_of(store, "run_stats")
+    monkeypatch.setattr(type(run_stats), "apply", applied)
+
+    run()
+
+    assert 0 < stopped_at < head(store)
+    assert verify(store, names=["run_stats"]) == []
+
+
+def test_a_runner_killed_mid_way_resumes_and_applies_every_event_exactly_once(
+    database_url: str, store: SqlStore, jobnik: Jobnik
+) -> None:
+    many_tasks(jobnik, 300)
+    # A runner in its own process, slowed down (a pause inside every transaction), SIGKILLed
+    # while it is part-way through the log.
+    code = textwrap.dedent(
+        """
+        import sys, time
+        from jobnik.projections.config import library_env
+        from jobnik.projections.store import SqlStore
+        from jobnik.projections.registry import CATCH_UP
+        from jobnik.projections.catchup import catch_up
+        store = SqlStore(library_env({"JOBNIK_DATABASE_URL": sys.argv[1]}))
+        for p in CATCH_UP:
+            apply = p.apply
+            def slow(cur, batch, sql, apply=apply):
+                apply(cur, batch, sql)
+                time.sleep(0.05)
+            p.apply = slow
+        while True:
+            for p in CATCH_UP:
+                catch_up(store, p, 25)
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", code, database_url])
+    try:
+        deadline = time.monotonic() + 60
+        while tracking.position_of(store, "run_stats") < head(store) // 3:
+            assert child.poll() is None, "the runner process died on its own"
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    stopped_at = {n: tracking.position_of(store, n) for n in NAMES}
+
+    runner = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"), interval=0.01)
+    while runner.run_once():
+        pass
+    runner.stop()
+
+    assert stopped_at["run_stats"] < head(store)
+    assert verify(store, names=NAMES) == []  # a twice-applied batch would double the counts
+
+
+def test_two_runners_at_once_still_apply_each_event_once(
+    env: dict[str, str], store: SqlStore, jobnik: Jobnik
+) -> None:
+    random_workload(jobnik, random.Random(8), 300)
+    other = SqlStore(library_env(env))
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            done = [pool.submit(drain, s, 9) for s in (store, other)]
+            for future in done:
+                future.result()  # re-raises what the thread raised
+    finally:
+        other.close()
+
+    assert verify(store, names=NAMES) == []
+
+
+def test_the_runner_thread_follows_writes_as_they_happen(store: SqlStore, jobnik: Jobnik) -> None:
+    runner = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"), interval=5)
+    runner.start()
+    try:
+        many_tasks(jobnik, 20)
+        deadline = time.monotonic() + 10
+        while any(tracking.position_of(store, n) < head(store) for n in NAMES):
+            assert time.monotonic() < deadline, "the runner did not catch up"
+            time.sleep(0.01)
+    finally:
+        runner.stop()
+
+    assert verify(store, names=NAMES) == []
+
+
+def test_only_the_leader_runs_the_catch_up_projections(store: SqlStore, jobnik: Jobnik) -> None:
+    many_tasks(jobnik, 5)
+    leader = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"))
+    follower = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"))
+    try:
+        led = leader.run_once()
+        followed = follower.run_once()
+    finally:
+        leader.stop()
+        follower.stop()
+
+    assert led > 0
+    assert followed == 0
