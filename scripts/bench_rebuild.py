@@ -38,7 +38,7 @@ verify finds a difference or a memory ratio exceeds 1.2.
 Usage:
   python scripts/bench_rebuild.py [--backend postgres|sqlite|both] [--quick] [--tracemalloc]
       [--pg-url postgresql://postgres@127.0.0.1:5432/postgres]
---quick: SMALL about 3,000 and LARGE about 30,000 events (about a minute, both backends).
+--quick: SMALL about 3,000 and LARGE about 30,000 events (60-80 s for both backends here).
 PostgreSQL databases are created as jobnik_bench_rebuild_<pid>_<size> and dropped at the end.
 """
 
