@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
@@ -13,10 +14,13 @@ from pydantic.alias_generators import to_camel
 from jobnik.api.deps import TRACEPARENT_RE, TRACESTATE_RE
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
-from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
+from jobnik.domain.runs import RunState
+from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.projections.audit import Entry, Page
-from jobnik.projections.views import JobView, StageView
+from jobnik.projections.last_status import JobDefinition, JobLink
+from jobnik.projections.run_stats import Counts, JobStatistics
+from jobnik.projections.views import ChildJob, JobView, StageView
 
 TRACEPARENT, TRACESTATE = TRACEPARENT_RE.pattern, TRACESTATE_RE.pattern
 
@@ -59,6 +63,18 @@ class CreateJob(Traced):
     data: Payload
     priority: Priority = Priority.MEDIUM
     user_metadata: Payload = Field(default_factory=dict)
+    mode: JobMode = Field(
+        default=JobMode.RUN_ONCE,
+        description="jobnik (seed 004): runOnce completes with its stages; standard stays open "
+        "for new stages until POST /v1/jobs/{jobId}/finish",
+    )
+    parent_task_id: UUID | None = Field(
+        default=None,
+        description="jobnik (seed 001): the running task this child job is delegated from",
+    )
+
+
+FailurePattern = Annotated[str, Field(min_length=1, max_length=500)]
 
 
 class CreateStage(Traced):
@@ -66,6 +82,16 @@ class CreateStage(Traced):
     data: Payload
     user_metadata: Payload = Field(default_factory=dict)
     start_as_waiting: bool = False
+    completion: bool = Field(
+        default=False,
+        description="jobnik (seed 004): held until every normal stage completed, then runs "
+        "while the job is COMPLETING",
+    )
+    failure_patterns: Annotated[list[FailurePattern], Field(max_length=20)] = Field(
+        default_factory=list,
+        description="jobnik (seed 001): regular expressions; a COMPLETED report whose result "
+        "has a matching string is recorded as a failure",
+    )
 
 
 class CreateTask(Traced):
@@ -83,7 +109,12 @@ class StageStatusChange(ApiModel):
 
 
 class TaskStatusChange(ApiModel):
-    status: Literal[TaskStatus.COMPLETED, TaskStatus.FAILED]
+    status: Literal[TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.DELEGATED] = Field(
+        description="DELEGATED (jobnik, seed 001): the task created child jobs and waits for them"
+    )
+    result: Payload | None = Field(
+        default=None, description="jobnik: the task's result, with COMPLETED"
+    )
     attempt: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="jobnik: the reporting attempt; a stale one gets 409"
     )
@@ -148,19 +179,11 @@ class SummaryOut(OutModel):
     retried: int
     total: int
     aborted: int
+    delegated: int = Field(description="jobnik: tasks waiting for their child jobs")
 
     @classmethod
     def of(cls, s: Summary) -> SummaryOut:
-        return cls(
-            pending=s.pending,
-            in_progress=s.in_progress,
-            completed=s.completed,
-            failed=s.failed,
-            created=s.created,
-            retried=s.retried,
-            total=s.total,
-            aborted=s.aborted,
-        )
+        return cls(**asdict(s))
 
 
 class TaskOut(OutModel):
@@ -181,6 +204,10 @@ class TaskOut(OutModel):
     lease_expires_at: datetime | None = Field(
         default=None, description="jobnik: when an IN_PROGRESS task goes back to the queue"
     )
+    result: Payload | None = Field(default=None, description="jobnik: the completed result")
+    delegations: int = Field(
+        default=0, description="jobnik: how many times the task waited for child jobs"
+    )
 
     @classmethod
     def of(cls, t: Task) -> TaskOut:
@@ -200,6 +227,8 @@ class TaskOut(OutModel):
             tracestate=t.tracestate,
             attempt=t.attempt,
             lease_expires_at=t.lease_expires_at,
+            result=t.result,
+            delegations=t.delegations,
         )
 
 
@@ -220,6 +249,8 @@ class StageOut(OutModel):
     traceparent: str
     tracestate: str | None = None
     tasks: list[TaskOut] | None = None
+    completion: bool = Field(default=False, description="jobnik: a completion-phase stage")
+    failure_patterns: list[str] | None = None
 
     @classmethod
     def of(cls, v: StageView) -> StageOut:
@@ -241,6 +272,8 @@ class StageOut(OutModel):
             traceparent=s.traceparent,
             tracestate=s.tracestate,
             tasks=[TaskOut.of(t) for t in v.tasks] if v.tasks is not None else None,
+            completion=s.completion,
+            failure_patterns=s.failure_patterns or None,
         )
 
 
@@ -259,6 +292,10 @@ class JobOut(OutModel):
     traceparent: str
     tracestate: str | None = None
     stages: list[StageOut] | None = None
+    mode: JobMode = Field(default=JobMode.RUN_ONCE, description="jobnik: seed 004's job mode")
+    parent_task_id: UUID | None = Field(default=None, description="jobnik: the delegating task")
+    parent_job_id: UUID | None = Field(default=None, description="jobnik: that task's job")
+    finish_time: datetime | None = Field(default=None, description="jobnik: when it was finished")
 
     @classmethod
     def of(cls, job: Job | JobView) -> JobOut:
@@ -279,6 +316,187 @@ class JobOut(OutModel):
             traceparent=j.traceparent,
             tracestate=j.tracestate,
             stages=[StageOut.of(s) for s in view.stages] if view.stages is not None else None,
+            mode=JobMode(j.mode),
+            parent_task_id=j.parent_task_id,
+            parent_job_id=j.parent_job_id,
+            finish_time=j.finish_time,
+        )
+
+
+class JobLinkOut(OutModel):
+    job_id: UUID
+    name: str
+    status: str
+    task_id: UUID | None = Field(default=None, description="the delegating task")
+
+    @classmethod
+    def of(cls, link: JobLink) -> JobLinkOut:
+        return cls(job_id=link.job_id, name=link.name, status=link.status, task_id=link.task_id)
+
+
+class JobDefinitionOut(OutModel):
+    name: str
+    last_status: str
+    last_job_status: str
+    last_interaction: datetime
+    last_job_id: UUID
+    counts: dict[str, int]
+    job_status_counts: dict[str, int]
+    source_job: JobLinkOut | None = Field(
+        default=None, description="seed 001: the parent job of the last job (walk up)"
+    )
+    child_jobs: list[JobLinkOut] = Field(
+        default_factory=list, description="seed 001: the child jobs of the last job (walk down)"
+    )
+
+    @classmethod
+    def of(cls, d: JobDefinition) -> JobDefinitionOut:
+        return cls(
+            name=d.name,
+            last_status=d.last_status,
+            last_job_status=d.last_job_status,
+            last_interaction=d.last_interaction,
+            last_job_id=d.last_job_id,
+            counts=d.counts,
+            job_status_counts=d.job_counts,
+            source_job=JobLinkOut.of(d.source_job) if d.source_job else None,
+            child_jobs=[JobLinkOut.of(c) for c in d.child_jobs],
+        )
+
+
+class TaskCountsOut(OutModel):
+    """seed 004's task counters."""
+
+    created_task_count: int
+    successful_task_count: int
+    retried_after_error_task_count: int
+    retried_after_timeout_task_count: int
+    failed_after_retry_task_count: int
+    failed_without_retry_task_count: int
+    canceled_task_count: int
+    obsolete_task_count: int
+
+    @staticmethod
+    def fields(c: Counts) -> dict[str, int]:
+        return {f"{k}_task_count": v for k, v in vars(c).items()}
+
+
+class _StageHead(OutModel):
+    stage_id: UUID
+    order: int
+    type: str
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+
+class StageStatisticsOut(TaskCountsOut, _StageHead):  # fields: the head's, then the counts
+    """One stage's counters (SMILA's per-worker entry) and its first start and last finish."""
+
+
+class _JobHead(OutModel):
+    job_id: UUID
+    name: str
+    status: str
+    deleted: bool
+    creation_time: datetime
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+
+class JobStatisticsOut(TaskCountsOut, _JobHead):
+    """The job's counters (sums over its stages), its times, and each stage's."""
+
+    stages: list[StageStatisticsOut]
+
+    @classmethod
+    def of(cls, s: JobStatistics) -> JobStatisticsOut:
+        return cls(
+            job_id=s.job_id,
+            name=s.name,
+            status=s.status,
+            deleted=s.deleted,
+            creation_time=s.creation_time,
+            start_time=s.start_time,
+            end_time=s.end_time,
+            stages=[
+                StageStatisticsOut(
+                    stage_id=st.stage_id,
+                    order=st.order,
+                    type=st.type,
+                    start_time=st.start_time,
+                    end_time=st.end_time,
+                    **cls.fields(st.counts),
+                )
+                for st in s.stages
+            ],
+            **cls.fields(s.counts),
+        )
+
+
+class JobRunOut(OutModel):
+    """A job as a SMILA job run (seed 004): `tasks` are its counters, `worker` one entry per
+    stage, keyed `<order - 1>_<stage type>` as SMILA keys its workers."""
+
+    job_id: UUID
+    name: str
+    mode: JobMode
+    state: RunState
+    status: JobStatus
+    paused: bool
+    start_time: datetime | None = None
+    finish_time: datetime | None = None
+    end_time: datetime | None = None
+    tasks: TaskCountsOut
+    worker: dict[str, StageStatisticsOut]
+
+    @classmethod
+    def of(cls, job: Job, state: RunState, statistics: JobStatistics | None) -> JobRunOut:
+        stats = JobStatisticsOut.of(statistics) if statistics else None
+        counts = TaskCountsOut.fields(statistics.counts if statistics else Counts())
+        return cls(
+            job_id=job.id,
+            name=job.name,
+            mode=JobMode(job.mode),
+            state=state,
+            status=JobStatus(job.status),
+            paused=job.status == JobStatus.PAUSED,
+            start_time=job.start_time,
+            finish_time=job.finish_time,
+            end_time=job.end_time,
+            tasks=TaskCountsOut(**counts),
+            worker={f"{s.order - 1}_{s.type}": s for s in stats.stages} if stats else {},
+        )
+
+
+class ChildResultOut(OutModel):
+    task_id: UUID
+    stage_type: str
+    result: Payload
+
+
+class ChildJobOut(OutModel):
+    """A child job of a delegated task (seed 001): its outcome and its tasks' results."""
+
+    id: UUID
+    name: str
+    status: JobStatus
+    percentage: int
+    end_time: datetime | None = None
+    results: list[ChildResultOut]
+
+    @classmethod
+    def of(cls, child: ChildJob) -> ChildJobOut:
+        j = child.job
+        return cls(
+            id=j.id,
+            name=j.name,
+            status=JobStatus(j.status),
+            percentage=j.percentage,
+            end_time=j.end_time,
+            results=[
+                ChildResultOut(task_id=t.id, stage_type=t.stage_type, result=t.result or {})
+                for t in child.results
+            ],
         )
 
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from jobnik.domain.errors import InvalidRequest
+from jobnik.domain.errors import InvalidRequest, ParentTaskNotRunning
 from jobnik.domain.jobs import Job
+from jobnik.domain.ports import Session
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import Actor, JobStatus, Priority, StageStatus
+from jobnik.domain.statuses import Actor, JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.domain.work import NO_TRACE, WorkCommands, utcnow
 
@@ -25,6 +27,8 @@ class NewJob:
     user_metadata: dict[str, Any] = field(default_factory=dict)
     traceparent: str = NO_TRACE
     tracestate: str | None = None
+    mode: JobMode = JobMode.RUN_ONCE
+    parent_task_id: UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,8 @@ class NewStage:
     traceparent: str = NO_TRACE
     tracestate: str | None = None
     start_as_waiting: bool = False
+    completion: bool = False
+    failure_patterns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -52,17 +58,42 @@ class Jobnik(WorkCommands):
     # -- jobs -----------------------------------------------------------------------------
 
     def create_job(self, new: NewJob) -> Job:
-        job = Job.create(
-            name=new.name,
-            data=new.data,
-            priority=new.priority,
-            user_metadata=new.user_metadata,
-            traceparent=new.traceparent,
-            tracestate=new.tracestate,
-            now=self.clock(),
-        )
+        """A job; with `parent_task_id`, a child job of that (running) task (seed 001)."""
+        now = self.clock()
         with self._write() as s:
+            parent_job_id = None
+            if new.parent_task_id is not None:
+                parent = s.task(new.parent_task_id)
+                if parent.status != TaskStatus.IN_PROGRESS:
+                    raise ParentTaskNotRunning(
+                        f"parent task {parent.id} is {parent.status}: child jobs are created by "
+                        "its running handler"
+                    )
+                parent_job_id = parent.job_id
+            job = Job.create(
+                name=new.name,
+                data=new.data,
+                priority=new.priority,
+                user_metadata=new.user_metadata,
+                traceparent=new.traceparent,
+                tracestate=new.tracestate,
+                now=now,
+                mode=new.mode,
+                parent_task_id=new.parent_task_id,
+                parent_job_id=parent_job_id,
+            )
             s.save(job)
+        return job
+
+    def finish_job(self, job_id: UUID) -> Job:
+        """Seed 004's finish: no new stages or tasks; the job completes when its work is done."""
+        now = self.clock()
+        with self._write() as s:
+            job = s.job(job_id)
+            if job.finish(now):
+                phase = job.next_phase(now, Actor.API)
+                s.save(job)
+                self._after_phase(s, job, phase, now)
         return job
 
     def set_job_status(self, job_id: UUID, target: JobStatus) -> Job:
@@ -74,14 +105,23 @@ class Jobnik(WorkCommands):
             if target is not JobStatus.ABORTED:
                 s.save(job)
                 return job
-            stages = s.stages_of(job_id)
-            for stage in stages:
-                stage.abort(now, Actor.SYSTEM, "job aborted")
-            tasks = s.queued_tasks(job_id)
-            for task in tasks:
-                task.abort(now, Actor.SYSTEM, "job aborted")
-            s.save(job, *stages, *tasks)
+            self._abort_contents(s, job, now)
+            self._job_ended(s, job, now)
         return job
+
+    def _abort_contents(self, s: Session, job: Job, now: datetime) -> None:
+        """Save the aborted `job` with its unfinished stages, its waiting tasks and, depth
+        first, its unfinished child jobs (their parent tasks will never decide)."""
+        stages = s.stages_of(job.id)
+        for stage in stages:
+            stage.abort(now, Actor.SYSTEM, "job aborted")
+        tasks = s.queued_tasks(job.id)
+        for task in tasks:
+            task.abort(now, Actor.SYSTEM, "job aborted")
+        s.save(job, *stages, *tasks)
+        for child in s.child_jobs(job.id):
+            child.abort(now, Actor.SYSTEM, "parent job aborted")
+            self._abort_contents(s, child, now)
 
     def change_priority(self, job_id: UUID, priority: Priority) -> bool:
         """False when the job already has that priority (the API answers 204)."""
@@ -112,8 +152,8 @@ class Jobnik(WorkCommands):
         with self._write() as s:
             job = s.job(job_id)
             stage_id = uuid4()
-            order = job.append_stage(stage_id, now, Actor.API)
-            previous = s.stage_at(job_id, order - 1) if order > 1 else None
+            order = job.append_stage(stage_id, now, Actor.API, completion=new.completion)
+            previous = self._normal_before(s, job, order)
             stage = Stage.add(
                 id=stage_id,
                 job_id=job_id,
@@ -127,6 +167,8 @@ class Jobnik(WorkCommands):
                 previous_completed=previous is not None
                 and previous.status == StageStatus.COMPLETED,
                 now=now,
+                completion=new.completion,
+                failure_patterns=new.failure_patterns,
             )
             s.save(job, stage)
         return stage
@@ -135,7 +177,7 @@ class Jobnik(WorkCommands):
         """A user's PUT PENDING on a stage (rules §4.2); a PENDING stage is a no-op."""
         with self._write() as s:
             stage = s.stage(stage_id)
-            previous = s.stage_at(stage.job_id, stage.order - 1) if stage.order > 1 else None
+            previous = self._normal_before(s, s.job(stage.job_id), stage.order)
             stage.release(previous, self.clock(), Actor.API)
             s.save(stage)
         return stage
@@ -156,6 +198,8 @@ class Jobnik(WorkCommands):
         with self._write() as s:
             stage = s.stage(stage_id)
             stage.check_tasks_can_be_added()
+            if not stage.completion:  # completion stages take tasks until the job ends
+                s.job(stage.job_id).check_not_finishing()
             tasks = [
                 Task.create(
                     stage_id=stage.id,

@@ -98,6 +98,30 @@ class AddTasksNotAllowed(InvalidRequest):
     code = "NOT_ALLOWED_TO_ADD_TASKS_TO_IN_PROGRESS_STAGE"
 
 
+class JobFinishing(InvalidRequest):
+    """the job is finishing (seed 004): it accepts no new stages or tasks"""
+
+    code = "JOB_FINISHING"
+
+
+class CompletionStageHeld(InvalidRequest):
+    """a completion stage starts by itself when every normal stage has completed"""
+
+    code = "COMPLETION_STAGE_HELD"
+
+
+class DelegationRefused(InvalidRequest):
+    """a task can be delegated only while its attempt runs and after it created child jobs"""
+
+    code = "DELEGATION_REFUSED"
+
+
+class ParentTaskNotRunning(InvalidRequest):
+    """a child job's parent task must be IN_PROGRESS (its handler creates the children)"""
+
+    code = "PARENT_TASK_NOT_IN_PROGRESS"
+
+
 class UpdateConflict(JobnikError):
     """The entity changed since it was read."""
 

@@ -9,10 +9,11 @@ from uuid import UUID, uuid4
 from jobnik.domain.base import Entity
 from jobnik.domain.errors import (
     IllegalJobTransition,
+    JobFinishing,
     JobInFiniteState,
     JobNotInFiniteState,
 )
-from jobnik.domain.statuses import JOB_FINAL, JOB_TRANSITIONS, Actor, Priority
+from jobnik.domain.statuses import JOB_FINAL, JOB_TRANSITIONS, Actor, JobMode, Priority
 from jobnik.domain.statuses import JobStatus as S
 
 
@@ -35,14 +36,33 @@ class Job(Entity):
         start_time: datetime | None
         end_time: datetime | None
         deleted: bool
+        mode: str
+        parent_task_id: UUID | None
+        parent_job_id: UUID | None
+        completion_stages: int
+        finishing: bool
+        completing: bool
+        finish_time: datetime | None
 
     class JobCreated(Entity.Created):
+        """`mode`: seed 004's runOnce or standard; `parent_task_id`: the delegating task."""
+
+        class_version = 2
+
         name: str
         data: dict[str, Any]
         priority: str
         user_metadata: dict[str, Any]
         traceparent: str
         tracestate: str | None
+        mode: str
+        parent_task_id: UUID | None
+        parent_job_id: UUID | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """v1 (before modes and delegation): a runOnce job with no parent."""
+            state.update(mode=str(JobMode.RUN_ONCE), parent_task_id=None, parent_job_id=None)
 
         def apply(self, job: Job) -> None:
             job.name, job.data, job.priority = self.name, self.data, self.priority
@@ -52,15 +72,40 @@ class Job(Entity):
             job.stage_count = job.completed_stages = 0
             job.start_time = job.end_time = None
             job.deleted = False
+            job.mode, job.parent_task_id = self.mode, self.parent_task_id
+            job.parent_job_id = self.parent_job_id
+            job.completion_stages, job.finishing, job.completing = 0, False, False
+            job.finish_time = None
 
     class StageAppended(Entity.Event):
         """A stage joined the job (its order is the job's stage count)."""
 
+        class_version = 2
+
         stage_id: UUID
         order: int
+        completion: bool
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """v1 (before completion stages): a normal stage."""
+            state["completion"] = False
 
         def apply(self, job: Job) -> None:
             job.stage_count = self.order
+            job.completion_stages += 1 if self.completion else 0
+
+    class JobFinishing(Entity.Event):
+        """Seed 004's finish: nothing new is accepted; the job completes when its work is done."""
+
+        def apply(self, job: Job) -> None:
+            job.finishing, job.finish_time = True, self.timestamp
+
+    class JobCompleting(Entity.Event):
+        """Every normal stage completed: the completion stages run (seed 004's COMPLETING)."""
+
+        def apply(self, job: Job) -> None:
+            job.completing = True
 
     class JobStarted(Entity.Event):
         def apply(self, job: Job) -> None:
@@ -136,6 +181,9 @@ class Job(Entity):
         now: datetime,
         actor: Actor = Actor.API,
         id: UUID | None = None,
+        mode: JobMode = JobMode.RUN_ONCE,
+        parent_task_id: UUID | None = None,
+        parent_job_id: UUID | None = None,
     ) -> Job:
         return cls._create(
             cls.JobCreated,
@@ -149,23 +197,81 @@ class Job(Entity):
             user_metadata=user_metadata,
             traceparent=traceparent,
             tracestate=tracestate,
+            mode=str(mode),
+            parent_task_id=parent_task_id,
+            parent_job_id=parent_job_id,
         )
 
     @property
     def is_final(self) -> bool:
         return self.status in JOB_FINAL
 
+    @property
+    def closes_by_itself(self) -> bool:
+        """Whether the job completes once its work is done: runOnce, or standard and finished."""
+        return self.mode == JobMode.RUN_ONCE or self.finishing
+
+    @property
+    def normal_stages(self) -> int:
+        return self.stage_count - self.completion_stages
+
+    def check_accepts_work(self) -> None:
+        """New stages or tasks: refused once the job is final, finishing or completing."""
+        if self.is_final:
+            raise JobInFiniteState
+        self.check_not_finishing()
+
+    def check_not_finishing(self) -> None:
+        """Tasks of normal stages: refused once the job is finishing (Jobnik's own checks on
+        the stage's status still apply)."""
+        if self.finishing or self.completing:
+            raise JobFinishing
+
     def _check(self, target: S) -> None:
         if target not in JOB_TRANSITIONS[S(self.status)]:
             raise IllegalJobTransition.between(self.status, target)
 
-    def append_stage(self, stage_id: UUID, now: datetime, actor: Actor) -> int:
-        """Give a new stage the next order; refused once the job is final."""
+    def append_stage(
+        self, stage_id: UUID, now: datetime, actor: Actor, *, completion: bool = False
+    ) -> int:
+        """Give a new stage the next order; refused once the job is final or finishing."""
+        self.check_accepts_work()
+        order = self.stage_count + 1
+        self._emit(
+            self.StageAppended, now, actor, stage_id=stage_id, order=order, completion=completion
+        )
+        return order
+
+    def finish(self, now: datetime) -> bool:
+        """Seed 004's finish command. False (no event) when already finishing."""
         if self.is_final:
             raise JobInFiniteState
-        order = self.stage_count + 1
-        self._emit(self.StageAppended, now, actor, stage_id=stage_id, order=order)
-        return order
+        if self.finishing:
+            return False
+        self._emit(self.JobFinishing, now, Actor.API, "finish requested")
+        return True
+
+    def next_phase(self, now: datetime, actor: Actor) -> str | None:
+        """After a stage completed or a finish: 'completing' when the completion stages are due
+        (the caller releases them), 'completed' when the job just completed, else None."""
+        if self.is_final or not self.closes_by_itself:
+            return None
+        if self.completed_stages < self.normal_stages:
+            return None
+        if self.completion_stages and not self.completing:
+            self._emit(self.JobCompleting, now, actor, "every normal stage completed")
+            return "completing"
+        if self.completed_stages == self.stage_count:
+            self._check(S.COMPLETED)
+            reason = "all stages completed" if self.stage_count else "finished with no stages"
+            self._emit(self.JobCompleted, now, actor, reason)
+            return "completed"
+        return None
+
+    def abort(self, now: datetime, actor: Actor, reason: str) -> None:
+        """Aborted with its parent (a delegating task's job was aborted); final jobs stay."""
+        if not self.is_final:
+            self._emit(self.JobAborted, now, actor, reason, previous=self.status)
 
     def request_status(self, target: S, now: datetime, reason: str | None = None) -> None:
         """A user's PUT status: PENDING (resume or start), PAUSED or ABORTED."""
@@ -186,8 +292,9 @@ class Job(Entity):
         if self.status == S.PENDING:
             self._emit(self.JobStarted, now, actor)
 
-    def stage_completed(self, stage_id: UUID, now: datetime, actor: Actor) -> None:
-        """Count a completed stage; the job completes when every stage has (rules §5 R6)."""
+    def stage_completed(self, stage_id: UUID, now: datetime, actor: Actor) -> str | None:
+        """Count a completed stage; the job completes when every stage has (rules §5 R6) and
+        it closes by itself (seed 004). Returns what `next_phase` says."""
         done = self.completed_stages + 1
         percentage = (done * 100) // self.stage_count if self.stage_count else 0
         self._emit(
@@ -198,9 +305,7 @@ class Job(Entity):
             completed_stages=done,
             percentage=percentage,
         )
-        if done == self.stage_count and not self.is_final:
-            self._check(S.COMPLETED)
-            self._emit(self.JobCompleted, now, actor, "all stages completed")
+        return self.next_phase(now, actor)
 
     def stage_failed(self, stage_id: UUID, now: datetime, actor: Actor) -> None:
         """A stage failed: the job fails (rules §5 R8)."""

@@ -27,6 +27,7 @@ class Summary:
     retried: int = 0
     aborted: int = 0
     total: int = 0
+    delegated: int = 0
 
     @property
     def percentage(self) -> int:
@@ -46,7 +47,22 @@ class Session(Protocol):
 
     def stages_of(self, job_id: UUID) -> list[Stage]: ...
 
-    def queued_tasks(self, job_id: UUID) -> list[Task]: ...
+    def queued_tasks(self, job_id: UUID) -> list[Task]:
+        """The job's tasks waiting for a worker or for their child jobs (PENDING, RETRIED,
+        DELEGATED): what an abort takes with it at once."""
+        ...
+
+    def children_of(self, task_id: UUID) -> list[Job]:
+        """The child jobs created by `task_id` (seed 001), oldest first."""
+        ...
+
+    def child_jobs(self, job_id: UUID) -> list[Job]:
+        """The unfinished child jobs of any task of `job_id`."""
+        ...
+
+    def stale_delegations(self, before: datetime, limit: int) -> list[Task]:
+        """DELEGATED tasks since before `before` whose child jobs have all ended."""
+        ...
 
     def claim(self, stage_type: str) -> Task | None:
         """The next eligible task of `stage_type` (priority, then enqueue order), locked."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
@@ -9,7 +11,9 @@ from uuid import UUID, uuid4
 from jobnik.domain.base import Entity
 from jobnik.domain.errors import (
     AddTasksNotAllowed,
+    CompletionStageHeld,
     IllegalStageTransition,
+    InvalidRequest,
     StageInFiniteState,
 )
 from jobnik.domain.statuses import STAGE_FINAL, STAGE_TRANSITIONS, Actor
@@ -31,8 +35,15 @@ class Stage(Entity):
         status: str
         start_time: datetime | None
         end_time: datetime | None
+        completion: bool
+        failure_patterns: list[str]
 
     class StageAdded(Entity.Created):
+        """`completion`: held until every normal stage completed (seed 004's completion phase);
+        `failure_patterns`: a completion whose result matches one is a failure (seed 001)."""
+
+        class_version = 2
+
         job_id: UUID
         order: int
         type: str
@@ -41,6 +52,13 @@ class Stage(Entity):
         traceparent: str
         tracestate: str | None
         status: str
+        completion: bool
+        failure_patterns: list[str]
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """v1: a normal stage without failure patterns."""
+            state.update(completion=False, failure_patterns=[])
 
         def apply(self, stage: Stage) -> None:
             stage.job_id, stage.order, stage.type = self.job_id, self.order, self.type
@@ -48,6 +66,7 @@ class Stage(Entity):
             stage.traceparent, stage.tracestate = self.traceparent, self.tracestate
             stage.status = self.status
             stage.start_time = stage.end_time = None
+            stage.completion, stage.failure_patterns = self.completion, self.failure_patterns
 
     class StageReleased(Entity.Event):
         """CREATED/WAITING → PENDING, by a user or because the previous stage completed."""
@@ -108,9 +127,22 @@ class Stage(Entity):
         previous_completed: bool,
         now: datetime,
         actor: Actor = Actor.API,
+        completion: bool = False,
+        failure_patterns: Sequence[str] = (),
     ) -> Stage:
-        """WAITING if asked; PENDING if first or after a completed stage; else CREATED."""
-        if start_as_waiting:
+        """WAITING if asked; PENDING if first or after a completed stage; else CREATED.
+
+        A completion stage is CREATED (held) until the job's completion phase releases it."""
+        for pattern in failure_patterns:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise InvalidRequest(
+                    f"request/body/failurePatterns: {pattern!r} is not a valid pattern: {e}"
+                ) from e
+        if completion:
+            status = S.CREATED
+        elif start_as_waiting:
             status = S.WAITING
         elif order == 1 or previous_completed:
             status = S.PENDING
@@ -130,7 +162,20 @@ class Stage(Entity):
             traceparent=traceparent,
             tracestate=tracestate,
             status=str(status),
+            completion=completion,
+            failure_patterns=list(failure_patterns),
         )
+
+    def failure_in(self, result: Any) -> str | None:
+        """The reason a result counts as a failure: a string in it matches a failure pattern."""
+        if not self.failure_patterns or result is None:
+            return None
+        for text in _strings(result):
+            for pattern in self.failure_patterns:
+                found = re.search(pattern, text)
+                if found:
+                    return f"result matches failure pattern {pattern!r}: {found.group(0)[:200]!r}"
+        return None
 
     @property
     def is_final(self) -> bool:
@@ -151,6 +196,8 @@ class Stage(Entity):
         """A user's PUT PENDING, with the rules' order of checks (rules §4.2)."""
         if self.status == S.PENDING:
             return
+        if self.completion:
+            raise CompletionStageHeld
         if previous_stage is not None and previous_stage.status != S.COMPLETED:
             raise IllegalStageTransition("Previous stage is not COMPLETED")
         self._check(S.PENDING)
@@ -164,13 +211,27 @@ class Stage(Entity):
         )
 
     def release_after_previous(self, now: datetime, actor: Actor) -> None:
-        """The previous stage completed: a CREATED stage becomes PENDING; WAITING stays (R6.1)."""
-        if self.status == S.CREATED:
+        """The previous stage completed: a CREATED stage becomes PENDING; WAITING stays (R6.1).
+
+        Completion stages wait for the completion phase instead."""
+        if self.status == S.CREATED and not self.completion:
             self._emit(
                 self.StageReleased,
                 now,
                 actor,
                 "previous stage completed",
+                job_id=self.job_id,
+                previous=self.status,
+            )
+
+    def release_for_completion(self, now: datetime, actor: Actor) -> None:
+        """The job's completion phase began: a held completion stage becomes PENDING."""
+        if self.completion and self.status == S.CREATED:
+            self._emit(
+                self.StageReleased,
+                now,
+                actor,
+                "completion phase",
                 job_id=self.job_id,
                 previous=self.status,
             )
@@ -182,9 +243,12 @@ class Stage(Entity):
         self._emit(self.StageStarted, now, actor, job_id=self.job_id)
         return True
 
-    def complete(self, now: datetime, actor: Actor) -> None:
-        self._check(S.COMPLETED)
-        self._emit(self.StageCompleted, now, actor, "all tasks completed", job_id=self.job_id)
+    def complete(self, now: datetime, actor: Actor, reason: str = "all tasks completed") -> None:
+        """IN_PROGRESS → COMPLETED; a released completion stage with no tasks completes from
+        PENDING (seed 004: an empty completion phase ends at once)."""
+        if not (self.completion and self.status == S.PENDING):
+            self._check(S.COMPLETED)
+        self._emit(self.StageCompleted, now, actor, reason, job_id=self.job_id)
 
     def fail(self, task_id: UUID, now: datetime, actor: Actor) -> bool:
         """A task failed for good: the stage fails unless it has already (R7). True if it failed."""
@@ -206,3 +270,15 @@ class Stage(Entity):
         self, user_metadata: dict[str, Any], now: datetime, actor: Actor
     ) -> None:
         self._emit(self.StageUserMetadataReplaced, now, actor, user_metadata=user_metadata)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON value (keys excluded), depth first."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)

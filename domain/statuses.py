@@ -35,6 +35,15 @@ class TaskStatus(StrEnum):
     FAILED = "FAILED"
     RETRIED = "RETRIED"
     ABORTED = "ABORTED"
+    DELEGATED = "DELEGATED"  # jobnik: waiting for its child jobs (seed 001), then re-queued
+
+
+class JobMode(StrEnum):
+    """Seed 004's job modes. runOnce (Jobnik's semantics): the job completes when its stages
+    have; standard: it stays open for new stages until finished (POST /v1/jobs/{id}/finish)."""
+
+    RUN_ONCE = "runOnce"
+    STANDARD = "standard"
 
 
 class Priority(StrEnum):
@@ -64,7 +73,8 @@ J, S, T = JobStatus, StageStatus, TaskStatus
 
 JOB_TRANSITIONS: Final[Mapping[JobStatus, frozenset[JobStatus]]] = {
     J.CREATED: frozenset({J.PENDING, J.PAUSED, J.ABORTED}),
-    J.PENDING: frozenset({J.IN_PROGRESS, J.PAUSED, J.ABORTED}),
+    # PENDING → COMPLETED: a finished job with no work left (seed 004's finish).
+    J.PENDING: frozenset({J.IN_PROGRESS, J.PAUSED, J.COMPLETED, J.ABORTED}),
     # COMPLETED/FAILED from PAUSED: a paused job still completes (jobnik-rules §20 #3).
     J.IN_PROGRESS: frozenset({J.PAUSED, J.COMPLETED, J.FAILED, J.ABORTED}),
     J.PAUSED: frozenset({J.PENDING, J.IN_PROGRESS, J.COMPLETED, J.FAILED, J.ABORTED}),
@@ -87,8 +97,11 @@ TASK_TRANSITIONS: Final[Mapping[TaskStatus, frozenset[TaskStatus]]] = {
     T.CREATED: frozenset({T.PENDING, T.ABORTED}),
     T.PENDING: frozenset({T.IN_PROGRESS, T.ABORTED}),
     # IN_PROGRESS → PENDING: a worker hands an unfinished task back (jobnik's addition)
-    T.IN_PROGRESS: frozenset({T.PENDING, T.COMPLETED, T.FAILED, T.RETRIED, T.ABORTED}),
+    # IN_PROGRESS → DELEGATED: the handler created child jobs and waits for them (seed 001)
+    T.IN_PROGRESS: frozenset({T.PENDING, T.COMPLETED, T.FAILED, T.RETRIED, T.ABORTED, T.DELEGATED}),
     T.RETRIED: frozenset({T.IN_PROGRESS, T.ABORTED}),
+    # DELEGATED → PENDING: every child job ended; the task is re-dispatched
+    T.DELEGATED: frozenset({T.PENDING, T.ABORTED}),
     T.COMPLETED: frozenset(),
     T.FAILED: frozenset(),
     T.ABORTED: frozenset(),
@@ -102,3 +115,5 @@ TASK_FINAL: Final = frozenset({T.COMPLETED, T.FAILED, T.ABORTED})
 JOB_DEQUEUEABLE: Final = frozenset({J.PENDING, J.IN_PROGRESS})
 STAGE_DEQUEUEABLE: Final = frozenset({S.PENDING, S.IN_PROGRESS})
 TASK_QUEUED: Final = frozenset({T.PENDING, T.RETRIED})
+# Tasks a job's abort takes with it at once (IN_PROGRESS ones end with their worker's report).
+TASK_ABORTABLE: Final = frozenset({T.PENDING, T.RETRIED, T.DELEGATED})

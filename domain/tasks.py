@@ -38,6 +38,9 @@ class Task(Entity):
         end_time: datetime | None
         lease_seconds: int
         lease_expires_at: datetime | None
+        result: dict[str, Any] | None
+        delegations: int
+        delegated_at: datetime | None
 
     class TaskCreated(Entity.Created):
         stage_id: UUID
@@ -58,6 +61,7 @@ class Task(Entity):
             task.status = str(S.PENDING)
             task.start_time = task.end_time = task.lease_expires_at = None
             task.lease_seconds = 0
+            task.result, task.delegations, task.delegated_at = None, 0, None
 
     class TaskDequeued(Entity.Event):
         """Attempt number `attempt` opened, leased until `lease_expires_at`."""
@@ -92,11 +96,54 @@ class Task(Entity):
             task.lease_expires_at = self.lease_expires_at
 
     class TaskCompleted(Entity.Event):
+        """Done; `result` is what the handler returned (kept, shown, handed to a parent task)."""
+
+        class_version = 2
+
         stage_id: UUID
         attempt: int
+        result: dict[str, Any] | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """v1 (before results): no result."""
+            state["result"] = None
 
         def apply(self, task: Task) -> None:
             task.status, task.end_time, task.lease_expires_at = S.COMPLETED, self.timestamp, None
+            task.result = self.result
+
+    class TaskDelegated(Entity.Event):
+        """The handler created child jobs and waits for them: no lease, no attempt spent."""
+
+        stage_id: UUID
+        job_id: UUID
+        attempt: int
+        open_children: int
+
+        def apply(self, task: Task) -> None:
+            task.status, task.lease_expires_at = S.DELEGATED, None
+            task.delegations, task.delegated_at = task.delegations + 1, self.timestamp
+
+    class TaskChildEnded(Entity.Event):
+        """A child job of this delegated task ended; `open_children` are still running."""
+
+        job_id: UUID
+        child_job_id: UUID
+        child_status: str
+        open_children: int
+
+        def apply(self, task: Task) -> None:
+            pass
+
+    class TaskRedispatched(Entity.Event):
+        """Every child job ended: the task is queued again for its handler to decide."""
+
+        stage_id: UUID
+        job_id: UUID
+
+        def apply(self, task: Task) -> None:
+            task.status, task.delegated_at = S.PENDING, None
 
     class TaskRetried(Entity.Event):
         """Back in the queue; `cause` is error (the handler failed) or timeout (lease expired)."""
@@ -270,9 +317,51 @@ class Task(Entity):
             lease_expires_at=now + timedelta(seconds=self.lease_seconds),
         )
 
-    def complete(self, now: datetime, actor: Actor) -> None:
+    def complete(self, now: datetime, actor: Actor, result: dict[str, Any] | None = None) -> None:
         self._check(S.COMPLETED)
-        self._emit(self.TaskCompleted, now, actor, stage_id=self.stage_id, attempt=self.attempt)
+        self._emit(
+            self.TaskCompleted,
+            now,
+            actor,
+            stage_id=self.stage_id,
+            attempt=self.attempt,
+            result=result,
+        )
+
+    def delegate(self, open_children: int, now: datetime, actor: Actor) -> None:
+        """IN_PROGRESS → DELEGATED: wait for `open_children` child jobs to end."""
+        self._check(S.DELEGATED)
+        self._emit(
+            self.TaskDelegated,
+            now,
+            actor,
+            f"waiting for {open_children} child job(s)",
+            stage_id=self.stage_id,
+            job_id=self.job_id,
+            attempt=self.attempt,
+            open_children=open_children,
+        )
+
+    def child_ended(
+        self, child_job_id: UUID, child_status: str, open_children: int, now: datetime
+    ) -> None:
+        self._emit(
+            self.TaskChildEnded,
+            now,
+            Actor.SYSTEM,
+            f"child job {child_status}",
+            job_id=self.job_id,
+            child_job_id=child_job_id,
+            child_status=child_status,
+            open_children=open_children,
+        )
+
+    def redispatch(self, now: datetime, actor: Actor, reason: str) -> None:
+        """DELEGATED → PENDING: back in the queue; the handler sees its children's outcomes."""
+        self._check(S.PENDING)
+        self._emit(
+            self.TaskRedispatched, now, actor, reason, stage_id=self.stage_id, job_id=self.job_id
+        )
 
     def fail(
         self, now: datetime, actor: Actor, reason: str | None = None, *, cause: str = ERROR
@@ -302,10 +391,11 @@ class Task(Entity):
         reason: str | None = None,
         *,
         fatal: bool = False,
+        result: dict[str, Any] | None = None,
     ) -> None:
         """A worker's PUT status: COMPLETED or FAILED (fatal: without retry)."""
         if S(status) == S.COMPLETED:
-            self.complete(now, actor)
+            self.complete(now, actor, result)
         else:
             self.fail(now, actor, reason, cause=FATAL if fatal else ERROR)
 

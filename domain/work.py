@@ -5,10 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 from uuid import UUID
 
-from jobnik.domain.errors import StaleAttempt, TaskNotFound, TaskStatusUpdateFailed
+from jobnik.domain.errors import (
+    DelegationRefused,
+    StaleAttempt,
+    TaskNotFound,
+    TaskStatusUpdateFailed,
+)
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Session, Store
 from jobnik.domain.stages import Stage
@@ -69,8 +75,10 @@ class WorkCommands:
         attempt: int | None = None,
         reason: str | None = None,
         fatal: bool = False,
+        result: dict[str, Any] | None = None,
     ) -> Task:
-        """A worker's COMPLETED or FAILED, with every cascade (rules §5, §7).
+        """A worker's COMPLETED (with its `result`), FAILED or DELEGATED, with every cascade
+        (rules §5, §7; seed 001's delegation and semantic failures).
 
         With `attempt`, a report from an attempt that is no longer current is recorded and
         refused (StaleAttempt, 409). Without it (Jobnik's SDK), the task must not have changed
@@ -90,7 +98,7 @@ class WorkCommands:
                 refused = task.refuse(attempt, f"report {status}", now, Actor.WORKER)
                 s.save(task)
             else:
-                self._report(s, task, status, now, reason, fatal)
+                self._report(s, task, status, now, reason, fatal, result)
         if refused is not None:
             raise refused
         return task
@@ -103,15 +111,37 @@ class WorkCommands:
         now: datetime,
         reason: str | None,
         fatal: bool,
+        result: dict[str, Any] | None = None,
     ) -> None:
         stage, job = s.stage(task.stage_id), s.job(task.job_id)
         if job.status == JobStatus.ABORTED and task.status == TaskStatus.IN_PROGRESS:
             task.abort(now, Actor.WORKER, "late report after the job was aborted", status)
             s.save(task)
             return
-        task.report(status, now, Actor.WORKER, reason, fatal=fatal)
+        if status == TaskStatus.DELEGATED:
+            self._delegate(s, task, now)
+            return
+        failure = stage.failure_in(result) if status == TaskStatus.COMPLETED else None
+        if failure is not None:  # seed 001's semantic failure detection
+            task.fail(now, Actor.SYSTEM, failure)
+        else:
+            task.report(status, now, Actor.WORKER, reason, fatal=fatal, result=result)
         s.save(task)
         self._cascade(s, task, stage, job, now)
+
+    def _delegate(self, s: Session, task: Task, now: datetime) -> None:
+        """The handler created child jobs: the task waits for them, or goes back to the queue
+        at once when they have all ended already."""
+        children = s.children_of(task.id)
+        if not children:
+            raise DelegationRefused(
+                f"task {task.id} has no child jobs: create them with parentTaskId first"
+            )
+        open_children = sum(1 for c in children if not c.is_final)
+        task.delegate(open_children, now, Actor.WORKER)
+        if open_children == 0:
+            task.redispatch(now, Actor.SYSTEM, "every child job had ended already")
+        s.save(task)
 
     def _cascade(self, s: Session, task: Task, stage: Stage, job: Job, now: datetime) -> None:
         """After a task's outcome: stage and job completion or failure (rules §5 R5-R8)."""
@@ -120,14 +150,85 @@ class WorkCommands:
             if summary.completed != summary.total or stage.status != StageStatus.IN_PROGRESS:
                 return
             stage.complete(now, Actor.SYSTEM)
-            following = s.stage_at(job.id, stage.order + 1)
-            if following is not None:
-                following.release_after_previous(now, Actor.SYSTEM)
-            job.stage_completed(stage.id, now, Actor.SYSTEM)
-            s.save(stage, *([following] if following else []), job)
+            s.save(stage)
+            self._stage_completed(s, stage, job, now)
         elif task.status == TaskStatus.FAILED and stage.fail(task.id, now, Actor.SYSTEM):
             job.stage_failed(stage.id, now, Actor.SYSTEM)
             s.save(stage, job)
+            self._job_ended(s, job, now)
+
+    def _stage_completed(self, s: Session, stage: Stage, job: Job, now: datetime) -> None:
+        """Release the next normal stage, count the stage on the job, and move its phase."""
+        following = None if stage.completion else self._normal_after(s, job, stage.order)
+        if following is not None:
+            following.release_after_previous(now, Actor.SYSTEM)
+        phase = job.stage_completed(stage.id, now, Actor.SYSTEM)
+        s.save(*([following] if following else []), job)
+        if stage.completion and phase is None:
+            phase = "completing"  # the next completion stage's turn
+        self._after_phase(s, job, phase, now)
+
+    def _after_phase(self, s: Session, job: Job, phase: str | None, now: datetime) -> None:
+        """COMPLETING releases the next completion stage (one at a time, in order; an empty one
+        completes at once); a job that ended may let its parent task be re-dispatched."""
+        if phase == "completing":
+            for stage in s.stages_of(job.id):
+                if not (stage.completion and stage.status == StageStatus.CREATED):
+                    continue
+                stage.release_for_completion(now, Actor.SYSTEM)
+                if s.summary(stage.id).total:
+                    s.save(stage)
+                    return
+                stage.complete(now, Actor.SYSTEM, "no completion tasks")
+                phase = job.stage_completed(stage.id, now, Actor.SYSTEM)
+                s.save(stage, job)
+        if phase == "completed":
+            self._job_ended(s, job, now)
+
+    def _job_ended(self, s: Session, job: Job, now: datetime) -> None:
+        """A child job ended: its delegated parent task hears of it, and is re-dispatched
+        when it was the last open child (seed 001's parent dispatch)."""
+        if not job.is_final or job.parent_task_id is None:
+            return
+        try:
+            parent = s.task(job.parent_task_id)
+        except TaskNotFound:  # the parent's job was deleted
+            return
+        if parent.status != TaskStatus.DELEGATED:
+            return
+        open_children = sum(1 for c in s.children_of(parent.id) if not c.is_final)
+        parent.child_ended(job.id, job.status, open_children, now)
+        if open_children == 0:
+            parent.redispatch(now, Actor.SYSTEM, "every child job ended")
+        s.save(parent)
+
+    @staticmethod
+    def _normal_before(s: Session, job: Job, order: int) -> Stage | None:
+        """The normal stage before `order` (completion stages run apart, after the rest)."""
+        if not job.completion_stages:
+            return s.stage_at(job.id, order - 1) if order > 1 else None
+        before = [st for st in s.stages_of(job.id) if st.order < order and not st.completion]
+        return before[-1] if before else None
+
+    @staticmethod
+    def _normal_after(s: Session, job: Job, order: int) -> Stage | None:
+        if not job.completion_stages:
+            return s.stage_at(job.id, order + 1)
+        after = [st for st in s.stages_of(job.id) if st.order > order and not st.completion]
+        return after[0] if after else None
+
+    def redispatch_stale(self, stale_after: timedelta, limit: int = 1000) -> list[Task]:
+        """Seed 001's safety net: delegated tasks whose child jobs have all ended but that were
+        not re-dispatched within `stale_after` go back to the queue. Normally finds none."""
+        now = self.clock()
+        with self._write() as s:
+            stale = s.stale_delegations(now - stale_after, limit)
+            for task in stale:
+                task.redispatch(
+                    now, Actor.SYSTEM, "safety net: every child job had ended, not re-dispatched"
+                )
+            s.save(*stale)
+        return stale
 
     def heartbeat(self, task_id: UUID, attempt: int) -> Beat:
         """Extend the current attempt's lease; says whether the job was aborted meanwhile."""

@@ -70,6 +70,7 @@ SUMMARY_KEY: Final = {
     TaskStatus.CREATED: "created",
     TaskStatus.RETRIED: "retried",
     TaskStatus.ABORTED: "aborted",
+    TaskStatus.DELEGATED: "delegated",
 }
 OPEN_JOB: Final = frozenset({JobStatus.PENDING, JobStatus.IN_PROGRESS})
 
@@ -117,6 +118,13 @@ def _job_created(e: Job.JobCreated, _: int) -> list[Op]:
                 "update_time": e.timestamp,
                 "start_time": None,
                 "end_time": None,
+                "mode": e.mode,
+                "parent_task_id": e.parent_task_id,
+                "parent_job_id": e.parent_job_id,
+                "completion_stages": 0,
+                "finishing": False,
+                "completing": False,
+                "finish_time": None,
             },
         )
     ]
@@ -182,6 +190,8 @@ def _stage_added(e: Stage.StageAdded, _: int) -> list[Op]:
                 "update_time": e.timestamp,
                 "start_time": None,
                 "end_time": None,
+                "completion": e.completion,
+                "failure_patterns": e.failure_patterns,
             },
         ),
         Insert(SUMMARIES, {"stage_id": e.originator_id, "job_id": e.job_id}),
@@ -212,6 +222,9 @@ def _task_created(e: Task.TaskCreated, position: int) -> list[Op]:
                 "update_time": e.timestamp,
                 "start_time": None,
                 "end_time": None,
+                "result": None,
+                "delegations": 0,
+                "delegated_at": None,
             },
         ),
         _summary(e, pending=1, total=1),
@@ -258,6 +271,24 @@ def _task_returned(e: Task.TaskReturned, position: int) -> list[Op]:
     ]
 
 
+def _task_delegated(e: Task.TaskDelegated, _: int) -> list[Op]:
+    return [
+        _task(
+            e, status=TaskStatus.DELEGATED.value, lease_expires_at=None, delegated_at=e.timestamp
+        ),
+        Add(TASKS, {"id": e.originator_id}, {"delegations": 1}),
+        _summary(e, in_progress=-1, delegated=1),
+    ]
+
+
+def _task_redispatched(e: Task.TaskRedispatched, position: int) -> list[Op]:
+    return [
+        _task(e, status=TaskStatus.PENDING.value, delegated_at=None),
+        _summary(e, delegated=-1, pending=1),
+        Enqueue(e.originator_id, e.stage_id, position),
+    ]
+
+
 def _task_logged(e: Task.TaskLogged, position: int) -> list[Op]:
     lines: list[Op] = [
         Insert(
@@ -279,7 +310,12 @@ def _task_logged(e: Task.TaskLogged, position: int) -> list[Op]:
 
 PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Job.JobCreated: _job_created,
-    Job.StageAppended: lambda e, _: [_job(e, stage_count=e.order)],
+    Job.StageAppended: lambda e, _: [
+        _job(e, stage_count=e.order),
+        *([Add(JOBS, {"id": e.originator_id}, {"completion_stages": 1})] if e.completion else []),
+    ],
+    Job.JobFinishing: lambda e, _: [_job(e, finishing=True, finish_time=e.timestamp)],
+    Job.JobCompleting: lambda e, _: [_job(e, completing=True)],
     Job.JobStarted: lambda e, _: [
         _job(e, status=JobStatus.IN_PROGRESS.value, started=True, start_time=e.timestamp)
     ],
@@ -312,9 +348,18 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Task.TaskCreated: _task_created,
     Task.TaskDequeued: _task_dequeued,
     Task.TaskCompleted: lambda e, _: [
-        _task(e, status=TaskStatus.COMPLETED.value, end_time=e.timestamp, lease_expires_at=None),
+        _task(
+            e,
+            status=TaskStatus.COMPLETED.value,
+            end_time=e.timestamp,
+            lease_expires_at=None,
+            result=e.result,
+        ),
         _summary(e, in_progress=-1, completed=1),
     ],
+    Task.TaskDelegated: _task_delegated,
+    Task.TaskChildEnded: lambda e, _: [_task(e)],
+    Task.TaskRedispatched: _task_redispatched,
     Task.TaskRetried: _task_retried,
     Task.TaskFailed: lambda e, _: [
         _task(

@@ -14,10 +14,14 @@ statuses map onto it as follows (`SEED_STATUS`); the jobnik status is kept besid
     ABORTED       FAILED        seed 001 knows two terminal statuses; an abort is an explicit
                                 failure there (its parent dispatch fires on it, as on FAILED)
 
-DELEGATING and WAITING come with delegation (issue 5). Extension point: give `STATUS_AFTER` the
-new events (e.g. a job's `JobDelegated` → "DELEGATING", `JobWaiting` → "WAITING"); these names map
-to themselves in `SEED_STATUS`, and `COUNT_KEYS` already lists them, so nothing else changes
-(bump `LastStatus.version` so existing rows are rebuilt). Nothing produces them today.
+Delegation (seed 001's inference, from the events of the job's tasks):
+
+    TaskDelegated                        DELEGATING  the handler dispatched child jobs this run
+    TaskChildEnded, children still open  WAITING     a child ended, its siblings have not
+    TaskRedispatched                     IN_PROGRESS every child ended: the task runs again
+    then the job's own events            COMPLETED / FAILED as above
+
+A job with several delegating tasks shows the latest of these.
 
 "Most recent job" is the job of that name created last (highest log position of its
 JobCreated). `lastInteraction` is the time of the latest status event (creation included) of any
@@ -35,10 +39,11 @@ from uuid import UUID
 
 from jobnik.domain.jobs import Job
 from jobnik.domain.statuses import JobStatus
+from jobnik.domain.tasks import Task
 from jobnik.projections.catchup import Batch, CatchUpProjection, Sql
 from jobnik.projections.store import Cursor
 
-STATUS_AFTER: Final[Mapping[type, Callable[[Any], str]]] = {
+STATUS_AFTER: Final[Mapping[type, Callable[[Any], str | None]]] = {
     Job.JobCreated: lambda e: JobStatus.PENDING.value,
     Job.JobStarted: lambda e: JobStatus.IN_PROGRESS.value,
     Job.JobPaused: lambda e: JobStatus.PAUSED.value,
@@ -46,6 +51,9 @@ STATUS_AFTER: Final[Mapping[type, Callable[[Any], str]]] = {
     Job.JobCompleted: lambda e: JobStatus.COMPLETED.value,
     Job.JobFailed: lambda e: JobStatus.FAILED.value,
     Job.JobAborted: lambda e: JobStatus.ABORTED.value,
+    Task.TaskDelegated: lambda e: "DELEGATING",
+    Task.TaskChildEnded: lambda e: "WAITING" if e.open_children else None,
+    Task.TaskRedispatched: lambda e: JobStatus.IN_PROGRESS.value,
 }
 SEED_STATUS: Final[Mapping[str, str]] = {
     JobStatus.CREATED: "PENDING",
@@ -59,6 +67,13 @@ SEED_STATUS: Final[Mapping[str, str]] = {
     "WAITING": "WAITING",  # issue 5
 }
 COUNT_KEYS: Final = ("PENDING", "IN_PROGRESS", "DELEGATING", "WAITING", "COMPLETED", "FAILED")
+
+
+def job_of(event: Any) -> UUID:
+    """The job an event's status speaks of: a task event names its job."""
+    job_id: UUID = getattr(event, "job_id", event.originator_id)
+    return job_id
+
 
 NAMES, JOBS, COUNTS = "last_status_v1", "last_status_v1_jobs", "last_status_v1_counts"
 
@@ -95,10 +110,10 @@ class State:
 def step(state: State, event: Any, position: int) -> None:
     """Fold one event into `state`. Pure: no I/O, no clock."""
     status_of = STATUS_AFTER.get(type(event))
-    if status_of is None:
+    status = status_of(event) if status_of is not None else None
+    if status is None:
         return
-    status = status_of(event)
-    job_id = event.originator_id
+    job_id = job_of(event)
     if isinstance(event, Job.JobCreated):
         job = JobRow(job_id, event.name, status)
         state.counts[job.name, status] += 1
@@ -143,7 +158,7 @@ class LastStatus(CatchUpProjection):
     """lastStatus, lastInteraction and counts by status per job name."""
 
     name = "last_status"
-    version = 1
+    version = 2  # 2: DELEGATING and WAITING
     tables = (NAMES, JOBS, COUNTS)
     keys = {NAMES: ("name",), JOBS: ("job_id",), COUNTS: ("name", "status")}
     events = tuple(STATUS_AFTER)
@@ -192,7 +207,7 @@ class LastStatus(CatchUpProjection):
     def _load(self, cur: Cursor, batch: Batch, sql: Sql) -> State:
         """The stored rows of the jobs the batch changes (not creates) and of their names."""
         created = {e.originator_id for _, e in batch if isinstance(e, Job.JobCreated)}
-        wanted = {e.originator_id for _, e in batch} - created
+        wanted = {job_of(e) for _, e in batch} - created
         jobs = {
             r["job_id"]: JobRow(r["job_id"], r["name"], r["status"])
             for r in _select_in(cur, sql, f"SELECT * FROM {JOBS}", "job_id", wanted)
@@ -244,6 +259,35 @@ class JobDefinition:
     last_job_id: UUID
     counts: dict[str, int]  # seed 001 vocabulary, every key present
     job_counts: dict[str, int]  # jobnik's statuses, those with jobs
+    source_job: JobLink | None = None  # the last job's parent job (seed 001's sourceJob)
+    child_jobs: tuple[JobLink, ...] = ()  # the last job's child jobs
+
+
+@dataclass(frozen=True)
+class JobLink:
+    """A parent or child job, as the inline read model has it now (deleted jobs are gone)."""
+
+    job_id: UUID
+    name: str
+    status: str
+    task_id: UUID | None  # the delegating task
+
+
+def _links(cur: Cursor, job_id: UUID) -> tuple[JobLink | None, tuple[JobLink, ...]]:
+    p, d = cur.dialect.param, cur.dialect
+    select = "SELECT id, name, status, parent_task_id, parent_job_id FROM jobs_v1"
+    me = cur.one(f"{select} WHERE id = {p('j')}", {"j": d.dump("id", job_id)})
+    parent = None
+    if me is not None and me["parent_job_id"] is not None:
+        row = cur.one(f"{select} WHERE id = {p('j')}", {"j": d.dump("id", me["parent_job_id"])})
+        if row is not None:
+            parent = JobLink(row["id"], row["name"], row["status"], me["parent_task_id"])
+    rows = cur.all(
+        f"{select} WHERE parent_job_id = {p('j')} ORDER BY creation_time, id",
+        {"j": d.dump("parent_job_id", job_id)},
+    )
+    children = tuple(JobLink(r["id"], r["name"], r["status"], r["parent_task_id"]) for r in rows)
+    return parent, children
 
 
 def read(cur: Cursor, name: str) -> JobDefinition | None:
@@ -258,6 +302,7 @@ def read(cur: Cursor, name: str) -> JobDefinition | None:
     for status, n in job_counts.items():
         key = SEED_STATUS.get(status, status)
         counts[key] = counts.get(key, 0) + n
+    source, children = _links(cur, row["last_job_id"])
     return JobDefinition(
         name=row["name"],
         last_status=row["last_status"],
@@ -266,4 +311,6 @@ def read(cur: Cursor, name: str) -> JobDefinition | None:
         last_job_id=row["last_job_id"],
         counts=counts,
         job_counts=dict(sorted(job_counts.items())),
+        source_job=source,
+        child_jobs=children,
     )

@@ -5,13 +5,19 @@ from __future__ import annotations
 from typing import Final
 
 # Column kinds, so one loader turns either backend's row into the same Python values.
-JSON_COLUMNS: Final = frozenset({"data", "user_metadata"})
-UUID_COLUMNS: Final = frozenset({"id", "job_id", "stage_id", "task_id", "entity_id", "last_job_id"})
+JSON_COLUMNS: Final = frozenset({"data", "user_metadata", "result", "failure_patterns"})
+UUID_COLUMNS: Final = frozenset(
+    {"id", "job_id", "stage_id", "task_id", "entity_id", "last_job_id"}
+    | {"parent_task_id", "parent_job_id"}
+)
 TIME_COLUMNS: Final = frozenset(
     {"creation_time", "update_time", "start_time", "end_time", "lease_expires_at", "time"}
     | {"last_interaction", "rebuilt_at"}  # catch-up projections and their registry
+    | {"finish_time", "delegated_at"}
 )
-BOOL_COLUMNS: Final = frozenset({"started", "stage_open", "job_open", "deleted"})
+BOOL_COLUMNS: Final = frozenset(
+    {"started", "stage_open", "job_open", "deleted", "finishing", "completing", "completion"}
+)
 
 JOBS, STAGES, SUMMARIES = "jobs_v1", "stages_v1", "summaries_v1"
 TASKS, QUEUE, LOGS = "tasks_v1", "queue_v1", "task_logs_v1"
@@ -37,11 +43,18 @@ SUMMARY_COUNTERS: Final = (
     "retried",
     "aborted",
     "total",
+    "delegated",
 )
 
 _TYPES: Final = {
-    "postgres": {"uuid": "uuid", "json": "jsonb", "time": "timestamptz", "bool": "boolean"},
-    "sqlite": {"uuid": "TEXT", "json": "TEXT", "time": "TEXT", "bool": "INTEGER"},
+    "postgres": {
+        "uuid": "uuid",
+        "json": "jsonb",
+        "time": "timestamptz",
+        "bool": "boolean",
+        "false": "false",
+    },
+    "sqlite": {"uuid": "TEXT", "json": "TEXT", "time": "TEXT", "bool": "INTEGER", "false": "0"},
 }
 
 _DDL: Final = """
@@ -183,6 +196,34 @@ CREATE TABLE IF NOT EXISTS jobnik_projections (
     rebuilt_at {time}
 );
 """
+
+
+# Migration 6 (seed systems): delegation (seed 001), job modes and completion stages (seed 004),
+# task results. The defaults are what the projection writes for events from before them.
+_DDL_SEEDS: Final = """
+ALTER TABLE jobs_v1 ADD COLUMN mode TEXT NOT NULL DEFAULT 'runOnce';
+ALTER TABLE jobs_v1 ADD COLUMN parent_task_id {uuid};
+ALTER TABLE jobs_v1 ADD COLUMN parent_job_id {uuid};
+ALTER TABLE jobs_v1 ADD COLUMN completion_stages INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs_v1 ADD COLUMN finishing {bool} NOT NULL DEFAULT {false};
+ALTER TABLE jobs_v1 ADD COLUMN completing {bool} NOT NULL DEFAULT {false};
+ALTER TABLE jobs_v1 ADD COLUMN finish_time {time};
+CREATE INDEX IF NOT EXISTS jobs_v1_parent_task ON jobs_v1 (parent_task_id);
+CREATE INDEX IF NOT EXISTS jobs_v1_parent_job ON jobs_v1 (parent_job_id);
+ALTER TABLE stages_v1 ADD COLUMN completion {bool} NOT NULL DEFAULT {false};
+ALTER TABLE stages_v1 ADD COLUMN failure_patterns {json} NOT NULL DEFAULT '[]';
+ALTER TABLE summaries_v1 ADD COLUMN delegated INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tasks_v1 ADD COLUMN result {json};
+ALTER TABLE tasks_v1 ADD COLUMN delegations INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tasks_v1 ADD COLUMN delegated_at {time};
+CREATE INDEX IF NOT EXISTS tasks_v1_delegated ON tasks_v1 (delegated_at)
+    WHERE status = 'DELEGATED'
+"""
+
+
+def ddl_seeds(backend: str) -> list[str]:
+    """Migration 6: delegation, job modes, completion stages, task results."""
+    return _split(_DDL_SEEDS, backend)
 
 
 def _split(text: str, backend: str) -> list[str]:

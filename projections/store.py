@@ -39,6 +39,8 @@ from jobnik.projections.schema import JOBS, STAGES, SUMMARIES, TASKS
 
 log = logging.getLogger(__name__)
 
+FINAL_JOB_SQL = "('COMPLETED', 'FAILED', 'ABORTED')"
+
 
 class EventLog(Application[UUID]):
     """The library application: mapper (transcoding), recorder and repository of jobnik's events."""
@@ -256,8 +258,35 @@ class SqlSession:
     def queued_tasks(self, job_id: UUID) -> list[Task]:
         rows = self.cur.all(
             f"SELECT * FROM {TASKS} WHERE job_id = {self.p('job_id')} "
-            "AND status IN ('PENDING', 'RETRIED') ORDER BY creation_time, id",
+            "AND status IN ('PENDING', 'RETRIED', 'DELEGATED') ORDER BY creation_time, id",
             {"job_id": self.d.dump("job_id", job_id)},
+        )
+        return [cast(Task, self._remember(task_from_row(r))) for r in rows]
+
+    def _jobs(self, where: str, params: dict[str, Any]) -> list[Job]:
+        rows = self.cur.all(
+            f"SELECT * FROM {JOBS} WHERE {where} ORDER BY creation_time, id", params
+        )
+        return [cast(Job, self._remember(job_from_row(r))) for r in rows]
+
+    def children_of(self, task_id: UUID) -> list[Job]:
+        return self._jobs(
+            f"parent_task_id = {self.p('t')}", {"t": self.d.dump("parent_task_id", task_id)}
+        )
+
+    def child_jobs(self, job_id: UUID) -> list[Job]:
+        return self._jobs(
+            f"parent_job_id = {self.p('j')} AND status NOT IN {FINAL_JOB_SQL}",
+            {"j": self.d.dump("parent_job_id", job_id)},
+        )
+
+    def stale_delegations(self, before: datetime, limit: int) -> list[Task]:
+        rows = self.cur.all(
+            f"SELECT * FROM {TASKS} t WHERE status = 'DELEGATED' AND delegated_at < "
+            f"{self.p('before')} AND NOT EXISTS (SELECT 1 FROM {JOBS} j WHERE "
+            f"j.parent_task_id = t.id AND j.status NOT IN {FINAL_JOB_SQL}) "
+            f"ORDER BY delegated_at LIMIT {int(limit)}",
+            {"before": self.d.dump("delegated_at", before)},
         )
         return [cast(Task, self._remember(task_from_row(r))) for r in rows]
 

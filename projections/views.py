@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 STAGE_SELECT = (
     "SELECT s.*, m.pending, m.in_progress, m.completed, m.failed, m.created, m.retried, "
-    "m.aborted, m.total FROM stages_v1 s JOIN summaries_v1 m ON m.stage_id = s.id"
+    "m.aborted, m.total, m.delegated FROM stages_v1 s JOIN summaries_v1 m ON m.stage_id = s.id"
 )
 
 
@@ -37,6 +37,14 @@ class StageView:
 class JobView:
     job: Job
     stages: list[StageView] | None = None
+
+
+@dataclass(frozen=True)
+class ChildJob:
+    """A child job of a delegated task, with its tasks that completed with a result."""
+
+    job: Job
+    results: list[Task]
 
 
 class _Where:
@@ -99,9 +107,13 @@ class Views:
         from_date: datetime | None = None,
         end_date: datetime | None = None,
         with_stages: bool = False,
+        parent_task_id: UUID | None = None,
+        parent_job_id: UUID | None = None,
     ) -> list[JobView]:
         w = _Where(self.store)
         w.add("name", "=", name)
+        w.add("parent_task_id", "=", parent_task_id)
+        w.add("parent_job_id", "=", parent_job_id)
         w.add("priority", "=", priority)
         w.add("creation_time", ">=", from_date)
         w.add("creation_time", "<=", end_date)
@@ -184,6 +196,37 @@ class Views:
             if row is None:
                 raise StageNotFound
             return summary_from_row(row)
+
+    def held_by_workers(self, job_id: UUID) -> int:
+        """How many of the job's tasks are IN_PROGRESS (held by a worker)."""
+        with self.store.cursor(write=False) as cur:
+            row = cur.one(
+                "SELECT COALESCE(SUM(in_progress), 0) AS n FROM summaries_v1 "
+                f"WHERE job_id = {self.p('j')}",
+                {"j": self.d.dump("job_id", job_id)},
+            )
+            return int(row["n"]) if row else 0
+
+    def children(self, task_id: UUID) -> list[ChildJob]:
+        """The child jobs of `task_id` (seed 001), oldest first, with their tasks' results."""
+        by_task = self._by_id("t", task_id)
+        with self.store.cursor(write=False) as cur:
+            if cur.one(f"SELECT id FROM tasks_v1 WHERE id = {self.p('t')}", by_task) is None:
+                raise TaskNotFound
+            jobs = cur.all(
+                f"SELECT * FROM jobs_v1 WHERE parent_task_id = {self.p('t')} "
+                "ORDER BY creation_time, id",
+                by_task,
+            )
+            out = []
+            for row in jobs:
+                results = cur.all(
+                    f"SELECT * FROM tasks_v1 WHERE job_id = {self.p('j')} "
+                    "AND status = 'COMPLETED' AND result IS NOT NULL ORDER BY end_time, id",
+                    {"j": self.d.dump("job_id", row["id"])},
+                )
+                out.append(ChildJob(job_from_row(row), [task_from_row(r) for r in results]))
+            return out
 
     def _with_tasks(self, cur: Cursor, views: list[StageView]) -> list[StageView]:
         return [StageView(v.stage, v.summary, self._tasks_of(cur, v.stage.id)) for v in views]

@@ -1,10 +1,11 @@
-"""The `jobnik` command: serve the API, migrate, projections (status, rebuild, verify)."""
+"""The `jobnik` command: serve the API, migrate, workers, history, projections, job maintenance."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -23,6 +24,44 @@ worker = typer.Typer(help="Run task handlers against a jobnik API.", no_args_is_
 history = typer.Typer(help="A job's history from the event log.", no_args_is_help=True)
 app.add_typer(history, name="history")
 app.add_typer(worker, name="worker")
+jobs = typer.Typer(help="Maintenance of jobs and tasks.", no_args_is_help=True)
+app.add_typer(jobs, name="jobs")
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """'90', '90s', '15m', '2h' or '1d' as a timedelta."""
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in _UNITS else (text, "s")
+    try:
+        value = float(number)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a duration like 90s, 15m, 2h or 1d") from None
+    if value < 0:
+        raise typer.BadParameter("a duration cannot be negative")
+    return timedelta(seconds=value * _UNITS[unit])
+
+
+@jobs.command("redispatch")
+def jobs_redispatch(
+    stale_after: Annotated[
+        str, typer.Option(help="only tasks delegated longer ago than this (90s, 15m, 2h, 1d)")
+    ] = "15m",
+) -> None:
+    """Re-queue delegated tasks whose child jobs have all ended but that were not re-dispatched
+    (seed 001's safety net; it should normally find nothing)."""
+    from jobnik.domain.application import Jobnik
+
+    store = _store()
+    try:
+        found = Jobnik(store).redispatch_stale(parse_duration(stale_after))
+    finally:
+        store.close()
+    for task in found:
+        typer.echo(
+            f"re-dispatched task {task.id} (job {task.job_id}, stage type {task.stage_type})"
+        )
+    typer.echo(f"{len(found)} task(s) re-dispatched")
 
 
 def _store() -> SqlStore:

@@ -11,13 +11,16 @@ from jobnik.workers.consumer import Consumer
 from jobnik.workers.context import TaskContext
 from jobnik.workers.errors import ApiError, FatalTaskError
 from jobnik.workers.loop import Handler, Worker, WorkerStats
-from jobnik.workers.models import Heartbeat, Job, Stage, Task
+from jobnik.workers.models import DELEGATED, ChildJob, Delegated, Heartbeat, Job, Stage, Task
 from jobnik.workers.producer import Producer
 
 __all__ = [
+    "DELEGATED",
     "ApiError",
     "Backoff",
+    "ChildJob",
     "Consumer",
+    "Delegated",
     "FatalTaskError",
     "Handler",
     "Heartbeat",

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
 from jobnik.workers.client import JobnikClient
-from jobnik.workers.models import Heartbeat, Task
+from jobnik.workers.models import ChildJob, Heartbeat, Task
 
 
 class Consumer:
@@ -33,8 +33,17 @@ class Consumer:
             body["attempt"] = task.attempt
         return Task.from_json(self.client.put(f"/v1/tasks/{task.id}/status", body))
 
-    def complete(self, task: Task) -> Task:
-        return self._report(task, "COMPLETED")
+    def complete(self, task: Task, result: Mapping[str, Any] | None = None) -> Task:
+        """COMPLETED, with the task's `result` (kept, shown, handed to a parent task)."""
+        return self._report(task, "COMPLETED", **({"result": dict(result)} if result else {}))
+
+    def delegate(self, task: Task) -> Task:
+        """DELEGATED: the task created child jobs (parentTaskId) and waits for them to end."""
+        return self._report(task, "DELEGATED")
+
+    def children(self, task: Task) -> list[ChildJob]:
+        """The task's child jobs with their outcomes and their tasks' results."""
+        return [ChildJob.from_json(c) for c in self.client.get(f"/v1/tasks/{task.id}/children")]
 
     def fail(self, task: Task, reason: str | None = None, *, fatal: bool = False) -> Task:
         """FAILED; the server retries while attempts remain, unless `fatal`."""

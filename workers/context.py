@@ -8,7 +8,7 @@ from functools import cached_property
 from typing import Any
 
 from jobnik.workers.consumer import Consumer
-from jobnik.workers.models import Job, Stage, Task
+from jobnik.workers.models import ChildJob, Job, Stage, Task
 from jobnik.workers.producer import Producer
 
 
@@ -33,6 +33,21 @@ class TaskContext:
     @cached_property
     def job(self) -> Job:
         return self.producer.job(self.stage.job_id)
+
+    @property
+    def redispatched(self) -> bool:
+        """True when the task comes back after its child jobs ended (seed 001)."""
+        return self.task.delegations > 0
+
+    @cached_property
+    def children(self) -> list[ChildJob]:
+        """The task's child jobs, with their outcomes and results (fetched once)."""
+        return self.consumer.children(self.task)
+
+    def create_child_job(self, name: str, data: Mapping[str, Any], **options: Any) -> Job:
+        """A child job of this task (add its stages and tasks with `producer`); return
+        `DELEGATED` from the handler to wait for the children."""
+        return self.producer.create_job(name, data, parent_task_id=self.task.id, **options)
 
     @property
     def cancelled(self) -> bool:

@@ -19,7 +19,7 @@ from jobnik.workers.client import JobnikClient
 from jobnik.workers.consumer import Consumer
 from jobnik.workers.context import TaskContext
 from jobnik.workers.errors import ApiError, FatalTaskError
-from jobnik.workers.models import Task
+from jobnik.workers.models import Delegated, Task
 from jobnik.workers.producer import Producer
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,7 @@ class WorkerStats:
     done: int = 0
     failed: int = 0
     cancelled: int = 0  # reported, but the job had been aborted: recorded, moved nothing
+    delegated: int = 0  # waiting for child jobs
     refused: int = 0
     running: int = 0
 
@@ -42,8 +43,11 @@ class Worker:
     """Runs `handler(task, context)` for tasks of `stage_type`, `concurrency` at a time.
 
     A plain function runs in a worker thread; a coroutine function runs in its own event loop in
-    that thread. Returning reports COMPLETED; raising reports FAILED (the server retries while
-    attempts remain); raising `FatalTaskError` fails without retry. While a handler runs, the
+    that thread. Returning reports COMPLETED, with the returned dict (or `{"value": ...}` for
+    any other JSON value) as the task's result; returning `DELEGATED` after creating child jobs
+    (`context.create_child_job`) reports DELEGATED: the task waits for them and comes back with
+    `context.children`. Raising reports FAILED (the server retries while attempts remain);
+    raising `FatalTaskError` fails without retry. While a handler runs, the
     worker heartbeats its lease every `heartbeat_interval` seconds (the lease is `lease_seconds`,
     three intervals by default); an aborted job or a lost lease sets `context.cancelled`.
     `stop()` (or SIGTERM/SIGINT under `run()`) stops polling, waits up to `grace_period` seconds
@@ -153,11 +157,13 @@ class Worker:
             self.stats.running += 1
         extra = {"task_id": task.id, "attempt": task.attempt, "stage_type": self.stage_type}
         try:
-            outcome, reason, fatal = "COMPLETED", None, False
+            outcome, reason, fatal, result = "COMPLETED", None, False, None
             try:
                 result = self.handler(task, context)
                 if inspect.isawaitable(result):
-                    asyncio.run(_await(result))
+                    result = asyncio.run(_await(result))
+                if isinstance(result, Delegated):
+                    outcome = "DELEGATED"
             except FatalTaskError as exc:
                 outcome, reason, fatal = "FAILED", f"{type(exc).__name__}: {exc}", True
             except Exception as exc:  # reported, not a crash: the server decides RETRIED/FAILED
@@ -169,13 +175,17 @@ class Worker:
                 return
             try:
                 if outcome == "COMPLETED":
-                    after = self.consumer.complete(task)
+                    after = self.consumer.complete(task, _as_result(result))
+                elif outcome == "DELEGATED":
+                    after = self.consumer.delegate(task)
                 else:
                     after = self.consumer.fail(task, reason, fatal=fatal)
                 with self._lock:
                     if after.status == "ABORTED":
                         self.stats.cancelled += 1
-                    elif outcome == "COMPLETED":
+                    elif outcome == "DELEGATED":
+                        self.stats.delegated += 1
+                    elif after.status == "COMPLETED":
                         self.stats.done += 1
                     else:
                         self.stats.failed += 1
@@ -225,3 +235,10 @@ class Worker:
 
 async def _await(result: Awaitable[Any]) -> Any:
     return await result
+
+
+def _as_result(value: Any) -> dict[str, Any] | None:
+    """A handler's return value as a task result: a dict as is, None as none."""
+    if value is None or isinstance(value, dict):
+        return value
+    return {"value": value}

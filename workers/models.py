@@ -24,6 +24,8 @@ class Task:
     max_attempts: int
     attempt: int | None = None
     lease_expires_at: datetime | None = None
+    result: dict[str, Any] | None = None
+    delegations: int = 0  # how many times it waited for child jobs: > 0 on a re-dispatch
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -38,6 +40,8 @@ class Task:
             "maxAttempts",
             "attempt",
             "leaseExpiresAt",
+            "result",
+            "delegations",
         }
         return cls(
             id=body["id"],
@@ -49,6 +53,8 @@ class Task:
             max_attempts=body.get("maxAttempts", 1),
             attempt=body.get("attempt"),
             lease_expires_at=_time(body.get("leaseExpiresAt")),
+            result=body.get("result"),
+            delegations=body.get("delegations", 0),
             extra={k: v for k, v in body.items() if k not in known},
         )
 
@@ -120,3 +126,32 @@ class Heartbeat:
             lease_expires_at=_time(body.get("leaseExpiresAt")),
             cancelled=body["cancelled"],
         )
+
+
+@dataclass(frozen=True)
+class ChildJob:
+    """A child job of a delegated task (seed 001): its outcome and its tasks' results."""
+
+    id: str
+    name: str
+    status: str
+    results: list[dict[str, Any]]  # each: taskId, stageType, result
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "COMPLETED"
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> ChildJob:
+        return cls(id=body["id"], name=body["name"], status=body["status"], results=body["results"])
+
+
+class Delegated:
+    """Return `DELEGATED` from a handler that created child jobs: the task waits for them, then
+    comes back to a handler (`context.children` holds their outcomes)."""
+
+    def __repr__(self) -> str:
+        return "DELEGATED"
+
+
+DELEGATED = Delegated()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from jobnik.workers.client import JobnikClient
@@ -22,14 +22,26 @@ class Producer:
         *,
         priority: str = "MEDIUM",
         user_metadata: Mapping[str, Any] | None = None,
+        mode: str | None = None,
+        parent_task_id: str | None = None,
     ) -> Job:
-        body = {
+        """`mode`: "runOnce" (default) or "standard" (open until `finish`); `parent_task_id`:
+        a child job of that running task (see TaskContext.create_child_job)."""
+        body: dict[str, Any] = {
             "name": name,
             "data": dict(data),
             "priority": priority,
             "userMetadata": dict(user_metadata or {}),
         }
+        if mode is not None:
+            body["mode"] = mode
+        if parent_task_id is not None:
+            body["parentTaskId"] = parent_task_id
         return Job.from_json(self.client.post("/v1/jobs", body))
+
+    def finish(self, job_id: str) -> Job:
+        """Seed 004's finish: no new stages or tasks; the job completes when its work is done."""
+        return Job.from_json(self.client.post(f"/v1/jobs/{job_id}/finish", None))
 
     def create_stage(
         self,
@@ -39,13 +51,21 @@ class Producer:
         *,
         user_metadata: Mapping[str, Any] | None = None,
         start_as_waiting: bool = False,
+        completion: bool = False,
+        failure_patterns: Sequence[str] = (),
     ) -> Stage:
-        body = {
+        """`completion`: runs after every normal stage completed; `failure_patterns`: regular
+        expressions that turn a matching COMPLETED result into a failure."""
+        body: dict[str, Any] = {
             "type": type,
             "data": dict(data),
             "userMetadata": dict(user_metadata or {}),
             "startAsWaiting": start_as_waiting,
         }
+        if completion:
+            body["completion"] = True
+        if failure_patterns:
+            body["failurePatterns"] = list(failure_patterns)
         return Stage.from_json(self.client.post(f"/v1/jobs/{job_id}/stage", body))
 
     def create_tasks(

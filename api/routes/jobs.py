@@ -39,14 +39,22 @@ def find_jobs(
     from_date: AwareDatetime | None = None,
     end_date: AwareDatetime | None = None,
     should_return_stages: ReturnStages = False,
+    parent_task_id: Annotated[
+        UUID | None, Query(description="jobnik: the child jobs of this task (seed 001)")
+    ] = None,
+    parent_job_id: Annotated[
+        UUID | None, Query(description="jobnik: the child jobs of this job's tasks")
+    ] = None,
 ) -> list[JobOut]:
-    """Jobs matching name, priority and creation-time range; stages on request."""
+    """Jobs matching name, priority, creation-time range and parent; stages on request."""
     found = views.jobs(
         name=job_name,
         priority=priority,
         from_date=from_date,
         end_date=end_date,
         with_stages=should_return_stages,
+        parent_task_id=parent_task_id,
+        parent_job_id=parent_job_id,
     )
     return [JobOut.of(j) for j in found]
 
@@ -60,10 +68,20 @@ def create_job(body: CreateJob, jobnik: JobnikDep, incoming: TraceDep) -> JobOut
             data=body.data,
             priority=body.priority,
             user_metadata=body.user_metadata,
+            mode=body.mode,
+            parent_task_id=body.parent_task_id,
             **body.trace(incoming),  # type: ignore[arg-type]
         )
     )
     return JobOut.of(job)
+
+
+@router.post("/jobs/{jobId}/finish", status_code=202)
+def finish_job(jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")]) -> JobOut:
+    """jobnik (seed 004): no new stages or tasks from now on (FINISHING); the job completes,
+    through its completion stages if it has any, once its work is done. Repeating it is a
+    no-op; a job that has ended is refused."""
+    return JobOut.of(jobnik.finish_job(job_id))
 
 
 @router.get("/jobs/{jobId}")
@@ -142,6 +160,8 @@ def add_stage(
             data=body.data,
             user_metadata=body.user_metadata,
             start_as_waiting=body.start_as_waiting,
+            completion=body.completion,
+            failure_patterns=tuple(body.failure_patterns),
             **body.trace(incoming),  # type: ignore[arg-type]
         ),
     )

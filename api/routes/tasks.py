@@ -12,6 +12,7 @@ from jobnik.api.deps import AsOfQuery, JobnikDep, ViewsDep, reject_unknown_query
 from jobnik.api.schemas import (
     Appended,
     AttemptBody,
+    ChildJobOut,
     GiveBack,
     HeartbeatOut,
     LogLineOut,
@@ -65,15 +66,23 @@ def update_task_user_metadata(
 
 @router.put("/tasks/{taskId}/status")
 def update_task_status(jobnik: JobnikDep, task_id: TaskId, body: TaskStatusChange) -> TaskOut:
-    """Report COMPLETED or FAILED; FAILED becomes RETRIED while attempts remain."""
+    """Report COMPLETED (with an optional result) or FAILED (RETRIED while attempts remain);
+    jobnik: DELEGATED once the handler created child jobs (the task waits for them)."""
     task = jobnik.report_task(
         task_id,
         TaskStatus(body.status),
         attempt=body.attempt,
         reason=body.reason,
         fatal=body.fatal,
+        result=body.result,
     )
     return TaskOut.of(task)
+
+
+@router.get("/tasks/{taskId}/children")
+def get_children(views: ViewsDep, task_id: TaskId) -> list[ChildJobOut]:
+    """jobnik (seed 001): the task's child jobs, their outcomes and their tasks' results."""
+    return [ChildJobOut.of(c) for c in views.children(task_id)]
 
 
 @router.post("/tasks/{taskId}/heartbeat")

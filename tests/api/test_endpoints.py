@@ -27,6 +27,7 @@ JOB_FIELDS = {
     "creationTime",
     "updateTime",
     "traceparent",
+    "mode",  # jobnik's additive field (seed 004)
 }
 STAGE_FIELDS = {
     "id",
@@ -39,6 +40,7 @@ STAGE_FIELDS = {
     "summary",
     "percentage",
     "traceparent",
+    "completion",  # jobnik's additive field (seed 004)
 }
 TASK_FIELDS = {
     "id",
@@ -53,7 +55,8 @@ TASK_FIELDS = {
     "traceparent",
 }
 TIMES = {"startTime", "endTime"}  # jobnik's additive fields (§20 #9), present once set
-LEASE_FIELDS = {"attempt", "leaseExpiresAt"}  # jobnik's additive task fields (§20 #7)
+# jobnik's additive task fields: leases (§20 #7), delegations (seed 001)
+LEASE_FIELDS = {"attempt", "leaseExpiresAt", "delegations"}
 
 
 def task_keys(task: Json) -> set[str]:

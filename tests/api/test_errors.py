@@ -448,7 +448,7 @@ VALIDATION = [
         lambda a: ("PUT", f"/v1/tasks/{task_id(a)}/status", {"json": {"status": "RETRIED"}}),
         400,
         "VALIDATION_ERROR",
-        enum_message("request/body/status", "COMPLETED", "FAILED"),
+        enum_message("request/body/status", "COMPLETED", "FAILED", "DELEGATED"),
         [],
     ),
     Case(

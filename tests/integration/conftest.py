@@ -46,10 +46,16 @@ LOG_CONFIG = {
         },
     },
     "handlers": {
-        "default": {"formatter": "default", "class": "logging.StreamHandler",
-                    "stream": "ext://sys.stderr"},
-        "access": {"formatter": "access", "class": "logging.StreamHandler",
-                   "stream": "ext://sys.stdout"},
+        "default": {
+            "formatter": "default",
+            "class": "logging.StreamHandler",
+            "stream": "ext://sys.stderr",
+        },
+        "access": {
+            "formatter": "access",
+            "class": "logging.StreamHandler",
+            "stream": "ext://sys.stdout",
+        },
     },
     "loggers": {
         "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
@@ -90,10 +96,24 @@ class Server:
         env.update(self.env)
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "jobnik.scripts.asgi:create", "--factory",
-             "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers),
-             "--log-config", str(log_config)],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT,  # type: ignore[arg-type]
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "jobnik.scripts.asgi:create",
+                "--factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                str(self.workers),
+                "--log-config",
+                str(log_config),
+            ],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,  # type: ignore[arg-type]
             start_new_session=True,  # its own process group: stopped as a whole
         )
 

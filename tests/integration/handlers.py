@@ -17,8 +17,12 @@ from jobnik.workers import Task, TaskContext
 
 def note(event: str, task: Task, **fields: Any) -> None:
     line = {
-        "event": event, "task": task.id, "attempt": task.attempt, "pid": os.getpid(),
-        "time": time.time(), **fields,
+        "event": event,
+        "task": task.id,
+        "attempt": task.attempt,
+        "pid": os.getpid(),
+        "time": time.time(),
+        **fields,
     }
     fd = os.open(os.environ["JOBNIK_TEST_RECORDS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:

@@ -273,7 +273,7 @@ def test_with_rebuild_on_start_off_a_version_bump_is_only_reported(
         with store.cursor(write=True) as cur:
             cur.execute("UPDATE jobs_v1 SET percentage = 42")
     monkeypatch.setattr(INLINE, "version", 2)
-    monkeypatch.setattr(LastStatus, "version", 2)
+    monkeypatch.setattr(LastStatus, "version", LastStatus.version + 1)
 
     with serve({**http_env, "JOBNIK_REBUILD_ON_START": "off"}) as client:
         store = client.app.state.store  # type: ignore[attr-defined]
@@ -292,14 +292,15 @@ def test_a_catch_up_version_bump_is_rebuilt_by_the_runner_while_the_old_rows_ser
     with serve(http_env) as client:
         _, position = abort_a_job(client)
         before = client.get("/v1/job-definitions/nightly", params={"min_position": position})
-    # version 2 of the projection says CANCELED where version 1 said FAILED
-    monkeypatch.setattr(LastStatus, "version", 2)
+    # the next version of the projection says CANCELED where this one said FAILED
+    bumped = LastStatus.version + 1
+    monkeypatch.setattr(LastStatus, "version", bumped)
     monkeypatch.setitem(last_status.SEED_STATUS, JobStatus.ABORTED, "CANCELED")
 
     with serve(http_env) as client:
         store = client.app.state.store  # type: ignore[attr-defined]
         deadline = time.monotonic() + 20
-        while registered(store, "last_status").built_version != 2:
+        while registered(store, "last_status").built_version != bumped:
             assert time.monotonic() < deadline, "the stale projection was not rebuilt"
             time.sleep(0.02)
         after = client.get("/v1/job-definitions/nightly")

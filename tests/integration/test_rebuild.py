@@ -36,48 +36,74 @@ def random_workload(jobnik: Jobnik, rng: random.Random, steps: int) -> dict[str,
         roll = rng.random()
         if roll < 0.08 or not jobs:
             job = jobnik.create_job(
-                NewJob(name=f"job-{rng.randint(1, 3)}", data={"n": rng.random()},
-                       priority=rng.choice(list(Priority)))
+                NewJob(
+                    name=f"job-{rng.randint(1, 3)}",
+                    data={"n": rng.random()},
+                    priority=rng.choice(list(Priority)),
+                )
             )
             jobs.append(job)
         elif roll < 0.18:
             job = rng.choice(jobs)
-            attempt("add_stage", lambda job=job: stages.append(jobnik.add_stage(
-                job.id, NewStage(type=rng.choice(TYPES), data={},
-                                 start_as_waiting=rng.random() < 0.15))))
+            attempt(
+                "add_stage",
+                lambda job=job: stages.append(
+                    jobnik.add_stage(
+                        job.id,
+                        NewStage(
+                            type=rng.choice(TYPES), data={}, start_as_waiting=rng.random() < 0.15
+                        ),
+                    )
+                ),
+            )
         elif roll < 0.3 and stages:
             stage = rng.choice(stages)
             count = rng.randint(1, 6)
-            attempt("add_tasks", lambda stage=stage, count=count: jobnik.add_tasks(
-                stage.id, [NewTask(data={"i": i}, max_attempts=rng.randint(1, 3))
-                           for i in range(count)]))
+            attempt(
+                "add_tasks",
+                lambda stage=stage, count=count: jobnik.add_tasks(
+                    stage.id,
+                    [NewTask(data={"i": i}, max_attempts=rng.randint(1, 3)) for i in range(count)],
+                ),
+            )
         elif roll < 0.62:
+
             def work() -> None:
                 task = jobnik.dequeue(rng.choice(TYPES))
                 if rng.random() < 0.85:
                     status = TaskStatus.COMPLETED if rng.random() < 0.8 else TaskStatus.FAILED
                     jobnik.report_task(task.id, status)
+
             attempt("work", work)
         elif roll < 0.7 and stages:
             stage = rng.choice(stages)
             attempt("release", lambda stage=stage: jobnik.release_stage(stage.id))
         elif roll < 0.8:
             job = rng.choice(jobs)
-            target = rng.choice([JobStatus.PENDING, JobStatus.PAUSED, JobStatus.ABORTED,
-                                 JobStatus.PENDING])
+            target = rng.choice(
+                [JobStatus.PENDING, JobStatus.PAUSED, JobStatus.ABORTED, JobStatus.PENDING]
+            )
             attempt("status", lambda job=job, target=target: jobnik.set_job_status(job.id, target))
         elif roll < 0.86:
             job = rng.choice(jobs)
-            attempt("priority", lambda job=job: jobnik.change_priority(
-                job.id, rng.choice(list(Priority))))
+            attempt(
+                "priority",
+                lambda job=job: jobnik.change_priority(job.id, rng.choice(list(Priority))),
+            )
         elif roll < 0.92:
             job = rng.choice(jobs)
-            attempt("metadata", lambda job=job: jobnik.replace_job_user_metadata(
-                job.id, {"r": rng.random()}))
+            attempt(
+                "metadata",
+                lambda job=job: jobnik.replace_job_user_metadata(job.id, {"r": rng.random()}),
+            )
         elif roll < 0.96 and stages:
             stage = rng.choice(stages)
-            attempt("stage_metadata", lambda stage=stage: jobnik.replace_stage_user_metadata(
-                stage.id, {"r": rng.random()}))
+            attempt(
+                "stage_metadata",
+                lambda stage=stage: jobnik.replace_stage_user_metadata(
+                    stage.id, {"r": rng.random()}
+                ),
+            )
         else:
             job = rng.choice(jobs)
             attempt("delete", lambda job=job: jobnik.delete_job(job.id))

@@ -97,20 +97,51 @@ SDK_HEADERS = {
     "accept-encoding": "gzip, deflate",
 }
 SUMMARY_KEYS = {"pending", "inProgress", "completed", "failed", "created", "retried", "total"}
-TASK_KEYS = {"id", "stageId", "data", "userMetadata", "status", "attempts", "maxAttempts",
-             "creationTime", "updateTime", "traceparent"}
-STAGE_KEYS = {"id", "jobId", "type", "order", "data", "userMetadata", "status", "summary",
-              "percentage", "traceparent"}
-JOB_KEYS = {"id", "name", "data", "priority", "userMetadata", "status", "percentage",
-            "creationTime", "updateTime", "traceparent"}
+TASK_KEYS = {
+    "id",
+    "stageId",
+    "data",
+    "userMetadata",
+    "status",
+    "attempts",
+    "maxAttempts",
+    "creationTime",
+    "updateTime",
+    "traceparent",
+}
+STAGE_KEYS = {
+    "id",
+    "jobId",
+    "type",
+    "order",
+    "data",
+    "userMetadata",
+    "status",
+    "summary",
+    "percentage",
+    "traceparent",
+}
+JOB_KEYS = {
+    "id",
+    "name",
+    "data",
+    "priority",
+    "userMetadata",
+    "status",
+    "percentage",
+    "creationTime",
+    "updateTime",
+    "traceparent",
+}
 
 
 # -- one server per backend for the whole module ------------------------------------------------
 
 
 @pytest.fixture(scope="module", params=BACKENDS, ids=BACKENDS)
-def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-                 ) -> Iterator[str]:
+def database_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     """A fresh database for this module (overrides the per-test fixture; same ids, same switch)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path_factory.mktemp('sdk') / 'jobnik.db'}"
@@ -218,14 +249,16 @@ class Sdk:
     def create_job(self, job: dict[str, Any]) -> dict[str, Any]:
         return self.ok("POST", "/v1/jobs", job, 201)  # type: ignore[no-any-return]
 
-    def create_stage(self, job_id: str, stage: dict[str, Any], as_waiting: bool = False
-                     ) -> dict[str, Any]:
+    def create_stage(
+        self, job_id: str, stage: dict[str, Any], as_waiting: bool = False
+    ) -> dict[str, Any]:
         self.ok("GET", f"/v1/jobs/{job_id}")  # read for the span link, then the POST
         body = {**stage, "startAsWaiting": as_waiting}
         return self.ok("POST", f"/v1/jobs/{job_id}/stage", body, 201)  # type: ignore[no-any-return]
 
-    def create_tasks(self, stage_id: str, stage_type: str, tasks: list[dict[str, Any]]
-                     ) -> list[dict[str, Any]]:
+    def create_tasks(
+        self, stage_id: str, stage_type: str, tasks: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
         if not tasks:
             raise ClientSideRefusal("EMPTY_TASK_DATA_ERROR")
         stage = self.ok("GET", f"/v1/stages/{stage_id}")
@@ -245,8 +278,9 @@ class Sdk:
         assert r.status_code == 200, (r.status_code, r.text)
         return r.json()  # type: ignore[no-any-return]
 
-    def mark_task(self, status: str, *, task_id: str | None = None,
-                  task: dict[str, Any] | None = None) -> dict[str, Any]:
+    def mark_task(
+        self, status: str, *, task_id: str | None = None, task: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Consumer.markTask: GET the task when given only its id, refuse unless IN_PROGRESS."""
         if task is None:
             task = self.ok("GET", f"/v1/tasks/{task_id}")
@@ -295,8 +329,9 @@ class RawConnection:
         self.conn.connect()
         self.sock = self.conn.sock
 
-    def request(self, method: str, path: str, body: bytes | None = None,
-                length: bool = True, **extra: str) -> tuple[http.client.HTTPResponse, bytes]:
+    def request(
+        self, method: str, path: str, body: bytes | None = None, length: bool = True, **extra: str
+    ) -> tuple[http.client.HTTPResponse, bytes]:
         self.conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
         self.conn.putheader("host", self.host)
         for name, value in {**SDK_HEADERS, **extra}.items():
@@ -334,8 +369,10 @@ def test_wire_bytes_on_one_keep_alive_connection(base_url: str, sdk: Sdk) -> Non
         assert r.status == 200, data
         assert json.loads(data)["id"] != first["id"]
         r, data = raw.request("PATCH", dequeue)  # queue empty: 404 with a JSON body → null
-        assert (r.status, json.loads(data)) == (404, {"message": "TASK_NOT_FOUND",
-                                                       "code": "TASK_NOT_FOUND"})
+        assert (r.status, json.loads(data)) == (
+            404,
+            {"message": "TASK_NOT_FOUND", "code": "TASK_NOT_FOUND"},
+        )
         # GET and DELETE carry Content-Type too, with no body and no length
         r, data = raw.request("GET", f"/v1/tasks/{first['id']}", length=False)
         assert r.status == 200
@@ -346,15 +383,23 @@ def test_wire_bytes_on_one_keep_alive_connection(base_url: str, sdk: Sdk) -> Non
         body = b'{"priority":"MEDIUM"}'
         r, data = raw.request("PATCH", f"/v1/jobs/{job['id']}/priority", body)
         assert (r.status, data, r.getheader("Reason")) == (
-            204, b"", "PRIORITY_CANNOT_BE_UPDATED_TO_SAME_VALUE")
+            204,
+            b"",
+            "PRIORITY_CANNOT_BE_UPDATED_TO_SAME_VALUE",
+        )
         assert r.getheader("content-length") in (None, "0")
         # a socket left idle in undici's pool for up to its 4 s keepAliveTimeout is still open
         time.sleep(4.1)
         r, data = raw.request("PUT", f"/v1/tasks/{first['id']}/status", b'{"status":"COMPLETED"}')
         assert r.status == 200
         assert json.loads(data)["status"] == "COMPLETED"
-        r, data = raw.request("GET", f"/v1/jobs/{job['id']}", length=False,
-                              traceparent=TRACEPARENT, tracestate="vendor=x")
+        r, data = raw.request(
+            "GET",
+            f"/v1/jobs/{job['id']}",
+            length=False,
+            traceparent=TRACEPARENT,
+            tracestate="vendor=x",
+        )
         assert r.status == 200
         assert json.loads(data)["id"] == job["id"]
     finally:
@@ -363,12 +408,16 @@ def test_wire_bytes_on_one_keep_alive_connection(base_url: str, sdk: Sdk) -> Non
 
 def test_producer_create_job_stage_tasks(sdk: Sdk) -> None:
     # createJob with no priority: the SDK sends none (MEDIUM only in its logs); jobnik → MEDIUM
-    job = sdk.create_job({"name": "producer-job", "data": {"url": "s3://x"},
-                          "userMetadata": {"owner": "me"}})
+    job = sdk.create_job(
+        {"name": "producer-job", "data": {"url": "s3://x"}, "userMetadata": {"owner": "me"}}
+    )
     assert_shape(job, JOB_KEYS)
     assert (job["status"], job["priority"], job["percentage"]) == ("PENDING", "MEDIUM", 0)
     assert (job["data"], job["userMetadata"], job["traceparent"]) == (
-        {"url": "s3://x"}, {"owner": "me"}, NO_TRACE)
+        {"url": "s3://x"},
+        {"owner": "me"},
+        NO_TRACE,
+    )
     assert "tracestate" not in job
     assert "stages" not in job
     high = sdk.create_job({"name": "producer-job", "data": {}, "priority": "HIGH"})
@@ -380,19 +429,30 @@ def test_producer_create_job_stage_tasks(sdk: Sdk) -> None:
     assert sdk.calls == [("GET", f"/v1/jobs/{job['id']}"), ("POST", f"/v1/jobs/{job['id']}/stage")]
     assert_shape(s1, STAGE_KEYS)
     assert (s1["jobId"], s1["type"], s1["order"], s1["status"], s1["percentage"]) == (
-        job["id"], first, 1, "PENDING", 0)
+        job["id"],
+        first,
+        1,
+        "PENDING",
+        0,
+    )
     assert all(s1["summary"][k] == 0 for k in SUMMARY_KEYS), s1["summary"]
     s2 = sdk.create_stage(job["id"], {"type": second, "data": {}})
     s3 = sdk.create_stage(job["id"], {"type": third, "data": {}}, as_waiting=True)
     assert [(s["order"], s["status"]) for s in (s2, s3)] == [(2, "CREATED"), (3, "WAITING")]
 
     sdk.calls.clear()
-    tasks = sdk.create_tasks(s1["id"], first, [
-        {"data": {"i": 0}},
-        {"data": {"i": 1}, "userMetadata": {"b": 1}, "maxAttempts": 5},
-    ])
+    tasks = sdk.create_tasks(
+        s1["id"],
+        first,
+        [
+            {"data": {"i": 0}},
+            {"data": {"i": 1}, "userMetadata": {"b": 1}, "maxAttempts": 5},
+        ],
+    )
     assert sdk.calls == [
-        ("GET", f"/v1/stages/{s1['id']}"), ("POST", f"/v1/stages/{s1['id']}/tasks")]
+        ("GET", f"/v1/stages/{s1['id']}"),
+        ("POST", f"/v1/stages/{s1['id']}/tasks"),
+    ]
     for t in tasks:
         assert_shape(t, TASK_KEYS)
     assert [
@@ -414,8 +474,9 @@ def test_producer_create_job_stage_tasks(sdk: Sdk) -> None:
 
 def test_trace_context_from_body_and_headers(base_url: str, sdk: Sdk) -> None:
     # createJob with OTel: propagation.inject writes traceparent/tracestate into the job body
-    job = sdk.create_job({"name": "traced", "data": {}, "traceparent": TRACEPARENT,
-                          "tracestate": "vendor=a"})
+    job = sdk.create_job(
+        {"name": "traced", "data": {}, "traceparent": TRACEPARENT, "tracestate": "vendor=a"}
+    )
     assert (job["traceparent"], job["tracestate"]) == (TRACEPARENT, "vendor=a")
 
     # OTel's undici instrumentation: headers on every request; bodies without trace fields
@@ -426,8 +487,9 @@ def test_trace_context_from_body_and_headers(base_url: str, sdk: Sdk) -> None:
         stage_type = unique("traced")
         stage = traced.create_stage(j2["id"], {"type": stage_type, "data": {}})
         assert stage["traceparent"] == OTHER_TRACEPARENT
-        tasks = traced.create_tasks(stage["id"], stage_type, [
-            {"data": {}}, {"data": {}, "traceparent": TRACEPARENT}])  # the body wins
+        tasks = traced.create_tasks(
+            stage["id"], stage_type, [{"data": {}}, {"data": {}, "traceparent": TRACEPARENT}]
+        )  # the body wins
         assert [t["traceparent"] for t in tasks] == [OTHER_TRACEPARENT, TRACEPARENT]
         task = traced.dequeue_task(stage_type)
         assert task is not None
@@ -445,8 +507,11 @@ def test_consumer_dequeue_and_mark(sdk: Sdk) -> None:
     assert sdk.dequeue_task(stage_type) is None  # 404 → null
     job = sdk.create_job({"name": "consumer-job", "data": {}})
     stage = sdk.create_stage(job["id"], {"type": stage_type, "data": {}})
-    created = sdk.create_tasks(stage["id"], stage_type, [
-        {"data": {"n": 0}, "maxAttempts": 2}, {"data": {"n": 1}, "maxAttempts": 2}])
+    created = sdk.create_tasks(
+        stage["id"],
+        stage_type,
+        [{"data": {"n": 0}, "maxAttempts": 2}, {"data": {"n": 1}, "maxAttempts": 2}],
+    )
 
     task = sdk.dequeue_task(stage_type)
     assert task is not None
@@ -459,7 +524,9 @@ def test_consumer_dequeue_and_mark(sdk: Sdk) -> None:
     sdk.calls.clear()
     done = sdk.mark_task_completed(task["id"])
     assert sdk.calls == [
-        ("GET", f"/v1/tasks/{task['id']}"), ("PUT", f"/v1/tasks/{task['id']}/status")]
+        ("GET", f"/v1/tasks/{task['id']}"),
+        ("PUT", f"/v1/tasks/{task['id']}/status"),
+    ]
     assert_shape(done, TASK_KEYS)
     assert (done["id"], done["status"]) == (task["id"], "COMPLETED")
     assert "endTime" in done
@@ -487,11 +554,14 @@ def test_consumer_dequeue_and_mark(sdk: Sdk) -> None:
     assert sdk.ok("GET", f"/v1/jobs/{job['id']}")["status"] == "FAILED"
 
 
-@pytest.mark.parametrize("label", [
-    pytest.param("with space", id="space"),
-    pytest.param("unicode-מפות", id="non-ascii"),
-    pytest.param("geo/tiles", id="slash"),
-])
+@pytest.mark.parametrize(
+    "label",
+    [
+        pytest.param("with space", id="space"),
+        pytest.param("unicode-מפות", id="non-ascii"),
+        pytest.param("geo/tiles", id="slash"),
+    ],
+)
 def test_dequeue_path_encoding(sdk: Sdk, label: str) -> None:
     """openapi-fetch encodes path params with encodeURIComponent ('/' → %2F)."""
     stage_type = f"{label}-{uuid4().hex[:6]}"
@@ -569,9 +639,12 @@ class Worker:
         try:
             stage, job = self.fetch_task_parents(sdk, task)
             context = HandlerContext(
-                job=job, stage=stage, signal=self.stopping,
+                job=job,
+                stage=stage,
+                signal=self.stopping,
                 update_task_user_metadata=lambda m: sdk.ok(
-                    "PATCH", f"/v1/tasks/{task['id']}/user-metadata", {"userMetadata": m}),
+                    "PATCH", f"/v1/tasks/{task['id']}/user-metadata", {"userMetadata": m}
+                ),
             )
             self.handler(task, context)
         except Exception:  # noqa: BLE001 - any handler failure is a FAILED report, as in the SDK
@@ -635,24 +708,30 @@ def test_worker_loop_runs_two_stage_job(base_url: str, sdk: Sdk) -> None:
     final = sdk.ok("GET", f"/v1/jobs/{job['id']}?should_return_stages=true")
     assert (final["status"], final["percentage"]) == ("COMPLETED", 100)
     assert [(s["type"], s["status"], s["percentage"]) for s in final["stages"]] == [
-        (extract, "COMPLETED", 100), (load, "COMPLETED", 100)]
+        (extract, "COMPLETED", 100),
+        (load, "COMPLETED", 100),
+    ]
     assert final["stages"][0]["summary"]["completed"] == final["stages"][0]["summary"]["total"] == 4
     assert final["stages"][1]["summary"]["completed"] == final["stages"][1]["summary"]["total"] == 2
 
     ex, lo = workers
     assert sorted(e for e in ex.events if e[0] == "taskFailed") == [
-        ("taskFailed", extract_tasks[2]["id"])]
+        ("taskFailed", extract_tasks[2]["id"])
+    ]
     assert sorted(i for k, i in ex.events if k == "taskCompleted") == sorted(
-        t["id"] for t in extract_tasks)
+        t["id"] for t in extract_tasks
+    )
     assert sorted(i for k, i in lo.events if k == "taskCompleted") == sorted(
-        t["id"] for t in load_tasks)
+        t["id"] for t in load_tasks
+    )
     assert lo.empty_polls > 0  # the load stage stayed invisible until extract completed
     retried = sdk.ok("GET", f"/v1/tasks/{extract_tasks[2]['id']}")
     assert (retried["status"], retried["attempts"]) == ("COMPLETED", 1)
     # the SDK wraps the handler's metadata in {userMetadata: …}; the server stores the body as is
     for t in load_tasks:
         assert sdk.ok("GET", f"/v1/tasks/{t['id']}")["userMetadata"] == {
-            "userMetadata": {"loadedBy": "worker"}}
+            "userMetadata": {"loadedBy": "worker"}
+        }
     # the handler saw its parents: the job IN_PROGRESS, each stage of its own type
     assert {(k, s) for k, s, _ in seen} == {(extract, "IN_PROGRESS"), (load, "IN_PROGRESS")}
 
@@ -682,40 +761,95 @@ def test_every_error_answer_has_a_json_body(base_url: str, sdk: Sdk) -> None:
         ("POST", "/v1/jobs", {}, 400, "VALIDATION_ERROR"),
         ("POST", "/v1/jobs", [], 400, "VALIDATION_ERROR"),
         ("POST", "/v1/jobs", {"name": "x", "data": {}}, 400, "VALIDATION_ERROR"),
-        ("POST", "/v1/jobs", {"name": "ok", "data": {}, "priority": "URGENT"}, 400,
-         "VALIDATION_ERROR"),
+        (
+            "POST",
+            "/v1/jobs",
+            {"name": "ok", "data": {}, "priority": "URGENT"},
+            400,
+            "VALIDATION_ERROR",
+        ),
         ("POST", "/v1/jobs", {"name": "ok", "data": {}, "extra": 1}, 400, "VALIDATION_ERROR"),
-        ("POST", "/v1/jobs", {"name": "ok", "data": {}, "traceparent": "nope"}, 400,
-         "VALIDATION_ERROR"),
+        (
+            "POST",
+            "/v1/jobs",
+            {"name": "ok", "data": {}, "traceparent": "nope"},
+            400,
+            "VALIDATION_ERROR",
+        ),
         ("POST", "/v1/jobs", big, 413, None),
-        ("POST", f"/v1/jobs/{missing}/stage", {"type": "t", "data": {}, "startAsWaiting": False},
-         404, "JOB_NOT_FOUND"),
-        ("POST", f"/v1/jobs/{job['id']}/stage", {"type": "t", "data": {}, "bogus": 1}, 400,
-         "VALIDATION_ERROR"),
+        (
+            "POST",
+            f"/v1/jobs/{missing}/stage",
+            {"type": "t", "data": {}, "startAsWaiting": False},
+            404,
+            "JOB_NOT_FOUND",
+        ),
+        (
+            "POST",
+            f"/v1/jobs/{job['id']}/stage",
+            {"type": "t", "data": {}, "bogus": 1},
+            400,
+            "VALIDATION_ERROR",
+        ),
         ("POST", f"/v1/jobs/{job['id']}/stage", {"type": "", "data": {}}, 400, "VALIDATION_ERROR"),
-        ("POST", f"/v1/jobs/{done['id']}/stage", {"type": "t", "data": {}, "startAsWaiting": False},
-         400, "JOB_IN_FINITE_STATE"),
+        (
+            "POST",
+            f"/v1/jobs/{done['id']}/stage",
+            {"type": "t", "data": {}, "startAsWaiting": False},
+            400,
+            "JOB_IN_FINITE_STATE",
+        ),
         ("POST", f"/v1/stages/{s1['id']}/tasks", {"data": {}}, 400, "VALIDATION_ERROR"),
         ("POST", f"/v1/stages/{s1['id']}/tasks", [], 400, "VALIDATION_ERROR"),
-        ("POST", f"/v1/stages/{s1['id']}/tasks", [{"data": {}, "traceparent": "x"}], 400,
-         "VALIDATION_ERROR"),
-        ("POST", f"/v1/stages/{s1['id']}/tasks", [{"data": {}, "maxAttempts": 0}], 400,
-         "VALIDATION_ERROR"),
+        (
+            "POST",
+            f"/v1/stages/{s1['id']}/tasks",
+            [{"data": {}, "traceparent": "x"}],
+            400,
+            "VALIDATION_ERROR",
+        ),
+        (
+            "POST",
+            f"/v1/stages/{s1['id']}/tasks",
+            [{"data": {}, "maxAttempts": 0}],
+            400,
+            "VALIDATION_ERROR",
+        ),
         ("POST", f"/v1/stages/{missing}/tasks", [{"data": {}}], 404, "STAGE_NOT_FOUND"),
         ("PATCH", f"/v1/stages/{'x' * 51}/tasks/dequeue", None, 400, "VALIDATION_ERROR"),
-        ("PUT", f"/v1/tasks/{task['id']}/status", {"status": "COMPLETED"}, 400,
-         "ILLEGAL_TASK_STATUS_TRANSITION"),
+        (
+            "PUT",
+            f"/v1/tasks/{task['id']}/status",
+            {"status": "COMPLETED"},
+            400,
+            "ILLEGAL_TASK_STATUS_TRANSITION",
+        ),
         ("PUT", f"/v1/tasks/{task['id']}/status", {"status": "RETRIED"}, 400, "VALIDATION_ERROR"),
         ("PUT", f"/v1/tasks/{missing}/status", {"status": "FAILED"}, 404, "TASK_NOT_FOUND"),
         ("PUT", f"/v1/jobs/{job['id']}/status", {"status": "COMPLETED"}, 400, "VALIDATION_ERROR"),
-        ("PUT", f"/v1/jobs/{done['id']}/status", {"status": "PENDING"}, 400,
-         "ILLEGAL_JOB_STATUS_TRANSITION"),
-        ("PUT", f"/v1/stages/{s2['id']}/status", {"status": "PENDING"}, 400,
-         "ILLEGAL_STAGE_STATUS_TRANSITION"),
+        (
+            "PUT",
+            f"/v1/jobs/{done['id']}/status",
+            {"status": "PENDING"},
+            400,
+            "ILLEGAL_JOB_STATUS_TRANSITION",
+        ),
+        (
+            "PUT",
+            f"/v1/stages/{s2['id']}/status",
+            {"status": "PENDING"},
+            400,
+            "ILLEGAL_STAGE_STATUS_TRANSITION",
+        ),
         ("PUT", f"/v1/stages/{s1['id']}/status", {"status": "WAITING"}, 400, "VALIDATION_ERROR"),
         ("PATCH", f"/v1/jobs/{missing}/priority", {"priority": "LOW"}, 404, "JOB_NOT_FOUND"),
-        ("PATCH", f"/v1/jobs/{job['id']}/user-metadata", ["not", "an", "object"], 400,
-         "VALIDATION_ERROR"),
+        (
+            "PATCH",
+            f"/v1/jobs/{job['id']}/user-metadata",
+            ["not", "an", "object"],
+            400,
+            "VALIDATION_ERROR",
+        ),
         ("PATCH", f"/v1/tasks/{missing}/user-metadata", {"a": 1}, 404, "TASK_NOT_FOUND"),
         ("DELETE", f"/v1/jobs/{job['id']}", None, 400, "JOB_NOT_IN_FINITE_STATE"),
         ("DELETE", f"/v1/jobs/{missing}", None, 404, "JOB_NOT_FOUND"),

@@ -138,6 +138,7 @@ def test_concurrent_dequeuers_over_http(
         "created": 0,
         "retried": 0,
         "total": TASKS,
+        "delegated": 0,
         "aborted": 0,
     }
     assert (stage_now["status"], stage_now["percentage"]) == ("COMPLETED", 100)

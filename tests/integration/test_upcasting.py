@@ -18,6 +18,9 @@ from jobnik.projections.store import SqlStore
 
 # What the first release wrote for these events: no lease fields, no cause, no class_version.
 V2_ONLY = {
+    Job.JobCreated: ("mode", "parent_task_id", "parent_job_id"),
+    Job.StageAppended: ("completion",),
+    Stage.StageAdded: ("completion", "failure_patterns"),
     Task.TaskDequeued: ("lease_seconds", "lease_expires_at"),
     Task.TaskRetried: ("cause",),
     Task.TaskFailed: ("cause",),
@@ -110,6 +113,7 @@ def test_events_stored_by_the_first_release_upgrade_and_load(database_url: str) 
     loaded = [store.mapper.to_domain_event(n) for n in store.recorder.select_notifications(1, 100)]
     with store.session(write=False) as s:
         row = s.task(task.id)
+        job, stage = s.job(row.job_id), s.stage(row.stage_id)
 
     assert applied == [version for version, *_ in MIGRATIONS[1:]]
     dequeued = [e for e in loaded if isinstance(e, Task.TaskDequeued)]
@@ -122,4 +126,46 @@ def test_events_stored_by_the_first_release_upgrade_and_load(database_url: str) 
     assert (row.status, row.attempts, row.attempt) == (TaskStatus.IN_PROGRESS, 1, 2)
     assert row.lease_expires_at == dequeued[1].lease_expires_at
     assert store.recorder.select_notifications(1, 100)[-1].state.count(b"class_version") == 0
+    [created] = [e for e in loaded if isinstance(e, Job.JobCreated)]
+    assert (created.mode, created.parent_task_id, created.parent_job_id) == ("runOnce", None, None)
+    assert (job.mode, job.parent_task_id, job.completion_stages, job.finishing) == (
+        "runOnce",
+        None,
+        0,
+        False,
+    )
+    assert (stage.completion, stage.failure_patterns) == (False, [])
+    assert (row.result, row.delegations, row.delegated_at) == (None, 0, None)
+    store.close()
+
+
+def test_a_completion_stored_before_results_loads_with_no_result(database_url: str) -> None:
+    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": database_url}))
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    task = Task.create(
+        stage_id=uuid4(),
+        job_id=uuid4(),
+        stage_type="old",
+        data={},
+        user_metadata={},
+        max_attempts=1,
+        traceparent=NO_TRACE,
+        tracestate=None,
+        now=now,
+    )
+    task.dequeue(now, Actor.WORKER)
+    task.complete(now + timedelta(seconds=1), Actor.WORKER, {"n": 1})
+    completed = task.collect_events()[-1]
+    stored = store.mapper.to_stored_event(completed)
+    state = store.mapper.transcoder.decode(stored.state)
+    del state["result"], state["class_version"]  # as the release before results wrote it
+    old = StoredEvent(
+        stored.originator_id, stored.originator_version, stored.topic,
+        store.mapper.transcoder.encode(state),
+    )  # fmt: skip
+
+    loaded = store.mapper.to_domain_event(old)
+
+    assert isinstance(loaded, Task.TaskCompleted)
+    assert (loaded.result, loaded.attempt) == (None, 1)
     store.close()

@@ -47,7 +47,9 @@ ROOT = Path(__file__).resolve().parents[2]
 JOBNIK = Path(sys.executable).parent / "jobnik"
 HANDLERS = "tests.integration.handlers"
 POSTGRES_ONLY = pytest.mark.parametrize(
-    "database_url", ["postgres"], indirect=True,
+    "database_url",
+    ["postgres"],
+    indirect=True,
     ids=["postgres-only(several-server-processes-need-a-shared-server-database)"],
 )
 SWEEP_FAST = {"JOBNIK_SWEEP_INTERVAL": "0.25"}
@@ -110,14 +112,31 @@ class Workers:
         grace_period: float = 30.0,
     ) -> WorkerProcess:
         log_path = self.directory / f"worker-{len(self.started)}.log"
-        env = {**os.environ, "JOBNIK_API_URL": api_url,
-               "JOBNIK_TEST_RECORDS": str(self.records_path)}
+        env = {
+            **os.environ,
+            "JOBNIK_API_URL": api_url,
+            "JOBNIK_TEST_RECORDS": str(self.records_path),
+        }
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
-                [str(JOBNIK), "worker", "run", f"{HANDLERS}:{handler}", "--stage-type",
-                 stage_type, "--concurrency", str(concurrency), "--heartbeat-interval",
-                 str(heartbeat_interval), "--grace-period", str(grace_period)],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                [
+                    str(JOBNIK),
+                    "worker",
+                    "run",
+                    f"{HANDLERS}:{handler}",
+                    "--stage-type",
+                    stage_type,
+                    "--concurrency",
+                    str(concurrency),
+                    "--heartbeat-interval",
+                    str(heartbeat_interval),
+                    "--grace-period",
+                    str(grace_period),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         worker = WorkerProcess(proc, log_path, stage_type)
@@ -185,7 +204,8 @@ def event_log(database_url: str) -> list[Any]:
 
 def of(events: list[Any], kind: str, task_id: str | None = None) -> list[Any]:
     return [
-        e for e in events
+        e
+        for e in events
         if type(e).__name__ == kind and (task_id is None or e.originator_id == UUID(task_id))
     ]
 
@@ -223,9 +243,7 @@ def clients() -> Iterator[Clients]:
 
 
 @pytest.fixture
-def server_for(
-    database_url: str, spawn_server: Callable[..., Any]
-) -> Callable[..., Any]:
+def server_for(database_url: str, spawn_server: Callable[..., Any]) -> Callable[..., Any]:
     def start(workers: int = 1, **env: str) -> Any:
         return spawn_server(database_url, workers=workers, env={**SWEEP_FAST, **env})
 
@@ -238,7 +256,9 @@ TILES, UPLOADS = 400, 100
 
 
 def test_three_worker_processes_complete_a_two_stage_job_of_500_tasks_exactly_once(
-    database_url: str, server_for: Callable[..., Any], workers: Workers,
+    database_url: str,
+    server_for: Callable[..., Any],
+    workers: Workers,
     clients: Clients,
 ) -> None:
     server = server_for()
@@ -248,16 +268,21 @@ def test_three_worker_processes_complete_a_two_stage_job_of_500_tasks_exactly_on
     tiles = producer.create_stage(job.id, tiles_type, {"resolution": "high"})
     uploads = producer.create_stage(job.id, upload_type, {})
     tile_ids = {t.id for t in producer.create_tasks(tiles.id, [{"n": n} for n in range(TILES)])}
-    upload_ids = {t.id for t in producer.create_tasks(uploads.id,
-                                                      [{"n": n} for n in range(UPLOADS)])}
+    upload_ids = {
+        t.id for t in producer.create_tasks(uploads.id, [{"n": n} for n in range(UPLOADS)])
+    }
     running = [
         workers.start(server.url, "record", tiles_type, concurrency=4, heartbeat_interval=2),
         workers.start(server.url, "record", tiles_type, concurrency=4, heartbeat_interval=2),
         workers.start(server.url, "record", upload_type, concurrency=4, heartbeat_interval=2),
     ]
 
-    wait_until(lambda: producer.job(job.id).status in ("COMPLETED", "FAILED", "ABORTED"),
-               timeout=120, what="the job to end", pool=workers)
+    wait_until(
+        lambda: producer.job(job.id).status in ("COMPLETED", "FAILED", "ABORTED"),
+        timeout=120,
+        what="the job to end",
+        pool=workers,
+    )
     for w in running:
         w.proc.send_signal(signal.SIGTERM)
     codes = [w.wait(timeout=15) for w in running]
@@ -275,10 +300,12 @@ def test_three_worker_processes_complete_a_two_stage_job_of_500_tasks_exactly_on
     handled = Counter(r["task"] for r in workers.records("handled"))
     assert set(handled) == tile_ids | upload_ids
     assert set(handled.values()) == {1}, "a handler ran twice"
-    last_tile_done = max(e.timestamp for e in of(events, "TaskCompleted")
-                         if str(e.originator_id) in tile_ids)
-    first_upload = min(e.timestamp for e in of(events, "TaskDequeued")
-                       if str(e.originator_id) in upload_ids)
+    last_tile_done = max(
+        e.timestamp for e in of(events, "TaskCompleted") if str(e.originator_id) in tile_ids
+    )
+    first_upload = min(
+        e.timestamp for e in of(events, "TaskDequeued") if str(e.originator_id) in upload_ids
+    )
     assert first_upload >= last_tile_done, "an upload ran before the tiles stage completed"
     pids = {r["pid"] for r in workers.records("handled")}
     assert pids == {w.pid for w in running}, "some worker process did no work"
@@ -291,7 +318,9 @@ def test_three_worker_processes_complete_a_two_stage_job_of_500_tasks_exactly_on
 
 
 def test_a_killed_workers_task_is_reclaimed_after_its_lease_and_its_late_report_refused(
-    database_url: str, server_for: Callable[..., Any], workers: Workers,
+    database_url: str,
+    server_for: Callable[..., Any],
+    workers: Workers,
     clients: Clients,
 ) -> None:
     server = server_for()
@@ -307,8 +336,12 @@ def test_a_killed_workers_task_is_reclaimed_after_its_lease_and_its_late_report_
         workers.start(server.url, "block_first_attempt", stage_type, heartbeat_interval=0.5)
         for _ in range(2)
     )
-    wait_until(lambda: bool(workers.records("blocking")), timeout=20,
-               what="the blocking handler to start", pool=workers)
+    wait_until(
+        lambda: bool(workers.records("blocking")),
+        timeout=20,
+        what="the blocking handler to start",
+        pool=workers,
+    )
     blocking = workers.records("blocking")[0]
     victim, survivor = (first, second) if blocking["pid"] == first.pid else (second, first)
     assert blocking == {**blocking, "task": blocked_id, "attempt": 1, "pid": victim.pid}
@@ -316,8 +349,11 @@ def test_a_killed_workers_task_is_reclaimed_after_its_lease_and_its_late_report_
     os.killpg(victim.pid, signal.SIGKILL)
     killed_at = time.time()
     api = clients.http(server.url)
-    wait_until(lambda: task_status(api, blocked_id) == "COMPLETED", timeout=20,
-               what="the blocked task to be completed by the other worker")
+    wait_until(
+        lambda: task_status(api, blocked_id) == "COMPLETED",
+        timeout=20,
+        what="the blocked task to be completed by the other worker",
+    )
     current = Task.from_json(api.get(f"/v1/tasks/{blocked_id}").json())
     stale = dataclasses.replace(current, attempt=1)
     consumer = Consumer(clients.sdk(server.url))
@@ -335,11 +371,13 @@ def test_a_killed_workers_task_is_reclaimed_after_its_lease_and_its_late_report_
     lease_seconds = 2  # ceil(3 heartbeat intervals)
     assert retried[0].timestamp.timestamp() <= killed_at + lease_seconds + 0.25 + 2.0
     assert [e.attempt for e in of(events, "TaskCompleted", blocked_id)] == [2]
-    assert [(r["attempt"], r["pid"]) for r in workers.records("handled")
-            if r["task"] == blocked_id] == [(2, survivor.pid)]
+    assert [
+        (r["attempt"], r["pid"]) for r in workers.records("handled") if r["task"] == blocked_id
+    ] == [(2, survivor.pid)]
     refused = of(events, "TaskAttemptRefused", blocked_id)
     assert [(e.attempt, e.current_attempt, e.request) for e in refused] == [
-        (1, 2, "report COMPLETED"), (1, 2, "heartbeat")
+        (1, 2, "report COMPLETED"),
+        (1, 2, "heartbeat"),
     ]
     assert current.status == "COMPLETED"
     assert task_status(api, blocked_id) == "COMPLETED"
@@ -354,7 +392,9 @@ SLACK = 0.5
 
 
 def test_aborting_a_job_cancels_running_handlers_within_a_heartbeat_interval(
-    database_url: str, server_for: Callable[..., Any], workers: Workers,
+    database_url: str,
+    server_for: Callable[..., Any],
+    workers: Workers,
     clients: Clients,
 ) -> None:
     server = server_for()
@@ -364,19 +404,30 @@ def test_aborting_a_job_cancels_running_handlers_within_a_heartbeat_interval(
     stage = producer.create_stage(job.id, stage_type, {})
     ids = {t.id for t in producer.create_tasks(stage.id, [{"n": n} for n in range(6)])}
     for _ in range(2):
-        workers.start(server.url, "until_cancelled", stage_type, concurrency=3,
-                      heartbeat_interval=HEARTBEAT)
-    wait_until(lambda: len(workers.records("started")) == 6, timeout=20,
-               what="six handlers to start", pool=workers)
+        workers.start(
+            server.url, "until_cancelled", stage_type, concurrency=3, heartbeat_interval=HEARTBEAT
+        )
+    wait_until(
+        lambda: len(workers.records("started")) == 6,
+        timeout=20,
+        what="six handlers to start",
+        pool=workers,
+    )
     time.sleep(HEARTBEAT)  # abort in the middle of the heartbeat rhythm, not at its start
 
     producer.abort(job.id)
     aborted_at = time.time()
-    wait_until(lambda: len(workers.records("cancelled")) == 6, timeout=10,
-               what="every handler to see the abort")
+    wait_until(
+        lambda: len(workers.records("cancelled")) == 6,
+        timeout=10,
+        what="every handler to see the abort",
+    )
     api = clients.http(server.url)
-    wait_until(lambda: {task_status(api, t) for t in ids} == {"ABORTED"}, timeout=10,
-               what="every late report to land")
+    wait_until(
+        lambda: {task_status(api, t) for t in ids} == {"ABORTED"},
+        timeout=10,
+        what="every late report to land",
+    )
 
     cancelled = workers.records("cancelled")
     assert {r["task"] for r in cancelled} == ids
@@ -396,7 +447,9 @@ def test_aborting_a_job_cancels_running_handlers_within_a_heartbeat_interval(
 
 
 def test_sigterm_lets_running_handlers_finish_and_stops_polling(
-    database_url: str, server_for: Callable[..., Any], workers: Workers,
+    database_url: str,
+    server_for: Callable[..., Any],
+    workers: Workers,
     clients: Clients,
 ) -> None:
     server = server_for()
@@ -405,10 +458,15 @@ def test_sigterm_lets_running_handlers_finish_and_stops_polling(
     job = producer.create_job("drain-me", {})
     stage = producer.create_stage(job.id, stage_type, {})
     created = producer.create_tasks(stage.id, [{"seconds": 1.5} for _ in range(3)])
-    worker = workers.start(server.url, "sleepy", stage_type, concurrency=2,
-                           heartbeat_interval=0.5, grace_period=10)
-    wait_until(lambda: len(workers.records("started")) == 2, timeout=20,
-               what="two handlers to start", pool=workers)
+    worker = workers.start(
+        server.url, "sleepy", stage_type, concurrency=2, heartbeat_interval=0.5, grace_period=10
+    )
+    wait_until(
+        lambda: len(workers.records("started")) == 2,
+        timeout=20,
+        what="two handlers to start",
+        pool=workers,
+    )
 
     worker.proc.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
@@ -433,7 +491,9 @@ def test_sigterm_lets_running_handlers_finish_and_stops_polling(
 
 
 def test_sigterm_hands_back_a_task_whose_handler_outlives_the_grace_period(
-    database_url: str, server_for: Callable[..., Any], workers: Workers,
+    database_url: str,
+    server_for: Callable[..., Any],
+    workers: Workers,
     clients: Clients,
 ) -> None:
     server = server_for()
@@ -442,10 +502,13 @@ def test_sigterm_hands_back_a_task_whose_handler_outlives_the_grace_period(
     job = producer.create_job("hand-back", {})
     stage = producer.create_stage(job.id, stage_type, {})
     (task,) = producer.create_tasks(stage.id, [{"seconds": 60}])
-    first = workers.start(server.url, "sleepy", stage_type, heartbeat_interval=0.5,
-                          grace_period=1)
-    wait_until(lambda: len(workers.records("started")) == 1, timeout=20,
-               what="the handler to start", pool=workers)
+    first = workers.start(server.url, "sleepy", stage_type, heartbeat_interval=0.5, grace_period=1)
+    wait_until(
+        lambda: len(workers.records("started")) == 1,
+        timeout=20,
+        what="the handler to start",
+        pool=workers,
+    )
 
     first.proc.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
@@ -454,8 +517,12 @@ def test_sigterm_hands_back_a_task_whose_handler_outlives_the_grace_period(
     api = clients.http(server.url)
     returned_status = task_status(api, task.id)
     second = workers.start(server.url, "record", stage_type, heartbeat_interval=0.5)
-    wait_until(lambda: task_status(api, task.id) == "COMPLETED", timeout=20,
-               what="another worker to complete the handed-back task", pool=workers)
+    wait_until(
+        lambda: task_status(api, task.id) == "COMPLETED",
+        timeout=20,
+        what="another worker to complete the handed-back task",
+        pool=workers,
+    )
 
     assert code == 0
     assert 1 <= took < 5, f"stopped {took:.1f}s after SIGTERM (grace period 1 s)"
@@ -476,7 +543,9 @@ def test_sigterm_hands_back_a_task_whose_handler_outlives_the_grace_period(
     "database_url", ["sqlite"], indirect=True, ids=["sqlite-only(worker-side-behaviour)"]
 )
 def test_a_draining_worker_heartbeats_at_its_interval(
-    database_url: str, server_for: Callable[..., Any], workers: Workers,
+    database_url: str,
+    server_for: Callable[..., Any],
+    workers: Workers,
     clients: Clients,
 ) -> None:
     server = server_for()
@@ -485,10 +554,15 @@ def test_a_draining_worker_heartbeats_at_its_interval(
     job = producer.create_job("drain-beats", {})
     stage = producer.create_stage(job.id, stage_type, {})
     (task,) = producer.create_tasks(stage.id, [{"seconds": 2.0}])
-    worker = workers.start(server.url, "sleepy", stage_type, heartbeat_interval=0.5,
-                           grace_period=10)
-    wait_until(lambda: len(workers.records("started")) == 1, timeout=20,
-               what="the handler to start", pool=workers)
+    worker = workers.start(
+        server.url, "sleepy", stage_type, heartbeat_interval=0.5, grace_period=10
+    )
+    wait_until(
+        lambda: len(workers.records("started")) == 1,
+        timeout=20,
+        what="the handler to start",
+        pool=workers,
+    )
 
     worker.proc.send_signal(signal.SIGTERM)
     code = worker.wait(timeout=15)
@@ -503,7 +577,9 @@ def test_a_draining_worker_heartbeats_at_its_interval(
 
 
 def test_task_log_lines_are_readable_in_order_with_their_attempt(
-    database_url: str, server_for: Callable[..., Any], workers: Workers,
+    database_url: str,
+    server_for: Callable[..., Any],
+    workers: Workers,
     clients: Clients,
 ) -> None:
     server = server_for()
@@ -514,23 +590,33 @@ def test_task_log_lines_are_readable_in_order_with_their_attempt(
     (task,) = producer.create_tasks(stage.id, [{}], max_attempts=2)
     workers.start(server.url, "chatty", stage_type, heartbeat_interval=0.5)
     api = clients.http(server.url)
-    wait_until(lambda: task_status(api, task.id) == "COMPLETED", timeout=20,
-               what="the task to complete on its second attempt", pool=workers)
+    wait_until(
+        lambda: task_status(api, task.id) == "COMPLETED",
+        timeout=20,
+        what="the task to complete on its second attempt",
+        pool=workers,
+    )
 
     answer = api.get(f"/v1/tasks/{task.id}/logs")
 
     assert answer.status_code == 200
     lines = answer.json()
     assert [(ln["attempt"], ln["line"]) for ln in lines] == [
-        (1, "attempt 1: start"), (1, "attempt 1: working"), (1, "attempt 1: end"),
-        (2, "attempt 2: start"), (2, "attempt 2: working"), (2, "attempt 2: end"),
+        (1, "attempt 1: start"),
+        (1, "attempt 1: working"),
+        (1, "attempt 1: end"),
+        (2, "attempt 2: start"),
+        (2, "attempt 2: working"),
+        (2, "attempt 2: end"),
     ]
     times = [ln["time"] for ln in lines]
     assert times == sorted(times)
     events = event_log(database_url)
     assert [(e.attempt, e.lines) for e in of(events, "TaskLogged", task.id)] == [
-        (1, ["attempt 1: start", "attempt 1: working"]), (1, ["attempt 1: end"]),
-        (2, ["attempt 2: start", "attempt 2: working"]), (2, ["attempt 2: end"]),
+        (1, ["attempt 1: start", "attempt 1: working"]),
+        (1, ["attempt 1: end"]),
+        (2, ["attempt 2: start", "attempt 2: working"]),
+        (2, ["attempt 2: end"]),
     ]
     assert api.get(f"/v1/tasks/{uuid4()}/logs").status_code == 404
 
@@ -554,7 +640,8 @@ def sweeper_lock_holders(database_url: str) -> int:
 
 @POSTGRES_ONLY
 def test_one_sweeper_acts_however_many_server_processes_run(
-    database_url: str, server_for: Callable[..., Any],
+    database_url: str,
+    server_for: Callable[..., Any],
     clients: Clients,
 ) -> None:
     server = server_for(workers=2, JOBNIK_SWEEP_INTERVAL="0.1")
@@ -562,8 +649,12 @@ def test_one_sweeper_acts_however_many_server_processes_run(
     stage_type = unique("expiring")
     job = producer.create_job("sweep", {})
     stage = producer.create_stage(job.id, stage_type, {})
-    ids = {t.id for t in producer.create_tasks(stage.id, [{"n": n} for n in range(EXPIRING)],
-                                               max_attempts=5)}
+    ids = {
+        t.id
+        for t in producer.create_tasks(
+            stage.id, [{"n": n} for n in range(EXPIRING)], max_attempts=5
+        )
+    }
     consumer = Consumer(clients.sdk(server.url))
     holders: list[int] = []
 
@@ -573,9 +664,12 @@ def test_one_sweeper_acts_however_many_server_processes_run(
         assert {t.attempt for t in leased if t} == {expiry}
         holders.append(sweeper_lock_holders(database_url))
         wait_until(
-            lambda: {t["status"] for t in producer.client.get(f"/v1/stages/{stage.id}/tasks")}
-            == {"RETRIED"},
-            timeout=15, what=f"every lease to expire (round {expiry})",
+            lambda: (
+                {t["status"] for t in producer.client.get(f"/v1/stages/{stage.id}/tasks")}
+                == {"RETRIED"}
+            ),
+            timeout=15,
+            what=f"every lease to expire (round {expiry})",
         )
     time.sleep(0.5)  # a duplicate sweep, if any, would land now
 

@@ -163,6 +163,8 @@ def task_in(status: TaskStatus, *, max_attempts: int = 3) -> Task:
                 task.fail(at(minute), Actor.WORKER)
                 task.dequeue(at(minute + 1), Actor.WORKER)
             task.fail(at(2 * max_attempts), Actor.WORKER)
+        elif status is TaskStatus.DELEGATED:
+            task.delegate(1, at(2), Actor.WORKER)
     assert task.status == status
     return settled(task)
 

@@ -41,6 +41,7 @@ from jobnik.projections.store import batches
 from .builders import replay
 
 Row = dict[str, Any]
+FINAL = ("COMPLETED", "FAILED", "ABORTED")
 
 
 class Tables:
@@ -169,10 +170,34 @@ class MemorySession:
         rows = [
             r
             for r in self.tables.where(TASKS, {"job_id": job_id})
-            if r["status"] in ("PENDING", "RETRIED")
+            if r["status"] in ("PENDING", "RETRIED", "DELEGATED")
         ]
         rows.sort(key=lambda r: (r["creation_time"], str(r["id"])))
         return [cast(Task, self._remember(r, task_from_row)) for r in rows]
+
+    def _jobs(self, rows: list[Row]) -> list[Job]:
+        rows = sorted(rows, key=lambda r: (r["creation_time"], str(r["id"])))
+        return [cast(Job, self._remember(r, job_from_row)) for r in rows]
+
+    def children_of(self, task_id: UUID) -> list[Job]:
+        return self._jobs(self.tables.where(JOBS, {"parent_task_id": task_id}))
+
+    def child_jobs(self, job_id: UUID) -> list[Job]:
+        rows = self.tables.where(JOBS, {"parent_job_id": job_id})
+        return self._jobs([r for r in rows if r["status"] not in FINAL])
+
+    def stale_delegations(self, before: datetime, limit: int) -> list[Task]:
+        rows = [
+            r
+            for r in self.tables.rows[TASKS]
+            if r["status"] == "DELEGATED"
+            and r["delegated_at"] < before
+            and all(
+                j["status"] in FINAL for j in self.tables.where(JOBS, {"parent_task_id": r["id"]})
+            )
+        ]
+        rows.sort(key=lambda r: r["delegated_at"])
+        return [cast(Task, self._remember(r, task_from_row)) for r in rows[:limit]]
 
     def claim(self, stage_type: str) -> Task | None:
         queued = self.tables.dequeueable(stage_type)

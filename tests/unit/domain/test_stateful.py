@@ -21,6 +21,7 @@ from jobnik.domain.statuses import (
     STAGE_DEQUEUEABLE,
     STAGE_FINAL,
     TASK_FINAL,
+    JobMode,
     JobStatus,
     TaskStatus,
 )
@@ -49,29 +50,36 @@ class Commands(RuleBasedStateMachine):
         with contextlib.suppress(JobnikError):  # refused: writes nothing (the invariants check)
             command()
 
-    @rule(name=st.sampled_from(["nightly", "hourly"]))
-    def create_job(self, name: str) -> None:
-        self.jobs.append(self.jobnik.create_job(NewJob(name=name, data={})).id)
+    @rule(name=st.sampled_from(["nightly", "hourly"]), mode=st.sampled_from(list(JobMode)))
+    def create_job(self, name: str, mode: JobMode) -> None:
+        self.jobs.append(self.jobnik.create_job(NewJob(name=name, data={}, mode=mode)).id)
+
+    @precondition(lambda self: self.jobs)
+    @rule(data=st.data())
+    def finish(self, data: st.DataObject) -> None:
+        job = data.draw(st.sampled_from(self.jobs))
+        self.attempt(lambda: self.jobnik.finish_job(job))
 
     @precondition(lambda self: self.jobs)
     @rule(
         data=st.data(),
         waiting=st.booleans(),
-        count=st.integers(1, 3),
+        completion=st.sampled_from([False, False, False, True]),
+        count=st.integers(0, 3),
         attempts=st.integers(1, 3),
     )
     def add_stage_with_tasks(
-        self, data: st.DataObject, waiting: bool, count: int, attempts: int
+        self, data: st.DataObject, waiting: bool, completion: bool, count: int, attempts: int
     ) -> None:
         job = data.draw(st.sampled_from(self.jobs))
         kind = data.draw(st.sampled_from(TYPES))
 
         def add() -> None:
-            stage = self.jobnik.add_stage(
-                job, NewStage(type=kind, data={}, start_as_waiting=waiting)
-            ).id
+            new = NewStage(type=kind, data={}, start_as_waiting=waiting, completion=completion)
+            stage = self.jobnik.add_stage(job, new).id
             self.stages.append(stage)
-            self.jobnik.add_tasks(stage, [NewTask(data={}, max_attempts=attempts)] * count)
+            if count:
+                self.jobnik.add_tasks(stage, [NewTask(data={}, max_attempts=attempts)] * count)
 
         self.attempt(add)
 
@@ -85,7 +93,7 @@ class Commands(RuleBasedStateMachine):
     @precondition(lambda self: self.store.tables.dequeueable())
     @rule(
         data=st.data(),
-        outcome=st.sampled_from(["done", "done", "done", "fail", "fatal", "keep"]),
+        outcome=st.sampled_from(["done", "done", "done", "fail", "fatal", "keep", "delegate"]),
     )
     def work(self, data: st.DataObject, outcome: str) -> None:
         queued = self.store.tables.dequeueable()
@@ -99,6 +107,17 @@ class Commands(RuleBasedStateMachine):
                 self.jobnik.report_task(
                     task.id, TaskStatus.FAILED, attempt=task.attempt, fatal=outcome == "fatal"
                 )
+            elif outcome == "delegate":  # one child job of one task, then wait for it
+                child = self.jobnik.create_job(
+                    NewJob(name="child", data={}, parent_task_id=task.id)
+                )
+                self.jobs.append(child.id)
+                stage = self.jobnik.add_stage(
+                    child.id, NewStage(type=data.draw(st.sampled_from(TYPES)), data={})
+                )
+                self.stages.append(stage.id)
+                self.jobnik.add_tasks(stage.id, [NewTask(data={}, max_attempts=1)])
+                self.jobnik.report_task(task.id, TaskStatus.DELEGATED, attempt=task.attempt)
 
         self.attempt(run)
 
@@ -167,6 +186,14 @@ class Commands(RuleBasedStateMachine):
             if s["status"] in STAGE_DEQUEUEABLE:
                 active[s["job_id"]] = active.get(s["job_id"], 0) + 1
         assert all(n <= 1 for n in active.values()), active
+
+    @invariant()
+    def a_delegated_task_waits_only_while_a_child_job_runs(self) -> None:
+        jobs = self.store.tables.rows[JOBS]
+        for task in self.store.tables.rows[TASKS]:
+            if task["status"] == TaskStatus.DELEGATED:
+                children = [j for j in jobs if j["parent_task_id"] == task["id"]]
+                assert any(j["status"] not in JOB_FINAL for j in children), task["id"]
 
     @invariant()
     def every_event_replays_to_the_same_state(self) -> None:

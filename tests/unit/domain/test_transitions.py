@@ -46,6 +46,7 @@ JOB_ALLOWED = {
     (J.IN_PROGRESS, J.ABORTED),
     (J.PAUSED, J.PENDING), (J.PAUSED, J.IN_PROGRESS), (J.PAUSED, J.ABORTED),
     (J.PAUSED, J.COMPLETED), (J.PAUSED, J.FAILED),
+    (J.PENDING, J.COMPLETED),  # seed 004: a finished job with no work left completes
 }  # fmt: skip
 
 # jobnik-rules.md §4.2; the "(no-op)" cells are the release command's business, not the table's.
@@ -68,6 +69,8 @@ TASK_ALLOWED = {
     (T.RETRIED, T.IN_PROGRESS),
     (T.CREATED, T.ABORTED), (T.PENDING, T.ABORTED), (T.IN_PROGRESS, T.ABORTED),
     (T.RETRIED, T.ABORTED),
+    # seed 001's delegation: the task waits for its child jobs, then goes back to the queue
+    (T.IN_PROGRESS, T.DELEGATED), (T.DELEGATED, T.PENDING), (T.DELEGATED, T.ABORTED),
 }  # fmt: skip
 
 

@@ -111,6 +111,13 @@ def test_job_created_inserts_a_pending_job_row() -> None:
                 "update_time": NOW,
                 "start_time": None,
                 "end_time": None,
+                "mode": "runOnce",
+                "parent_task_id": None,
+                "parent_job_id": None,
+                "completion_stages": 0,
+                "finishing": False,
+                "completing": False,
+                "finish_time": None,
             },
         )
     ]
@@ -264,6 +271,8 @@ def test_stage_added_inserts_the_stage_and_an_empty_summary() -> None:
                 "update_time": NOW,
                 "start_time": None,
                 "end_time": None,
+                "completion": False,
+                "failure_patterns": [],
             },
         ),
         Insert(SUMMARIES, {"stage_id": stage.id, "job_id": stage.job_id}),
@@ -352,6 +361,9 @@ def test_task_created_inserts_counts_and_enqueues_at_its_log_position() -> None:
                 "update_time": NOW,
                 "start_time": None,
                 "end_time": None,
+                "result": None,
+                "delegations": 0,
+                "delegated_at": None,
             },
         ),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {"pending": 1, "total": 1}),
@@ -397,7 +409,7 @@ def test_task_completed_counts_a_completion() -> None:
         Update(
             TASKS,
             {"id": task.id},
-            stamp(event, status="COMPLETED", end_time=at(5), lease_expires_at=None),
+            stamp(event, status="COMPLETED", end_time=at(5), lease_expires_at=None, result=None),
         ),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {"in_progress": -1, "completed": 1}),
     ]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from jobnik.workers import Backoff, FatalTaskError, Task, TaskContext, Worker
+from jobnik.workers import DELEGATED, Backoff, FatalTaskError, Task, TaskContext, Worker
 from jobnik.workers import loop as worker_loop
 
 from .fake_api import FakeApi, task_json
@@ -59,7 +59,7 @@ def make_worker(fake: FakeApi, handler: Any, **options: Any) -> Worker:
 def test_a_returning_handler_is_reported_completed_with_its_attempt() -> None:
     fake = FakeApi()
     fake.add(task_json(1, attempt=4))
-    worker = make_worker(fake, lambda task, context: "ignored")
+    worker = make_worker(fake, lambda task, context: None)
 
     with running(worker):
         wait_until(lambda: len(fake.reports) == 1)
@@ -67,6 +67,35 @@ def test_a_returning_handler_is_reported_completed_with_its_attempt() -> None:
     assert fake.reports[0].path == f"/v1/tasks/{task_json(1)['id']}/status"
     assert fake.reports[0].body == {"status": "COMPLETED", "attempt": 4}
     assert (worker.stats.done, worker.stats.failed, worker.stats.running) == (1, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("returned", "result"),
+    [({"tiles": 3}, {"tiles": 3}), ("done", {"value": "done"}), ([1, 2], {"value": [1, 2]})],
+)
+def test_what_a_handler_returns_is_reported_as_the_tasks_result(
+    returned: object, result: dict[str, object]
+) -> None:
+    fake = FakeApi()
+    fake.add(task_json(1, attempt=1))
+    worker = make_worker(fake, lambda task, context: returned)
+
+    with running(worker):
+        wait_until(lambda: len(fake.reports) == 1)
+
+    assert fake.reports[0].body == {"status": "COMPLETED", "attempt": 1, "result": result}
+
+
+def test_returning_delegated_reports_the_task_delegated() -> None:
+    fake = FakeApi()
+    fake.add(task_json(1, attempt=1))
+    worker = make_worker(fake, lambda task, context: DELEGATED)
+
+    with running(worker):
+        wait_until(lambda: len(fake.reports) == 1)
+
+    assert fake.reports[0].body == {"status": "DELEGATED", "attempt": 1}
+    assert (worker.stats.delegated, worker.stats.done) == (1, 0)
 
 
 def test_a_raising_handler_is_reported_failed_with_the_reason() -> None:
