@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Annotated, Final
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Final
 
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Header, Query, Request, Response
+from fastapi.encoders import jsonable_encoder
+from pydantic import BaseModel
 
 from jobnik.domain.application import NO_TRACE, Jobnik
 from jobnik.domain.errors import InvalidRequest
 from jobnik.projections.audit import Audit
+from jobnik.projections.idempotency import IdempotencyKeys, fingerprint
 from jobnik.projections.timetravel import AsOf
 from jobnik.projections.views import Views
 
@@ -77,3 +82,62 @@ def reject_unknown_query(request: Request) -> None:
     for name in request.query_params:
         if name not in known:
             raise InvalidRequest(f"Unknown query parameter '{name}'")
+
+
+IDEMPOTENCY_KEY_RE: Final = r"^[\x21-\x7e]{1,255}$"  # printable ASCII, no spaces
+
+
+class Once:
+    """Runs a creating route's command at most once per `Idempotency-Key` (so1).
+
+    Without a key it just calls the command. With one, the command, the rendering of its
+    response and the key's record share one transaction (projections/idempotency.py); a retry
+    gets the recorded status and body with `Idempotent-Replayed: true`.
+    """
+
+    def __init__(
+        self, keys: IdempotencyKeys, key: str | None, fingerprint: str, status: int
+    ) -> None:
+        self.keys, self.key, self.fingerprint, self.status = keys, key, fingerprint, status
+
+    def __call__(self, command: Callable[[], BaseModel | Sequence[BaseModel]]) -> Any:
+        if self.key is None:
+            return command()
+
+        def run() -> tuple[int, str]:
+            rendered = jsonable_encoder(command())
+            return self.status, json.dumps(rendered, separators=(",", ":"), ensure_ascii=False)
+
+        answer = self.keys.once(self.key, self.fingerprint, run)
+        headers = {REPLAYED: "true"} if answer.replayed else {}
+        return Response(
+            answer.body,
+            status_code=answer.status,
+            media_type="application/json",
+            headers=headers,
+        )
+
+
+REPLAYED: Final = "Idempotent-Replayed"
+
+
+async def once(
+    request: Request,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            pattern=IDEMPOTENCY_KEY_RE,
+            description="so1: a retry with the same key and body returns the first answer and "
+            "creates nothing; the key with another body or endpoint is refused (422)",
+        ),
+    ] = None,
+) -> Once:
+    keys: IdempotencyKeys = request.app.state.idempotency
+    route = request.scope.get("route")
+    status = int(getattr(route, "status_code", None) or 200)
+    body = await request.body() if idempotency_key is not None else b""
+    return Once(keys, idempotency_key, fingerprint(request.method, request.url.path, body), status)
+
+
+OnceDep = Annotated[Once, Depends(once)]

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobnik.domain.errors import (
     DatabaseError,
+    IdempotencyKeyReused,
     IllegalJobTransition,
     IllegalTransition,
     InvalidRequest,
@@ -34,6 +35,7 @@ HTTP_STATUS: Final[Mapping[type[JobnikError], int]] = {
     IllegalTransition: 400,
     InvalidRequest: 400,
     UpdateConflict: 409,
+    IdempotencyKeyReused: 422,
     DatabaseError: 500,
 }
 

@@ -22,6 +22,7 @@ from jobnik.projections.audit import Audit
 from jobnik.projections.catchup import CatchUpRunner
 from jobnik.projections.catchup_views import DEFAULT_WAIT, CatchUpViews
 from jobnik.projections.config import library_env
+from jobnik.projections.idempotency import DEFAULT_TTL, IdempotencyKeys
 from jobnik.projections.leader import LeaderLock
 from jobnik.projections.rebuild import rebuild
 from jobnik.projections.registry import CATCH_UP, INLINE, outdated, status
@@ -102,6 +103,7 @@ def create_app(
     views: Views,
     audit: Audit | None = None,
     catchup_views: CatchUpViews | None = None,
+    idempotency: IdempotencyKeys | None = None,
     **fastapi: Any,
 ) -> FastAPI:
     """The v1 API over `jobnik` (commands) and `views` (queries)."""
@@ -114,6 +116,7 @@ def create_app(
     app.state.jobnik, app.state.views = jobnik, views
     app.state.audit = audit if audit is not None else Audit(views.store)
     app.state.catchup = catchup_views if catchup_views is not None else CatchUpViews(views.store)
+    app.state.idempotency = idempotency if idempotency is not None else IdempotencyKeys(views.store)
     errors.install(app)
     for module in (jobs, stages, tasks, history, catchup, health):
         app.include_router(module.router)
@@ -168,8 +171,13 @@ def app_from_env(env: Mapping[str, str]) -> FastAPI:
     jobnik = Jobnik(
         store, lease_seconds=int(env.get("JOBNIK_LEASE_SECONDS", DEFAULT_LEASE_SECONDS))
     )
+    keys = IdempotencyKeys(store, float(env.get("JOBNIK_IDEMPOTENCY_TTL", DEFAULT_TTL)))
     interval = float(env.get("JOBNIK_SWEEP_INTERVAL", "5"))
-    sweeper = Sweeper(jobnik, LeaderLock(store, "sweeper"), interval) if interval > 0 else None
+    sweeper = (
+        Sweeper(jobnik, LeaderLock(store, "sweeper"), interval, purge=keys.purge)
+        if interval > 0
+        else None
+    )
     runner = projections_at_start(store, env)
     wait = float(env.get("JOBNIK_MIN_POSITION_WAIT", DEFAULT_WAIT))
 
@@ -187,7 +195,11 @@ def app_from_env(env: Mapping[str, str]) -> FastAPI:
         store.close()
 
     app = create_app(
-        jobnik, Views(store), catchup_views=CatchUpViews(store, wait), lifespan=lifespan
+        jobnik,
+        Views(store),
+        catchup_views=CatchUpViews(store, wait),
+        idempotency=keys,
+        lifespan=lifespan,
     )
     app.state.store, app.state.sweeper, app.state.catchup_runner = store, sweeper, runner
     return app

@@ -1,21 +1,35 @@
-"""The lease sweeper: a background thread; only the process holding the leader lock sweeps."""
+"""The lease sweeper: a background thread; only the process holding the leader lock sweeps.
+
+It also purges expired Idempotency-Keys (expired keys already count as absent at lookup; the
+purge only keeps the table small)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 
 from jobnik.domain.application import Jobnik
 from jobnik.projections.leader import LeaderLock
 
 log = logging.getLogger(__name__)
 
+PURGE_EVERY = 60.0  # seconds between purges of expired Idempotency-Keys
+
 
 class Sweeper:
-    """Every `interval` seconds, if leader, takes back tasks whose lease expired."""
+    """Every `interval` seconds, if leader, takes back tasks whose lease expired (and purges)."""
 
-    def __init__(self, jobnik: Jobnik, lock: LeaderLock, interval: float) -> None:
-        self.jobnik, self.lock, self.interval = jobnik, lock, interval
+    def __init__(
+        self,
+        jobnik: Jobnik,
+        lock: LeaderLock,
+        interval: float,
+        purge: Callable[[], int] | None = None,
+    ) -> None:
+        self.jobnik, self.lock, self.interval, self.purge = jobnik, lock, interval, purge
+        self._purged_at = -PURGE_EVERY
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="jobnik-sweeper", daemon=True)
         self.swept = 0
@@ -41,6 +55,10 @@ class Sweeper:
         if total:
             log.info("leases swept", extra={"action": "leases_swept", "tasks": total})
         self.swept += total
+        if self.purge is not None and time.monotonic() - self._purged_at >= PURGE_EVERY:
+            self._purged_at = time.monotonic()
+            if purged := self.purge():
+                log.info("idempotency keys purged", extra={"action": "keys_purged", "keys": purged})
         return total
 
     def _run(self) -> None:

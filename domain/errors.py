@@ -144,3 +144,9 @@ class DatabaseError(JobnikError):
     """DATABASE_RELATED_ERROR"""
 
     code = "DATABASE_RELATED_ERROR"
+
+
+class IdempotencyKeyReused(JobnikError):
+    """This Idempotency-Key was used for a different request (another body or endpoint)."""
+
+    code = "IDEMPOTENCY_KEY_REUSED"

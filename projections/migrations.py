@@ -5,7 +5,14 @@ from __future__ import annotations
 import zlib
 from typing import TYPE_CHECKING, Final
 
-from jobnik.projections.schema import ddl, ddl_history, ddl_leases, ddl_projections, ddl_seeds
+from jobnik.projections.schema import (
+    ddl,
+    ddl_history,
+    ddl_idempotency,
+    ddl_leases,
+    ddl_projections,
+    ddl_seeds,
+)
 
 if TYPE_CHECKING:
     from jobnik.projections.store import SqlStore
@@ -18,6 +25,7 @@ MIGRATIONS: Final = [
     (2, "task leases and logs", ddl_leases),
     (3, "history index", ddl_history),
     (4, "projection registry", ddl_projections),
+    (5, "idempotency keys", ddl_idempotency),
     (6, "delegation, job modes, completion stages, task results", ddl_seeds),
 ]
 # After these, rows written before them are rebuilt from the log (through the upcasters).

@@ -14,6 +14,7 @@ TIME_COLUMNS: Final = frozenset(
     {"creation_time", "update_time", "start_time", "end_time", "lease_expires_at", "time"}
     | {"last_interaction", "rebuilt_at"}  # catch-up projections and their registry
     | {"finish_time", "delegated_at"}
+    | {"created_at"}  # Idempotency-Keys
 )
 BOOL_COLUMNS: Final = frozenset(
     {"started", "stage_open", "job_open", "deleted", "finishing", "completing", "completion"}
@@ -226,6 +227,24 @@ def ddl_seeds(backend: str) -> list[str]:
     return _split(_DDL_SEEDS, backend)
 
 
+# Migration 5 (so1's Idempotency-Key): one row per key, written in the transaction of the command
+# it guards (projections/idempotency.py). Not a projection: nothing in the log rebuilds it. The
+# body is TEXT in both dialects so a replay answers the original bytes (jsonb reorders keys).
+IDEMPOTENCY_KEYS: Final = "jobnik_idempotency_keys"
+_DDL_IDEMPOTENCY: Final = """
+CREATE TABLE IF NOT EXISTS jobnik_idempotency_keys (
+    idempotency_key TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    position BIGINT,
+    created_at {time} NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobnik_idempotency_keys_created_at
+    ON jobnik_idempotency_keys (created_at);
+"""
+
+
 def _split(text: str, backend: str) -> list[str]:
     return [s.strip() for s in text.format(**_TYPES[backend]).split(";") if s.strip()]
 
@@ -248,3 +267,8 @@ def ddl_history(backend: str) -> list[str]:
 def ddl_projections(backend: str) -> list[str]:
     """Migration 4: the projection registry."""
     return _split(_DDL_PROJECTIONS, backend)
+
+
+def ddl_idempotency(backend: str) -> list[str]:
+    """Migration 5: the Idempotency-Key table."""
+    return _split(_DDL_IDEMPOTENCY, backend)

@@ -13,6 +13,7 @@ import logging
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any, cast
 from uuid import UUID
@@ -26,7 +27,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 from jobnik.domain.base import Entity
 from jobnik.domain.errors import DatabaseError, JobNotFound, StageNotFound, TaskNotFound
 from jobnik.domain.jobs import Job
-from jobnik.domain.ports import Session, Summary
+from jobnik.domain.ports import Summary
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.projections.dialect import POSTGRES, SQLITE, Dialect
@@ -40,6 +41,11 @@ from jobnik.projections.schema import JOBS, STAGES, SUMMARIES, TASKS
 log = logging.getLogger(__name__)
 
 FINAL_JOB_SQL = "('COMPLETED', 'FAILED', 'ABORTED')"
+
+# The write session open in this context: a nested `session(write=True)` joins it instead of
+# opening a second transaction, so a caller can wrap a command and its own rows (an
+# Idempotency-Key, projections/idempotency.py) in one all-or-nothing transaction.
+_AMBIENT: ContextVar[SqlSession | None] = ContextVar("jobnik_write_session", default=None)
 
 
 class EventLog(Application[UUID]):
@@ -160,10 +166,20 @@ class SqlStore:
             raise DatabaseError(f"database error: {e}") from e
 
     @contextmanager
-    def session(self, *, write: bool) -> Iterator[Session]:
+    def session(self, *, write: bool) -> Iterator[SqlSession]:
+        """A transaction; a write session opened inside another one (same context) joins it."""
+        ambient = _AMBIENT.get()
+        if write and ambient is not None and ambient.store is self:
+            yield ambient  # the outer session commits (or rolls back) and notes the position
+            return
         with self.cursor(write=write) as cur:
             session = SqlSession(self, cur)
-            yield session
+            token = _AMBIENT.set(session) if write else None
+            try:
+                yield session
+            finally:
+                if token is not None:
+                    _AMBIENT.reset(token)
         if session.position is not None:  # committed: the response's X-Jobnik-Position
             note_written(session.position)
             for listener in self.on_commit:

@@ -8,7 +8,14 @@ from uuid import UUID
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from pydantic import AwareDatetime
 
-from jobnik.api.deps import AsOfQuery, JobnikDep, TraceDep, ViewsDep, reject_unknown_query
+from jobnik.api.deps import (
+    AsOfQuery,
+    JobnikDep,
+    OnceDep,
+    TraceDep,
+    ViewsDep,
+    reject_unknown_query,
+)
 from jobnik.api.schemas import (
     CreateJob,
     CreateStage,
@@ -59,21 +66,19 @@ def find_jobs(
     return [JobOut.of(j) for j in found]
 
 
-@router.post("/jobs", status_code=201)
-def create_job(body: CreateJob, jobnik: JobnikDep, incoming: TraceDep) -> JobOut:
-    """Create a job; it starts PENDING."""
-    job = jobnik.create_job(
-        NewJob(
-            name=body.name,
-            data=body.data,
-            priority=body.priority,
-            user_metadata=body.user_metadata,
-            mode=body.mode,
-            parent_task_id=body.parent_task_id,
-            **body.trace(incoming),  # type: ignore[arg-type]
-        )
+@router.post("/jobs", status_code=201, response_model=JobOut)
+def create_job(body: CreateJob, jobnik: JobnikDep, incoming: TraceDep, once: OnceDep) -> Any:
+    """Create a job; it starts PENDING. A retry with the same Idempotency-Key creates nothing."""
+    new = NewJob(
+        name=body.name,
+        data=body.data,
+        priority=body.priority,
+        user_metadata=body.user_metadata,
+        mode=body.mode,
+        parent_task_id=body.parent_task_id,
+        **body.trace(incoming),  # type: ignore[arg-type]
     )
-    return JobOut.of(job)
+    return once(lambda: JobOut.of(jobnik.create_job(new)))
 
 
 @router.post("/jobs/{jobId}/finish", status_code=202)
@@ -145,24 +150,22 @@ def get_stages_by_job_id(
     return [StageOut.of(s) for s in views.stages_of_job(job_id, with_tasks=should_return_tasks)]
 
 
-@router.post("/jobs/{jobId}/stage", status_code=201)
+@router.post("/jobs/{jobId}/stage", status_code=201, response_model=StageOut)
 def add_stage(
     jobnik: JobnikDep,
     job_id: Annotated[UUID, Path(alias="jobId")],
     body: CreateStage,
     incoming: TraceDep,
-) -> StageOut:
+    once: OnceDep,
+) -> Any:
     """Append a stage: WAITING if asked, PENDING when first, else CREATED until its turn."""
-    stage = jobnik.add_stage(
-        job_id,
-        NewStage(
-            type=body.type,
-            data=body.data,
-            user_metadata=body.user_metadata,
-            start_as_waiting=body.start_as_waiting,
-            completion=body.completion,
-            failure_patterns=tuple(body.failure_patterns),
-            **body.trace(incoming),  # type: ignore[arg-type]
-        ),
+    new = NewStage(
+        type=body.type,
+        data=body.data,
+        user_metadata=body.user_metadata,
+        start_as_waiting=body.start_as_waiting,
+        completion=body.completion,
+        failure_patterns=tuple(body.failure_patterns),
+        **body.trace(incoming),  # type: ignore[arg-type]
     )
-    return StageOut.of(StageView(stage, Summary()))
+    return once(lambda: StageOut.of(StageView(jobnik.add_stage(job_id, new), Summary())))

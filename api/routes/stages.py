@@ -7,7 +7,14 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query
 
-from jobnik.api.deps import AsOfQuery, JobnikDep, TraceDep, ViewsDep, reject_unknown_query
+from jobnik.api.deps import (
+    AsOfQuery,
+    JobnikDep,
+    OnceDep,
+    TraceDep,
+    ViewsDep,
+    reject_unknown_query,
+)
 from jobnik.api.schemas import (
     CreateTask,
     Message,
@@ -84,10 +91,10 @@ def get_tasks_by_stage_id(views: ViewsDep, stage_id: StageId) -> list[TaskOut]:
     return [TaskOut.of(t) for t in views.tasks_of_stage(stage_id)]
 
 
-@router.post("/stages/{stageId}/tasks", status_code=201)
+@router.post("/stages/{stageId}/tasks", status_code=201, response_model=list[TaskOut])
 def add_tasks(
-    jobnik: JobnikDep, stage_id: StageId, body: NewTasks, incoming: TraceDep
-) -> list[TaskOut]:
+    jobnik: JobnikDep, stage_id: StageId, body: NewTasks, incoming: TraceDep, once: OnceDep
+) -> Any:
     """Add tasks to a CREATED, PENDING or WAITING stage; they start PENDING."""
     new = [
         NewTask(
@@ -98,7 +105,7 @@ def add_tasks(
         )
         for t in body
     ]
-    return [TaskOut.of(t) for t in jobnik.add_tasks(stage_id, new)]
+    return once(lambda: [TaskOut.of(t) for t in jobnik.add_tasks(stage_id, new)])
 
 
 @router.patch("/stages/{stageType:path}/tasks/dequeue")  # a type may hold "/" (%2F)

@@ -108,6 +108,34 @@ def test_a_command_that_raises_midway_leaves_neither_events_nor_rows(store: SqlS
             s.job(job.id)
 
 
+def test_a_command_inside_an_open_write_session_joins_its_transaction(
+    jobnik: Jobnik, store: SqlStore
+) -> None:
+    before = store.log_app.recorder.max_notification_id()
+    created: list[Job] = []
+
+    def fails_after_the_command() -> None:
+        with store.session(write=True):
+            created.append(jobnik.create_job(NewJob(name="doomed", data={})))
+            raise RuntimeError("after the command")
+
+    with pytest.raises(RuntimeError, match="after"):
+        fails_after_the_command()
+    (doomed,) = created
+    after_rollback = store.log_app.recorder.max_notification_id()
+    with store.session(write=True) as outer:
+        kept = jobnik.create_job(NewJob(name="kept", data={}))
+        position = outer.position
+
+    assert after_rollback == before
+    assert store.log_app.recorder.select_events(doomed.id) == []
+    assert position == store.log_app.recorder.max_notification_id()
+    with store.session(write=False) as s:
+        assert s.job(kept.id).name == "kept"
+        with pytest.raises(JobNotFound):
+            s.job(doomed.id)
+
+
 @pytest.mark.slow
 def test_eight_workers_dequeue_each_of_2000_tasks_exactly_once(
     jobnik: Jobnik, store: SqlStore
