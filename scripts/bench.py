@@ -32,10 +32,13 @@ better). Then one goal line per target. Lines starting with '#' are progress.
 
 Usage:
   python scripts/bench.py [--quick] [--backend postgres|sqlite|both] [--only engine,bulk]
-      [--json PATH] [--pg-url postgresql://postgres@127.0.0.1:5432]
+      [--json PATH] [--pg-url postgresql://postgres@127.0.0.1:5432] [--tasks N]
   jobnik bench ...   (the same options)
 
 --quick (about a minute on PostgreSQL) shrinks every size; figures at quick sizes are noisier.
+--tasks N sets the task count of the engine, HTTP and hot-stage runs (full: 20,000, 5,000 and
+20,000; the engine lifecycle runs at about 40 tasks/s on PostgreSQL here, so the full sizes
+take most of an hour).
 PostgreSQL databases are created as bench_suite_<pid>_<figure> and dropped afterwards.
 """
 
@@ -104,7 +107,7 @@ class Sizes:
 FULL = Sizes(
     20_000, (1, 2, 4), 5_000, (1, 4), 100_000, 1_000_000, 1_000, 50, 30_000, 300_000, 20_000
 )
-QUICK = Sizes(150, (1, 2, 4), 200, (4,), 10_000, 10_000, 100, 20, 1_000, 10_000, 200)
+QUICK = Sizes(100, (1, 2, 4), 120, (4,), 10_000, 10_000, 100, 20, 1_000, 6_000, 160)
 TINY = Sizes(12, (1, 4), 12, (2,), 1_500, 200, 2, 6, 1_000, 1_000, 16, 4)  # the test's
 
 
@@ -669,12 +672,19 @@ def main(
     parser.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--pg-url", default=PG_URL, help="a server where databases may be made")
+    parser.add_argument(
+        "--tasks", type=int, default=None, help="tasks per lifecycle, HTTP and hot-stage run"
+    )
     args = parser.parse_args(argv)
     only = [x.strip() for x in args.only.split(",") if x.strip()]
     unknown = sorted(set(only) - set(NAMES))
     if unknown:
         parser.error(f"unknown figure(s) {unknown}; choose from {','.join(NAMES)}")
     sizes = replace(QUICK if args.quick else FULL, **(overrides or {}))
+    if args.tasks:
+        sizes = replace(
+            sizes, lifecycle_tasks=args.tasks, http_tasks=args.tasks, hot_tasks=args.tasks
+        )
     backends = ("postgres", "sqlite") if args.backend == "both" else (args.backend,)
     started = time.perf_counter()
     figures, goals = run_suite(backends, only, sizes, args.pg_url)
