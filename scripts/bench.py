@@ -39,7 +39,8 @@ Usage:
 --tasks N sets the task count of the engine, HTTP and hot-stage runs (full: 20,000, 5,000 and
 20,000; the engine lifecycle runs at about 40 tasks/s on PostgreSQL here, so the full sizes
 take most of an hour).
-PostgreSQL databases are created as bench_suite_<pid>_<figure> and dropped afterwards.
+Every figure but depth and rebuild runs in one fresh database per backend (PostgreSQL:
+bench_suite_<pid>, dropped afterwards), each with its own stage types and floor tables.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class Sizes:
 FULL = Sizes(
     20_000, (1, 2, 4), 5_000, (1, 4), 100_000, 1_000_000, 1_000, 50, 30_000, 300_000, 20_000
 )
-QUICK = Sizes(100, (1, 2, 4), 120, (4,), 10_000, 10_000, 100, 20, 1_000, 6_000, 160)
+QUICK = Sizes(100, (1, 2, 4), 100, (4,), 10_000, 5_000, 50, 20, 1_000, 6_000, 120)
 TINY = Sizes(12, (1, 4), 12, (2,), 1_500, 200, 2, 6, 1_000, 1_000, 16, 4)  # the test's
 
 
@@ -126,7 +127,7 @@ class Ctx:
     sizes: Sizes
     pg_url: str
     tmp: Path
-    url: str | None = None  # one given database for every figure (the test's), else fresh ones
+    url: str | None = None  # the database every figure but depth and rebuild runs in
     logs: dict[int, str] = field(default_factory=dict)  # rebuild logs by size, across backends
     figures: list[Figure] = field(default_factory=list)
     goals: list[Goal] = field(default_factory=list)
@@ -145,28 +146,30 @@ class Ctx:
 
     @contextmanager
     def database(self, label: str) -> Iterator[str]:
-        """A fresh, empty database's JOBNIK_DATABASE_URL; dropped (deleted) afterwards.
+        """The backend's database (figures use distinct stage types and floor tables)."""
+        assert self.url is not None
+        yield self.url
 
-        With `url` set, that database every time (figures use distinct stage types)."""
-        if self.url is not None:
-            yield self.url
-            return
-        if self.backend == "sqlite":
-            path = self.tmp / f"{label}.db"
-            yield f"sqlite:///{path}"
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
-            return
-        name = f"bench_suite_{os.getpid()}_{label}"
-        admin_url = urlunparse(urlparse(self.pg_url)._replace(path="/postgres"))
+
+@contextmanager
+def suite_database(backend: str, pg_url: str, tmp: Path) -> Iterator[str]:
+    """A fresh, empty database for one backend's figures; dropped (deleted) afterwards."""
+    if backend == "sqlite":
+        path = tmp / "suite.db"
+        yield f"sqlite:///{path}"
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        return
+    name = f"bench_suite_{os.getpid()}"
+    admin_url = urlunparse(urlparse(pg_url)._replace(path="/postgres"))
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield urlunparse(urlparse(pg_url)._replace(path=f"/{name}"))
+    finally:
         with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            admin.execute(f"CREATE DATABASE {name}")
-        try:
-            yield urlunparse(urlparse(self.pg_url)._replace(path=f"/{name}"))
-        finally:
-            with psycopg.connect(admin_url, autocommit=True) as admin:
-                admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 class CountingStore(SqlStore):
@@ -357,8 +360,10 @@ def quantile(xs: Sequence[float], q: float) -> float:
 
 def fig_http(ctx: Ctx) -> None:
     n = ctx.sizes.http_tasks
-    # fork where there is one: a spawned worker would re-import the engine first (seconds)
-    mp = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    # Workers fork from a single-threaded fork server that imported the SDK once: a spawned
+    # worker would spend seconds importing, and a plain fork of this threaded process is unsafe.
+    mp = multiprocessing.get_context("forkserver")
+    mp.set_forkserver_preload(["jobnik.scripts.bench_worker"])
     with ctx.database("http") as url:
         with engine(url) as store:  # loaded before the server starts; then closed
             app = Jobnik(store)
@@ -463,7 +468,7 @@ def fig_depth(ctx: Ctx) -> None:
         samples=s.depth_samples,
         sample_types=min(10, s.depth_types),
         pg_url=ctx.pg_url,
-        settle=s.depth >= 10_000,  # VACUUM and CHECKPOINT matter after a big load only
+        settle=s.depth > 10_000,  # VACUUM and CHECKPOINT matter after a big load only
     )
     check(not r.problems, f"the claim is not index-backed: {r.problems}")
     med = statistics.median
@@ -649,11 +654,15 @@ def run_suite(
     logs: dict[int, str] = {}
     with tempfile.TemporaryDirectory(prefix="jobnik-bench-suite-") as tmp:
         for backend in backends:
-            ctx = Ctx(backend, sizes, pg_url, Path(tmp), database_url, logs)
-            for name in only:
-                t0 = time.perf_counter()
-                FIGURES[name](ctx)
-                say(f"# {backend} {name}: {time.perf_counter() - t0:.1f} s")
+            with contextlib.ExitStack() as stack:
+                url = database_url or stack.enter_context(
+                    suite_database(backend, pg_url, Path(tmp))
+                )
+                ctx = Ctx(backend, sizes, pg_url, Path(tmp), url, logs)
+                for name in only:
+                    t0 = time.perf_counter()
+                    FIGURES[name](ctx)
+                    say(f"# {backend} {name}: {time.perf_counter() - t0:.1f} s")
             figures += ctx.figures
             goals += ctx.goals
     return figures, goals
