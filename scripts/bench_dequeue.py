@@ -300,9 +300,32 @@ def figure(name: str, value: float, baseline: float | None, note: str = "") -> N
 # -- one backend -------------------------------------------------------------------------------
 
 
-def run_backend(backend: str, args: argparse.Namespace, tmp: Path) -> bool:
-    """Both scenarios on one backend; False when the claim's plan is not index-backed."""
-    wall = time.perf_counter()
+@dataclass
+class DepthResult:
+    """One backend's figures, in seconds: dequeue and bare claim at depth A and at depth B."""
+
+    backend: str
+    depth: int
+    types: int
+    create_s: float
+    dequeue_a: list[float]
+    dequeue_b: list[float]
+    claim_a: list[float]
+    claim_b: list[float]
+    problems: list[str] = field(default_factory=list)  # the claim's plan is not index-backed
+
+    @property
+    def ratio(self) -> float:
+        """Dequeue median at depth B over depth A: the figure that should stay <= TARGET."""
+        return statistics.median(self.dequeue_b) / statistics.median(self.dequeue_a)
+
+
+def measure(
+    backend: str, args: argparse.Namespace, tmp: Path, *, settled: bool = True
+) -> DepthResult:
+    """Both scenarios on one backend (no figures printed; progress lines only).
+
+    `settled=False` skips VACUUM/CHECKPOINT after loading (tiny loads in tests)."""
     say(
         f"# {backend}: scenario A = {DEPTH_A} tasks (1 type); scenario B = {args.depth:,} tasks "
         f"over {args.types:,} types; {args.samples} timed dequeues each (dequeue only, no report)"
@@ -317,27 +340,28 @@ def run_backend(backend: str, args: argparse.Namespace, tmp: Path) -> bool:
         populate(b, args.depth, args.types, backend)
         a.sampled = a.types
         b.sampled = spread(b.types, args.sample_types)
+        result = DepthResult(backend, b.tasks, args.types, b.create_s, [], [], [], [])
 
         say(f"# {backend} claim plan at depth B ({b.tasks:,} queued, type {b.sampled[0]}):")
         lines = claim_plan(store_b, b.sampled[0])
         for line in lines:
             say(f"#   {line}")
-        problems = plan_problems(store_b, lines)
+        result.problems = plan_problems(store_b, lines)
 
         t0 = time.perf_counter()
-        settle(store_a)
-        settle(store_b)
+        if settled:
+            settle(store_a)
+            settle(store_b)
         how = "VACUUM (ANALYZE), CHECKPOINT" if store_b.pg is not None else "WAL checkpoint"
         say(f"# {backend}: settled ({how}) in {time.perf_counter() - t0:.1f} s")
         after = claim_plan(store_b, b.sampled[0])
-        problems += [f"{p} (after ANALYZE)" for p in plan_problems(store_b, after)]
-        if problems:
+        result.problems += [f"{p} (after ANALYZE)" for p in plan_problems(store_b, after)]
+        if result.problems:
             if after != lines:
                 say(f"# {backend} claim plan at depth B after VACUUM (ANALYZE):")
                 for line in after:
                     say(f"#   {line}")
-            print(f"FAIL {backend}: claim query is not index-backed: {problems}", file=sys.stderr)
-            return False
+            return result
 
         # Warm-up: start every sampled stage (and its job), then a few ordinary dequeues.
         for sc in (a, b):
@@ -348,24 +372,57 @@ def run_backend(backend: str, args: argparse.Namespace, tmp: Path) -> bool:
         def dq(sc: Scenario) -> Callable[[int], float]:
             return lambda i: timed_dequeue(sc.app, sc.sampled[i % len(sc.sampled)])
 
-        da, db = interleave(args.samples, dq(a), dq(b))
+        result.dequeue_a, result.dequeue_b = interleave(args.samples, dq(a), dq(b))
         with bare_claim(store_a) as claim_a, bare_claim(store_b) as claim_b:
             n = max(args.samples, 200)
-            ca, cb = interleave(
+            result.claim_a, result.claim_b = interleave(
                 n,
                 lambda i: claim_a(a.sampled[i % len(a.sampled)]),
                 lambda i: claim_b(b.sampled[i % len(b.sampled)]),
             )
+    return result
 
+
+def run(
+    backend: str,
+    *,
+    quick: bool = False,
+    depth: int | None = None,
+    types: int | None = None,
+    samples: int = 50,
+    sample_types: int = 10,
+    pg_url: str = "postgresql://postgres@127.0.0.1:5432",
+    settle: bool = True,
+) -> DepthResult:
+    """The measurement as a function (for scripts/bench.py); the arguments are main()'s."""
+    argv = ["--backend", backend, "--samples", str(samples), "--pg-url", pg_url]
+    argv += ["--sample-types", str(sample_types), *(["--quick"] if quick else [])]
+    argv += [
+        *(["--depth", str(depth)] if depth else []),
+        *(["--types", str(types)] if types else []),
+    ]
+    args = parse(argv)
+    with tempfile.TemporaryDirectory(prefix="jobnik-bench-") as tmp:
+        return measure(backend, args, Path(tmp), settled=settle)
+
+
+def run_backend(backend: str, args: argparse.Namespace, tmp: Path) -> bool:
+    """Both scenarios on one backend; False when the claim's plan is not index-backed."""
+    wall = time.perf_counter()
+    r = measure(backend, args, tmp)
+    if r.problems:
+        print(f"FAIL {backend}: claim query is not index-backed: {r.problems}", file=sys.stderr)
+        return False
+    da, db, ca, cb = r.dequeue_a, r.dequeue_b, r.claim_a, r.claim_b
     ms = 1000.0
-    ratio = statistics.median(db) / statistics.median(da)
+    ratio = r.ratio
     verdict = f"target <= {TARGET}: {'met' if ratio <= TARGET else 'MISSED'}"
     say(f"# {'figure':<42} {'value (B)':>12} {'baseline (A)':>12} {'B/A':>8}")
     figure(
         f"{backend} create tasks/s (B, via add_tasks)",
-        b.tasks / b.create_s,
+        r.depth / r.create_s,
         None,
-        f"{b.tasks:,} tasks in {b.create_s:.1f} s",
+        f"{r.depth:,} tasks in {r.create_s:.1f} s",
     )
     figure(
         f"{backend} dequeue median ms",
@@ -378,14 +435,14 @@ def run_backend(backend: str, args: argparse.Namespace, tmp: Path) -> bool:
         f"{backend} claim SQL median ms",
         statistics.median(cb) * ms,
         statistics.median(ca) * ms,
-        f"{n} runs each",
+        f"{len(cb)} runs each",
     )
     figure(f"{backend} claim SQL p90 ms", p90(cb) * ms, p90(ca) * ms)
     say(f"# {backend} wall time {time.perf_counter() - wall:.1f} s")
     return True
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Dequeue cost at depth 100 vs a deep queue (see the module docstring)."
     )
@@ -411,7 +468,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     k = min(args.sample_types, args.types)
     if per_type < 1 + WARMUP + -(-args.samples // k):
         parser.error("B has too few tasks per type for these samples; raise --sample-types")
+    return args
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
     backends = ("postgres", "sqlite") if args.backend == "both" else (args.backend,)
     ok = True
     with tempfile.TemporaryDirectory(prefix="jobnik-bench-") as tmp:

@@ -93,6 +93,17 @@ def serve(
     )
 
 
+@app.command(
+    add_help_option=False,  # --help is the suite's own (argparse): its options live there
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def bench(ctx: typer.Context) -> None:
+    """The benchmark suite: jobnik's figures beside bare-SQL floors (see `jobnik bench --help`)."""
+    from jobnik.scripts.bench import main as bench_main
+
+    raise typer.Exit(bench_main(ctx.args, prog="jobnik bench"))
+
+
 @app.command()
 def migrate() -> None:
     """Create or upgrade the database schema."""

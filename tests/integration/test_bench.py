@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlparse, urlunparse
+
+from jobnik.scripts.bench import TINY, run_suite
+
+IN_DATABASE = ["engine", "http", "bulk", "hot"]
+OWN_DATABASES = ["depth", "rebuild"]  # they make their own databases and files
+
+
+def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: str) -> None:
+    backend = "sqlite" if database_url.startswith("sqlite") else "postgres"
+    server = urlunparse(urlparse(database_url)._replace(path="/postgres"))
+
+    with ThreadPoolExecutor(2) as pool:  # concurrently, to keep the test short: values are noisy
+        runs = [
+            pool.submit(run_suite, [backend], names, TINY, server, database_url)
+            for names in (IN_DATABASE, OWN_DATABASES)
+        ]
+        results = [run.result() for run in runs]
+    figures = [f for figs, _ in results for f in figs]
+    goals = [g for _, gs in results for g in gs]
+
+    names = {f.name.split()[0] for f in figures}
+    assert names == {"engine", "HTTP", "bulk", "dequeue", "rebuild", "hot"}
+    for f in figures:
+        assert f.backend == backend
+        if f.floor is None:  # counts (lock waits, retries) may be zero
+            assert f.value >= 0, f
+        else:
+            assert f.value > 0, f
+            assert f.floor > 0, f
+    assert len(goals) == 7
