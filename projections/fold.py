@@ -26,13 +26,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Final
 
-from jobnik.projections.entities import Delete, Enqueue, Insert, Op, Update
+from psycopg.types.json import Jsonb
+
+from jobnik.projections.entities import Add, Delete, Enqueue, Insert, Op, Update
 from jobnik.projections.executor import OpExecutor
 from jobnik.projections.history import IndexEvent
-from jobnik.projections.schema import ENTITY_JOBS, JOB_EVENTS, JOBS, PRIMARY_KEYS, QUEUE, STAGES
+from jobnik.projections.schema import (
+    ENTITY_JOBS,
+    JOB_EVENTS,
+    JOBS,
+    JSON_COLUMNS,
+    PRIMARY_KEYS,
+    QUEUE,
+    STAGES,
+)
 from jobnik.projections.shadow import checked
 from jobnik.projections.store import Cursor
 
@@ -43,8 +54,10 @@ PK: Final[Mapping[str, tuple[str, ...]]] = {
     t: tuple(c.strip() for c in cols.split(",")) for t, cols in PRIMARY_KEYS.items()
 }
 
+PK1: Final = {t: cols[0] for t, cols in PK.items() if len(cols) == 1}
+_MISSING: Final = object()
 
-@dataclass
+
 class Row:
     """What the page did to one row.
 
@@ -54,11 +67,16 @@ class Row:
     GONE: there is no row (any more); `replaces`: a stored one, if any, must be deleted.
     """
 
-    state: str
-    values: dict[str, Any] = field(default_factory=dict)
-    adds: dict[str, int] = field(default_factory=dict)
-    dirty: set[str] = field(default_factory=set)
-    replaces: bool = False
+    __slots__ = ("adds", "dirty", "replaces", "state", "values")  # millions are made: no dataclass
+
+    def __init__(
+        self, state: str, values: dict[str, Any] | None = None, replaces: bool = False
+    ) -> None:
+        self.state = state
+        self.values: dict[str, Any] = {} if values is None else values
+        self.adds: dict[str, int] = {}
+        self.dirty: set[str] = set()
+        self.replaces = replaces
 
 
 class Barrier(Exception):
@@ -70,6 +88,7 @@ class Column:
     type: str  # PostgreSQL's name for the column's type (array casts), or SQLite's declared type
     default: int | None  # an integer DEFAULT, else None
     has_default: bool
+    oid: int = 0  # PostgreSQL's type oid (binary COPY)
 
 
 class Fold:
@@ -108,55 +127,71 @@ class Fold:
 
     def fold(self, op: Op) -> None:
         """Apply `op` in memory, or raise Barrier."""
-        if isinstance(op, IndexEvent):
+        kind = type(op)
+        if kind is IndexEvent:
+            assert isinstance(op, IndexEvent)
             self.index.append((op.originator_id, op.position))
             self.indexed.add(op.originator_id)
             return
-        if isinstance(op, Enqueue):
+        if kind is Enqueue:
+            assert isinstance(op, Enqueue)
             self._insert(QUEUE, self._enqueued(op))
             return
-        if isinstance(op, Insert):
+        if kind is Insert:
+            assert isinstance(op, Insert)
             if op.table == ENTITY_JOBS and op.row["entity_id"] in self.indexed:
                 raise Barrier  # its IndexEvents came first: they must not see it
             self._insert(op.table, dict(op.row))
             return
+        assert isinstance(op, Update | Add | Delete)
         key = self._pk(op.table, op.key)
-        table = self.rows.setdefault(op.table, {})
+        table = self.rows.get(op.table)
+        if table is None:
+            table = self.rows[op.table] = {}
         row = table.get(key)
-        if isinstance(op, Delete):
-            if row is None or row.state in (LOADED, PATCH):
+        if kind is Delete:
+            if row is None or row.state is LOADED or row.state is PATCH:
                 table[key] = Row(GONE, replaces=True)
-            elif row.state == NEW:
+            elif row.state is NEW:
                 table[key] = Row(GONE, replaces=row.replaces)
             return
-        if row is not None and row.state == GONE:
-            return  # UPDATE ... WHERE pk of a row that is not there
         if row is None:
             row = table[key] = Row(PATCH)
-        if isinstance(op, Update):
+        elif row.state is GONE:
+            return  # UPDATE ... WHERE pk of a row that is not there
+        if kind is Update:
+            assert isinstance(op, Update)
             row.values.update(op.values)
-            if row.state == PATCH:
-                for c in op.values:
-                    row.adds.pop(c, None)
-            elif row.state == LOADED:
+            if row.state is PATCH:
+                if row.adds:
+                    for c in op.values:
+                        row.adds.pop(c, None)
+            elif row.state is LOADED:
                 row.dirty.update(op.values)
             return
-        for c, delta in op.deltas.items():  # Add
-            if row.state == PATCH and c not in row.values:
+        assert isinstance(op, Add)
+        for c, delta in op.deltas.items():
+            if row.state is PATCH and c not in row.values:
                 row.adds[c] = row.adds.get(c, 0) + delta
                 continue
             if c in row.values:
                 now = row.values[c]
-            elif row.state == NEW:
+            elif row.state is NEW:
                 now = self._default(op.table, c)
             else:
                 raise Barrier
             row.values[c] = None if now is None else now + delta
-            if row.state == LOADED:
+            if row.state is LOADED:
                 row.dirty.add(c)
 
     def _pk(self, table: str, key: Mapping[str, Any], *, row: bool = False) -> tuple[Any, ...]:
         """The primary key `key` names (of a whole `row`), or Barrier if it names another set."""
+        single = PK1.get(table)
+        if single is not None and (row or len(key) == 1):
+            value = key.get(single, _MISSING)
+            if value is _MISSING:
+                raise Barrier
+            return (value,)
         pk = PK.get(table)
         if pk is None or (not row and len(key) != len(pk)) or any(c not in key for c in pk):
             raise Barrier
@@ -249,7 +284,7 @@ class Fold:
         ordered = sorted(ids, key=str)
         if self.d.name == "postgres":
             found = cur.all(
-                self.rename(f"SELECT * FROM {table} WHERE id = ANY(%(ids)s)"), {"ids": ordered}
+                self.rename(f"SELECT * FROM {table} WHERE id = ANY(%(ids)b)"), {"ids": ordered}
             )
         else:
             found = []
@@ -313,6 +348,7 @@ class Fold:
             if self.d.name == "postgres":
                 found = cur.raw_all(
                     "SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type, "
+                    "a.atttypid::int AS oid, "
                     "pg_get_expr(d.adbin, d.adrelid) AS dflt FROM pg_attribute a "
                     "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
                     "WHERE a.attrelid = %(t)s::regclass AND a.attnum > 0 AND NOT a.attisdropped",
@@ -324,7 +360,7 @@ class Fold:
                     for r in cur.raw_all(f"PRAGMA table_info({checked(name)})")
                 ]
             self.columns[table] = {
-                r["name"]: _column(r["type"], r["dflt"]) for r in found if r["name"]
+                r["name"]: _column(r["type"], r["dflt"], r.get("oid", 0)) for r in found
             }
         return self.columns[table]
 
@@ -340,11 +376,13 @@ class Fold:
         """`unnest(%(a0)s::type[], ...) AS v(col, ...)` and its parameters (PostgreSQL)."""
         types = self._types(cur, table)
         columns = list(zip(*rows, strict=True))
-        params = {
-            f"a{i}": [self.d.dump(c, v) for v in values]
+        params = {  # binary arrays: psycopg dumps them many times faster than text ones
+            f"a{i}": [Jsonb(v) if v is not None else v for v in values]
+            if c in JSON_COLUMNS
+            else list(values)
             for i, (c, values) in enumerate(zip(cols, columns, strict=True))
         }
-        casts = ", ".join(f"%(a{i})s::{types[c].type}[]" for i, c in enumerate(cols))
+        casts = ", ".join(f"%(a{i})b::{types[c].type}[]" for i, c in enumerate(cols))
         return f"unnest({casts}) AS v({', '.join(map(checked, cols))})", params
 
     def _delete(self, cur: Cursor, table: str, keys: list[tuple[Any, ...]]) -> None:
@@ -364,11 +402,14 @@ class Fold:
         self, cur: Cursor, table: str, cols: tuple[str, ...], rows: list[dict[str, Any]]
     ) -> None:
         names = ", ".join(map(checked, cols))
-        if self.d.name == "postgres":  # COPY: rows formatted by psycopg's C code, no SQL parsing
-            dump = self.d.dump
-            with cur.raw.copy(self.rename(f"COPY {table} ({names}) FROM STDIN")) as copy:
+        if self.d.name == "postgres":  # binary COPY: no SQL to parse, rows formatted in C
+            types = self._types(cur, table)
+            get = itemgetter(*cols)
+            statement = self.rename(f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)")
+            with cur.raw.copy(statement) as copy:
+                copy.set_types([types[c].oid for c in cols])  # jsonb: dicts dumped as they are
                 for r in rows:
-                    copy.write_row([dump(c, r[c]) for c in cols])
+                    copy.write_row(get(r) if len(cols) > 1 else (get(r),))
             return
         marks = ", ".join(f":{c}" for c in cols)
         cur.executemany(
@@ -422,7 +463,7 @@ class Fold:
             cur.execute(
                 self.rename(
                     f"INSERT INTO {JOB_EVENTS} (job_id, position) SELECT e.job_id, v.position "
-                    "FROM unnest(%(ids)s::uuid[], %(positions)s::bigint[]) AS v(id, position) "
+                    "FROM unnest(%(ids)b::uuid[], %(positions)b::bigint[]) AS v(id, position) "
                     f"JOIN {ENTITY_JOBS} e ON e.entity_id = v.id"
                 ),
                 {"ids": [i for i, _ in self.index], "positions": [p for _, p in self.index]},
@@ -437,8 +478,8 @@ class Fold:
         self.indexed.clear()
 
 
-def _column(type_: str, default: str | None) -> Column:
+def _column(type_: str, default: str | None, oid: int) -> Column:
     if default is None:
-        return Column(type_, None, False)
+        return Column(type_, None, False, oid)
     m = _INT.match(default.strip())
-    return Column(type_, int(m.group(1)) if m else None, True)
+    return Column(type_, int(m.group(1)) if m else None, True, oid)
