@@ -102,6 +102,14 @@ class Fold:
         self.index: list[tuple[Any, int]] = []  # (entity id, position): IndexEvents to write
         self.indexed: set[Any] = set()  # entity ids in `index`
         self.columns: dict[str, dict[str, Column]] = {}
+        self._fold: dict[type, Callable[[Any], None]] = {
+            IndexEvent: self._index_event,
+            Enqueue: self._enqueue,
+            Insert: self._insert_op,
+            Update: self._update_op,
+            Add: self._add_op,
+            Delete: self._delete_op,
+        }
 
     # -- the fold ------------------------------------------------------------------------------
 
@@ -127,49 +135,58 @@ class Fold:
 
     def fold(self, op: Op) -> None:
         """Apply `op` in memory, or raise Barrier."""
-        kind = type(op)
-        if kind is IndexEvent:
-            assert isinstance(op, IndexEvent)
-            self.index.append((op.originator_id, op.position))
-            self.indexed.add(op.originator_id)
-            return
-        if kind is Enqueue:
-            assert isinstance(op, Enqueue)
-            self._insert(QUEUE, self._enqueued(op))
-            return
-        if kind is Insert:
-            assert isinstance(op, Insert)
-            if op.table == ENTITY_JOBS and op.row["entity_id"] in self.indexed:
-                raise Barrier  # its IndexEvents came first: they must not see it
-            self._insert(op.table, dict(op.row))
-            return
-        assert isinstance(op, Update | Add | Delete)
-        key = self._pk(op.table, op.key)
-        table = self.rows.get(op.table)
+        self._fold[type(op)](op)
+
+    def _index_event(self, op: IndexEvent) -> None:
+        self.index.append((op.originator_id, op.position))
+        self.indexed.add(op.originator_id)
+
+    def _enqueue(self, op: Enqueue) -> None:
+        self._insert(QUEUE, self._enqueued(op))
+
+    def _insert_op(self, op: Insert) -> None:
+        if op.table == ENTITY_JOBS and op.row["entity_id"] in self.indexed:
+            raise Barrier  # its IndexEvents came first: they must not see it
+        self._insert(op.table, dict(op.row))
+
+    def _row(self, table_name: str, key: Mapping[str, Any]) -> tuple[dict[Any, Row], Any]:
+        """The table's rows in memory and the key of the row `key` names (else Barrier)."""
+        table = self.rows.get(table_name)
         if table is None:
-            table = self.rows[op.table] = {}
+            table = self.rows[table_name] = {}
+        return table, self._pk(table_name, key)
+
+    def _delete_op(self, op: Delete) -> None:
+        table, key = self._row(op.table, op.key)
         row = table.get(key)
-        if kind is Delete:
-            if row is None or row.state is LOADED or row.state is PATCH:
-                table[key] = Row(GONE, replaces=True)
-            elif row.state is NEW:
-                table[key] = Row(GONE, replaces=row.replaces)
+        if row is None or row.state is LOADED or row.state is PATCH:
+            table[key] = Row(GONE, replaces=True)
+        elif row.state is NEW:
+            table[key] = Row(GONE, replaces=row.replaces)
+
+    def _update_op(self, op: Update) -> None:
+        table, key = self._row(op.table, op.key)
+        row = table.get(key)
+        if row is None:
+            table[key] = Row(PATCH, dict(op.values))
             return
+        if row.state is GONE:
+            return  # UPDATE ... WHERE pk of a row that is not there
+        row.values.update(op.values)
+        if row.state is PATCH:
+            if row.adds:
+                for c in op.values:
+                    row.adds.pop(c, None)
+        elif row.state is LOADED:
+            row.dirty.update(op.values)
+
+    def _add_op(self, op: Add) -> None:
+        table, key = self._row(op.table, op.key)
+        row = table.get(key)
         if row is None:
             row = table[key] = Row(PATCH)
         elif row.state is GONE:
             return  # UPDATE ... WHERE pk of a row that is not there
-        if kind is Update:
-            assert isinstance(op, Update)
-            row.values.update(op.values)
-            if row.state is PATCH:
-                if row.adds:
-                    for c in op.values:
-                        row.adds.pop(c, None)
-            elif row.state is LOADED:
-                row.dirty.update(op.values)
-            return
-        assert isinstance(op, Add)
         for c, delta in op.deltas.items():
             if row.state is PATCH and c not in row.values:
                 row.adds[c] = row.adds.get(c, 0) + delta
@@ -262,19 +279,16 @@ class Fold:
 
     def prefetch(self, cur: Cursor, page: Sequence[list[Op]]) -> None:
         """Load the stored stage and job rows the page's Enqueues read (absent ones as GONE)."""
-        inserted = {
-            t: {
-                op.row["id"]: op.row
-                for ops in page
-                for op in ops
-                if isinstance(op, Insert) and op.table == t
-            }
-            for t in (STAGES, JOBS)
-        }
-        stage_ids = {
-            op.stage_id for ops in page for op in ops if isinstance(op, Enqueue)
-        } - inserted[STAGES].keys()
-        stages = self._load(cur, STAGES, stage_ids)
+        enqueued: set[Any] = set()
+        inserted: dict[str, dict[Any, Mapping[str, Any]]] = {STAGES: {}, JOBS: {}}
+        for ops in page:  # one pass: a page is thousands of ops
+            for op in ops:
+                kind = type(op)
+                if kind is Enqueue:
+                    enqueued.add(op.stage_id)  # type: ignore[union-attr]
+                elif kind is Insert and op.table in inserted:  # type: ignore[union-attr]
+                    inserted[op.table][op.row["id"]] = op.row  # type: ignore[union-attr]
+        stages = self._load(cur, STAGES, enqueued - inserted[STAGES].keys())
         job_ids = {s["job_id"] for s in stages} | {s["job_id"] for s in inserted[STAGES].values()}
         self._load(cur, JOBS, job_ids - inserted[JOBS].keys())
 
