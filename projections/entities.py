@@ -73,6 +73,19 @@ SUMMARY_KEY: Final = {
     TaskStatus.DELEGATED: "delegated",
 }
 OPEN_JOB: Final = frozenset({JobStatus.PENDING, JobStatus.IN_PROGRESS})
+# Status strings as plain constants: an enum member's `.value` is a descriptor call (about a
+# microsecond), and the projection runs for every event of a rebuild.
+JOB_IN_PROGRESS: Final = JobStatus.IN_PROGRESS.value
+JOB_PAUSED: Final = JobStatus.PAUSED.value
+JOB_PENDING: Final = JobStatus.PENDING.value
+STAGE_IN_PROGRESS: Final = StageStatus.IN_PROGRESS.value
+STAGE_PENDING: Final = StageStatus.PENDING.value
+TASK_ABORTED: Final = TaskStatus.ABORTED.value
+TASK_COMPLETED: Final = TaskStatus.COMPLETED.value
+TASK_FAILED: Final = TaskStatus.FAILED.value
+TASK_IN_PROGRESS: Final = TaskStatus.IN_PROGRESS.value
+TASK_PENDING: Final = TaskStatus.PENDING.value
+TASK_RETRIED: Final = TaskStatus.RETRIED.value
 
 
 def _stamp(e: Any) -> dict[str, Any]:
@@ -107,7 +120,7 @@ def _job_created(e: Job.JobCreated, _: int) -> list[Op]:
                 "priority": e.priority,
                 "priority_rank": Priority(e.priority).rank,
                 "user_metadata": e.user_metadata,
-                "status": JobStatus.PENDING.value,
+                "status": JOB_PENDING,
                 "percentage": 0,
                 "traceparent": e.traceparent,
                 "tracestate": e.tracestate,
@@ -135,9 +148,11 @@ def _ended(
 ) -> Callable[[Any, int], list[Op]]:
     """A job or stage reached a final status: stamp it, and its tasks leave the queue."""
 
+    value = status.value
+
     def project(e: Any, _: int) -> list[Op]:
         return [
-            row(e, status=status.value, end_time=e.timestamp),
+            row(e, status=value, end_time=e.timestamp),
             Delete(QUEUE, {key: e.originator_id}),
         ]
 
@@ -210,7 +225,7 @@ def _task_created(e: Task.TaskCreated, position: int) -> list[Op]:
                 "stage_type": e.stage_type,
                 "data": e.data,
                 "user_metadata": e.user_metadata,
-                "status": TaskStatus.PENDING.value,
+                "status": TASK_PENDING,
                 "attempts": 0,
                 "max_attempts": e.max_attempts,
                 "attempt": 0,
@@ -236,7 +251,7 @@ def _task_dequeued(e: Task.TaskDequeued, _: int) -> list[Op]:
     return [
         _task(
             e,
-            status=TaskStatus.IN_PROGRESS.value,
+            status=TASK_IN_PROGRESS,
             start_time=e.timestamp,
             attempt=e.attempt,
             lease_seconds=e.lease_seconds,
@@ -249,7 +264,7 @@ def _task_dequeued(e: Task.TaskDequeued, _: int) -> list[Op]:
 
 def _task_retried(e: Task.TaskRetried, position: int) -> list[Op]:
     return [
-        _task(e, status=TaskStatus.RETRIED.value, attempts=e.attempts, lease_expires_at=None),
+        _task(e, status=TASK_RETRIED, attempts=e.attempts, lease_expires_at=None),
         _summary(e, in_progress=-1, retried=1),
         Enqueue(e.originator_id, e.stage_id, position),
     ]
@@ -257,7 +272,7 @@ def _task_retried(e: Task.TaskRetried, position: int) -> list[Op]:
 
 def _task_aborted(e: Task.TaskAborted, _: int) -> list[Op]:
     return [
-        _task(e, status=TaskStatus.ABORTED.value, end_time=e.timestamp, lease_expires_at=None),
+        _task(e, status=TASK_ABORTED, end_time=e.timestamp, lease_expires_at=None),
         _summary(e, **{SUMMARY_KEY[TaskStatus(e.previous)]: -1, "aborted": 1}),
         Delete(QUEUE, {"task_id": e.originator_id}),
     ]
@@ -265,7 +280,7 @@ def _task_aborted(e: Task.TaskAborted, _: int) -> list[Op]:
 
 def _task_returned(e: Task.TaskReturned, position: int) -> list[Op]:
     return [
-        _task(e, status=TaskStatus.PENDING.value, lease_expires_at=None),
+        _task(e, status=TASK_PENDING, lease_expires_at=None),
         _summary(e, in_progress=-1, pending=1),
         Enqueue(e.originator_id, e.stage_id, position),
     ]
@@ -317,10 +332,10 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Job.JobFinishing: lambda e, _: [_job(e, finishing=True, finish_time=e.timestamp)],
     Job.JobCompleting: lambda e, _: [_job(e, completing=True)],
     Job.JobStarted: lambda e, _: [
-        _job(e, status=JobStatus.IN_PROGRESS.value, started=True, start_time=e.timestamp)
+        _job(e, status=JOB_IN_PROGRESS, started=True, start_time=e.timestamp)
     ],
     Job.JobPaused: lambda e, _: [
-        _job(e, status=JobStatus.PAUSED.value),
+        _job(e, status=JOB_PAUSED),
         Update(QUEUE, {"job_id": e.originator_id}, {"job_open": False}),
     ],
     Job.JobResumed: _job_resumed,
@@ -335,12 +350,10 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Job.JobDeleted: _job_deleted,
     Stage.StageAdded: _stage_added,
     Stage.StageReleased: lambda e, _: [
-        _stage(e, status=StageStatus.PENDING.value),
+        _stage(e, status=STAGE_PENDING),
         Update(QUEUE, {"stage_id": e.originator_id}, {"stage_open": True}),
     ],
-    Stage.StageStarted: lambda e, _: [
-        _stage(e, status=StageStatus.IN_PROGRESS.value, start_time=e.timestamp)
-    ],
+    Stage.StageStarted: lambda e, _: [_stage(e, status=STAGE_IN_PROGRESS, start_time=e.timestamp)],
     Stage.StageCompleted: _ended(_stage, "stage_id", StageStatus.COMPLETED),
     Stage.StageFailed: _ended(_stage, "stage_id", StageStatus.FAILED),
     Stage.StageAborted: _ended(_stage, "stage_id", StageStatus.ABORTED),
@@ -350,7 +363,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Task.TaskCompleted: lambda e, _: [
         _task(
             e,
-            status=TaskStatus.COMPLETED.value,
+            status=TASK_COMPLETED,
             end_time=e.timestamp,
             lease_expires_at=None,
             result=e.result,
@@ -364,7 +377,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Task.TaskFailed: lambda e, _: [
         _task(
             e,
-            status=TaskStatus.FAILED.value,
+            status=TASK_FAILED,
             attempts=e.attempts,
             end_time=e.timestamp,
             lease_expires_at=None,

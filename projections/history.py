@@ -29,11 +29,11 @@ class IndexEvent:
 
 def history_ops(event: Any, position: int) -> list[Any]:
     """The index rows `event` adds: its aggregate's job (on creation), then the event itself."""
-    from jobnik.projections.entities import Insert
-
     ops: list[Any] = []
     kind = KIND.get(type(event))
     if kind is not None:
+        from jobnik.projections.entities import Insert  # (entities imports this module)
+
         job_id = event.originator_id if kind == "job" else event.job_id
         ops.append(
             Insert(ENTITY_JOBS, {"entity_id": event.originator_id, "job_id": job_id, "kind": kind})

@@ -20,13 +20,17 @@ from datetime import datetime
 from typing import Final
 
 from jobnik.projections import tracking
-from jobnik.projections.catchup import Batch, CatchUpProjection, Sql
+from jobnik.projections.catchup import Batch, CatchUpProjection, Sql, pipelined
+from jobnik.projections.entities import project
 from jobnik.projections.executor import OpExecutor
+from jobnik.projections.fold import Fold
 from jobnik.projections.last_status import LastStatus
 from jobnik.projections.run_stats import RunStats
 from jobnik.projections.schema import PRIMARY_KEYS, TABLES
 from jobnik.projections.shadow import identity
 from jobnik.projections.store import Cursor, SqlStore, batches
+
+FOLD = True  # rebuilds fold pages (fold.py); tests switch it off to compare with the slow path
 
 
 class InlineProjection:
@@ -47,10 +51,20 @@ class InlineProjection:
         return [s for _, _, make in MIGRATIONS for s in make(backend) if mentions(s)]
 
     def applier(self, store: SqlStore, rename: Callable[[str], str]) -> Applier:
+        """Into the live tables event by event (`OpExecutor`, as commands write them); into
+        shadow tables, which only the rebuild writes, a page at a time folded (fold.py)."""
         executor = OpExecutor(store.dialect, None if rename is identity else rename)
+        if rename is not identity and FOLD:
+            folder = Fold(executor, rename)
+
+            def fold(cur: Cursor, batch: Batch) -> None:
+                folder.apply(cur, [project(e, p) for p, e in batch])
+
+            return fold
 
         def apply(cur: Cursor, batch: Batch) -> None:
-            executor.run(cur, batches([e for _, e in batch], [p for p, _ in batch]))
+            with pipelined(cur):
+                executor.run(cur, batches([e for _, e in batch], [p for p, _ in batch]))
 
         return apply
 
@@ -73,7 +87,8 @@ def applier(store: SqlStore, projection: Projection, rename: Callable[[str], str
     def apply(cur: Cursor, batch: Batch) -> None:
         mine = [(p, e) for p, e in batch if type(e) in events]
         if mine:
-            projection.apply(cur, mine, sql)
+            with pipelined(cur):  # a projection's reads wait for its own writes
+                projection.apply(cur, mine, sql)
 
     return apply
 

@@ -8,7 +8,9 @@ import pytest
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import JobnikError
 from jobnik.domain.statuses import JobStatus, Priority, TaskStatus
-from jobnik.projections.rebuild import rebuild
+from jobnik.projections import rebuild as rebuild_module
+from jobnik.projections import registry
+from jobnik.projections.rebuild import rebuild, verify
 from jobnik.projections.schema import PRIMARY_KEYS, TABLES
 from jobnik.projections.store import SqlStore
 
@@ -139,3 +141,53 @@ def test_rebuild_recreates_read_models_after_they_are_dropped(
     rebuild(store)
 
     assert snapshot(store) == live
+
+
+ODD = ["plain", "", "NULL", "a\tb\nc", 'quote " and \\ backslash', "{braces,comma}", "ünï ✓"]
+
+
+def busy_workload(jobnik: Jobnik, rng: random.Random, steps: int) -> None:
+    """random_workload, plus leases, heartbeats, hand-backs, logs and awkward strings."""
+    random_workload(jobnik, rng, steps)
+    for kind in TYPES:  # work for the loop below, whatever the random part left
+        job = jobnik.create_job(NewJob(name="busy", data={"odd": ODD}))
+        stage = jobnik.add_stage(job.id, NewStage(type=kind, data={}))
+        jobnik.add_tasks(stage.id, [NewTask(data={"s": s}, max_attempts=3) for s in ODD])
+    for _ in range(steps // 3):
+        try:
+            task = jobnik.dequeue(rng.choice(TYPES), lease_seconds=rng.choice([None, 30]))
+        except JobnikError:
+            continue
+        try:
+            jobnik.append_log(task.id, rng.sample(ODD, rng.randint(1, 3)), task.attempt)
+            jobnik.heartbeat(task.id, task.attempt)
+            jobnik.replace_task_user_metadata(task.id, {rng.choice(ODD): rng.choice(ODD)})
+            roll = rng.random()
+            if roll < 0.3:
+                jobnik.give_back(task.id, task.attempt, rng.choice(ODD))
+            elif roll < 0.8:
+                jobnik.report_task(task.id, rng.choice([TaskStatus.COMPLETED, TaskStatus.FAILED]))
+        except JobnikError:
+            pass
+    random_workload(jobnik, rng, steps // 2)
+
+
+@pytest.mark.parametrize("page", [5, 97])
+def test_the_folded_rebuild_writes_exactly_the_rows_of_the_event_by_event_one(
+    store: SqlStore, jobnik: Jobnik, monkeypatch: pytest.MonkeyPatch, page: int
+) -> None:
+    busy_workload(jobnik, random.Random(page), 500)
+    live = snapshot(store)
+    monkeypatch.setattr(rebuild_module, "PAGE", page)  # rows cross pages, barriers mid-page
+    monkeypatch.setattr(registry, "FOLD", False)
+    rebuild(store)
+    slow = snapshot(store)
+    monkeypatch.setattr(registry, "FOLD", True)
+
+    rebuild(store)
+
+    assert snapshot(store) == slow
+    assert slow == live
+    assert slow["task_logs_v1"]
+    assert any(r["lease_expires_at"] for r in slow["tasks_v1"])
+    assert verify(store) == []

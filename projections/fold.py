@@ -1,0 +1,499 @@
+"""Rebuild fast path: a page of row operations folded into final row states, written in bulk.
+
+During a rebuild the shadow tables are private (only the rebuild writes them), so the operations a
+page of events makes (`entities.project`) need not reach the database one by one. `Fold` applies
+them in memory, keyed by primary key: an Insert followed by Updates and Adds of the same row is one
+row; a row inserted and deleted in the page never reaches the database; Updates and Adds of a row
+stored by an earlier page collapse into one patch. `flush` then writes each table with a few
+statements: on PostgreSQL one `DELETE ... USING unnest(...)`, one `INSERT ... SELECT FROM
+unnest(...)` per column set and one `UPDATE ... FROM unnest(...)` per column set (a statement per
+table and shape, whatever the number of rows); on SQLite (no network) `executemany`.
+
+Exactly the rows of the per-event path (`executor.OpExecutor`), by construction:
+- an operation is folded only when its outcome is known from memory: it names its row by primary
+  key, and the row is new in the page, or known absent, or the operation needs nothing but the key
+  (a patch: `UPDATE ... WHERE pk` does the same to the stored row, or nothing if there is none);
+- `Enqueue` reads the job and stage rows: those the page enqueues into are read once, before the
+  fold (`prefetch`), and followed in memory from there;
+- anything else (an Update or Delete by another column, an Insert of a row the page already holds,
+  an Enqueue whose rows are not in memory) is a barrier: everything folded so far is written, the
+  operation runs as its own SQL, and memory forgets what the statement may have changed.
+The history index (`IndexEvent`, a lookup in `entity_jobs_v1`) is written by one set-based
+statement after the page's `entity_jobs_v1` rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any, Final
+
+from psycopg.types.json import Jsonb
+
+from jobnik.projections.entities import Add, Delete, Enqueue, Insert, Op, Update
+from jobnik.projections.executor import OpExecutor
+from jobnik.projections.history import IndexEvent
+from jobnik.projections.schema import (
+    ENTITY_JOBS,
+    JOB_EVENTS,
+    JOBS,
+    JSON_COLUMNS,
+    PRIMARY_KEYS,
+    QUEUE,
+    STAGES,
+)
+from jobnik.projections.shadow import checked
+from jobnik.projections.store import Cursor
+
+NEW, LOADED, PATCH, GONE = "new", "loaded", "patch", "gone"
+OPEN: Final = frozenset({"PENDING", "IN_PROGRESS"})  # the Enqueue statement's open statuses
+_INT: Final = re.compile(r"^\(?'?(-?\d+)'?\)?(::\w+)?$")
+PK: Final[Mapping[str, tuple[str, ...]]] = {
+    t: tuple(c.strip() for c in cols.split(",")) for t, cols in PRIMARY_KEYS.items()
+}
+
+PK1: Final = {t: cols[0] for t, cols in PK.items() if len(cols) == 1}
+_MISSING: Final = object()
+
+
+class Row:
+    """What the page did to one row.
+
+    NEW: `values` is the whole row, to insert (after deleting the stored one when `replaces`).
+    LOADED: `values` is the whole stored row; `dirty` the columns to write back.
+    PATCH: the stored row, if any, gets `values` set and `adds` added.
+    GONE: there is no row (any more); `replaces`: a stored one, if any, must be deleted.
+    """
+
+    __slots__ = ("adds", "dirty", "replaces", "state", "values")  # millions are made: no dataclass
+
+    def __init__(
+        self, state: str, values: dict[str, Any] | None = None, replaces: bool = False
+    ) -> None:
+        self.state = state
+        self.values: dict[str, Any] = {} if values is None else values
+        self.adds: dict[str, int] = {}
+        self.dirty: set[str] = set()
+        self.replaces = replaces
+
+
+class Barrier(Exception):
+    """The operation cannot be folded: write what is folded, then run it as SQL."""
+
+
+@dataclass
+class Column:
+    type: str  # PostgreSQL's name for the column's type (array casts), or SQLite's declared type
+    default: int | None  # an integer DEFAULT, else None
+    has_default: bool
+    oid: int = 0  # PostgreSQL's type oid (binary COPY)
+
+
+class Fold:
+    """Folds pages of `Op`s into the tables `rename` names; one instance per rebuild pass."""
+
+    def __init__(self, executor: OpExecutor, rename: Callable[[str], str]) -> None:
+        self.executor = executor
+        self.d = executor.d
+        self.rename = rename
+        self.rows: dict[str, dict[tuple[Any, ...], Row]] = {}
+        self.index: list[tuple[Any, int]] = []  # (entity id, position): IndexEvents to write
+        self.indexed: set[Any] = set()  # entity ids in `index`
+        self.columns: dict[str, dict[str, Column]] = {}
+        self._fold: dict[type, Callable[[Any], None]] = {
+            IndexEvent: self._index_event,
+            Enqueue: self._enqueue,
+            Insert: self._insert_op,
+            Update: self._update_op,
+            Add: self._add_op,
+            Delete: self._delete_op,
+        }
+
+    # -- the fold ------------------------------------------------------------------------------
+
+    def apply(self, cur: Cursor, page: Sequence[list[Op]]) -> None:
+        """Apply one page of op lists (an event's each, in log order) and write the result."""
+        for table in PK:
+            self._types(cur, table)
+        if self.d.name == "postgres":
+            # The shadows have no statistics: the planner would hash-join each page's keys with
+            # a scan of the whole table (a rebuild quadratic in the log). Probe the primary key.
+            cur.execute("SET LOCAL enable_hashjoin = off")
+            cur.execute("SET LOCAL enable_mergejoin = off")
+        self.prefetch(cur, page)
+        for ops in page:
+            for op in ops:
+                try:
+                    self.fold(op)
+                except Barrier:
+                    self.flush(cur, keep=True)
+                    cur.execute(*self.executor.statement(op))
+                    self.forget(op)
+        self.flush(cur, keep=False)
+
+    def fold(self, op: Op) -> None:
+        """Apply `op` in memory, or raise Barrier."""
+        self._fold[type(op)](op)
+
+    def _index_event(self, op: IndexEvent) -> None:
+        self.index.append((op.originator_id, op.position))
+        self.indexed.add(op.originator_id)
+
+    def _enqueue(self, op: Enqueue) -> None:
+        self._insert(QUEUE, self._enqueued(op))
+
+    def _insert_op(self, op: Insert) -> None:
+        if op.table == ENTITY_JOBS and op.row["entity_id"] in self.indexed:
+            raise Barrier  # its IndexEvents came first: they must not see it
+        self._insert(op.table, dict(op.row))
+
+    def _row(self, table_name: str, key: Mapping[str, Any]) -> tuple[dict[Any, Row], Any]:
+        """The table's rows in memory and the key of the row `key` names (else Barrier)."""
+        table = self.rows.get(table_name)
+        if table is None:
+            table = self.rows[table_name] = {}
+        return table, self._pk(table_name, key)
+
+    def _delete_op(self, op: Delete) -> None:
+        table, key = self._row(op.table, op.key)
+        row = table.get(key)
+        if row is None or row.state is LOADED or row.state is PATCH:
+            table[key] = Row(GONE, replaces=True)
+        elif row.state is NEW:
+            table[key] = Row(GONE, replaces=row.replaces)
+
+    def _update_op(self, op: Update) -> None:
+        table, key = self._row(op.table, op.key)
+        row = table.get(key)
+        if row is None:
+            table[key] = Row(PATCH, dict(op.values))
+            return
+        if row.state is GONE:
+            return  # UPDATE ... WHERE pk of a row that is not there
+        row.values.update(op.values)
+        if row.state is PATCH:
+            if row.adds:
+                for c in op.values:
+                    row.adds.pop(c, None)
+        elif row.state is LOADED:
+            row.dirty.update(op.values)
+
+    def _add_op(self, op: Add) -> None:
+        table, key = self._row(op.table, op.key)
+        row = table.get(key)
+        if row is None:
+            row = table[key] = Row(PATCH)
+        elif row.state is GONE:
+            return  # UPDATE ... WHERE pk of a row that is not there
+        for c, delta in op.deltas.items():
+            if row.state is PATCH and c not in row.values:
+                row.adds[c] = row.adds.get(c, 0) + delta
+                continue
+            if c in row.values:
+                now = row.values[c]
+            elif row.state is NEW:
+                now = self._default(op.table, c)
+            else:
+                raise Barrier
+            row.values[c] = None if now is None else now + delta
+            if row.state is LOADED:
+                row.dirty.add(c)
+
+    def _pk(self, table: str, key: Mapping[str, Any], *, row: bool = False) -> tuple[Any, ...]:
+        """The primary key `key` names (of a whole `row`), or Barrier if it names another set."""
+        single = PK1.get(table)
+        if single is not None and (row or len(key) == 1):
+            value = key.get(single, _MISSING)
+            if value is _MISSING:
+                raise Barrier
+            return (value,)
+        pk = PK.get(table)
+        if pk is None or (not row and len(key) != len(pk)) or any(c not in key for c in pk):
+            raise Barrier
+        return tuple(key[c] for c in pk)
+
+    def _insert(self, table: str, values: dict[str, Any] | None) -> None:
+        if values is None:
+            return  # the Enqueue found no stage or job row: INSERT ... SELECT inserts nothing
+        key = self._pk(table, values, row=True)
+        rows = self.rows.setdefault(table, {})
+        row = rows.get(key)
+        if row is not None and row.state in (NEW, LOADED):
+            raise Barrier  # a duplicate key: let the database raise as the per-event path does
+        # on an unknown or patched key the stored row, if any, makes the INSERT fail as it would
+        rows[key] = Row(NEW, values, replaces=row is not None and row.replaces)
+
+    def _known(self, table: str, key: Any) -> dict[str, Any] | None:
+        """The row of `table` with primary key `key` when memory knows it (None: no such row)."""
+        row = self.rows.get(table, {}).get((key,))
+        if row is None or row.state == PATCH:
+            raise Barrier
+        return row.values if row.state in (NEW, LOADED) else None
+
+    def _enqueued(self, op: Enqueue) -> dict[str, Any] | None:
+        stage = self._known(STAGES, op.stage_id)
+        if stage is None:
+            return None
+        job = self._known(JOBS, stage["job_id"])
+        if job is None:
+            return None
+        return {
+            "task_id": op.task_id,
+            "job_id": stage["job_id"],
+            "stage_id": stage["id"],
+            "stage_type": stage["type"],
+            "priority_rank": job["priority_rank"],
+            "seq": op.seq,
+            "stage_open": stage["status"] in OPEN,
+            "job_open": job["status"] in OPEN,
+        }
+
+    def forget(self, op: Op) -> None:
+        """After `op` ran as SQL: drop what memory holds that the statement may have changed."""
+        if isinstance(op, IndexEvent):
+            return
+        table = QUEUE if isinstance(op, Enqueue) else op.table
+        rows = self.rows.get(table, {})
+        if isinstance(op, Enqueue):
+            rows.pop((op.task_id,), None)
+            return
+        if isinstance(op, Insert):
+            rows.pop(self._pk(table, op.row, row=True), None)
+            return
+        for key, row in list(rows.items()):
+            if row.state == LOADED and all(c in row.values for c in op.key):
+                if any(row.values[c] != v for c, v in op.key.items()):
+                    continue
+                if isinstance(op, Delete):
+                    rows[key] = Row(GONE)
+                    continue
+                if isinstance(op, Update):
+                    row.values.update(op.values)
+                    continue
+            if row.state != GONE:
+                del rows[key]
+
+    # -- reading what Enqueue needs ------------------------------------------------------------
+
+    def prefetch(self, cur: Cursor, page: Sequence[list[Op]]) -> None:
+        """Load the stored stage and job rows the page's Enqueues read (absent ones as GONE)."""
+        enqueued: set[Any] = set()
+        inserted: dict[str, dict[Any, Mapping[str, Any]]] = {STAGES: {}, JOBS: {}}
+        for ops in page:  # one pass: a page is thousands of ops
+            for op in ops:
+                kind = type(op)
+                if kind is Enqueue:
+                    enqueued.add(op.stage_id)  # type: ignore[union-attr]
+                elif kind is Insert and op.table in inserted:  # type: ignore[union-attr]
+                    inserted[op.table][op.row["id"]] = op.row  # type: ignore[union-attr]
+        stages = self._load(cur, STAGES, enqueued - inserted[STAGES].keys())
+        job_ids = {s["job_id"] for s in stages} | {s["job_id"] for s in inserted[STAGES].values()}
+        self._load(cur, JOBS, job_ids - inserted[JOBS].keys())
+
+    def _load(self, cur: Cursor, table: str, ids: set[Any]) -> list[dict[str, Any]]:
+        if not ids:
+            return []
+        ordered = sorted(ids, key=str)
+        if self.d.name == "postgres":
+            found = cur.all(
+                self.rename(f"SELECT * FROM {table} WHERE id = ANY(%(ids)b)"), {"ids": ordered}
+            )
+        else:
+            found = []
+            for start in range(0, len(ordered), 500):
+                part = {f"v{i}": self.d.dump("id", v) for i, v in enumerate(ordered[start:][:500])}
+                marks = ", ".join(f":{k}" for k in part)
+                found += cur.all(self.rename(f"SELECT * FROM {table} WHERE id IN ({marks})"), part)
+        rows = self.rows.setdefault(table, {})
+        for key in ordered:
+            rows[(key,)] = Row(GONE)
+        for r in found:
+            rows[(r["id"],)] = Row(LOADED, r)
+        return found
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def flush(self, cur: Cursor, *, keep: bool) -> None:
+        """Write everything folded so far; with `keep`, memory then holds what it still knows
+        (whole rows as LOADED, absent ones as GONE), else it is emptied."""
+        for table, rows in self.rows.items():
+            doomed = [k for k, r in rows.items() if r.replaces]
+            if doomed:
+                self._delete(cur, table, doomed)
+        for table, rows in self.rows.items():
+            shapes: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+            for r in rows.values():
+                if r.state == NEW:
+                    shapes.setdefault(tuple(r.values), []).append(r.values)
+            for cols, values in shapes.items():
+                self._insert_rows(cur, table, cols, values)
+        for table, rows in self.rows.items():
+            patches: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Any]] = {}
+            for key, r in rows.items():
+                if r.state == PATCH:
+                    sets, adds = r.values, r.adds
+                elif r.state == LOADED and r.dirty:
+                    sets, adds = {c: r.values[c] for c in r.dirty}, {}
+                else:
+                    continue
+                patches.setdefault((tuple(sets), tuple(adds)), []).append((key, sets, adds))
+            for (set_cols, add_cols), items in patches.items():
+                self._update(cur, table, set_cols, add_cols, items)
+        if self.index:
+            self._index(cur)
+        if not keep:
+            self.rows.clear()
+            return
+        for table, rows in self.rows.items():
+            columns = self.columns[table].keys()
+            for key, r in list(rows.items()):
+                if r.state == GONE:
+                    rows[key] = Row(GONE)
+                elif r.state != PATCH and r.values.keys() >= columns:
+                    rows[key] = Row(LOADED, r.values)
+                else:  # a patch, or a row inserted with defaults: not known whole
+                    del rows[key]
+
+    def _types(self, cur: Cursor, table: str) -> dict[str, Column]:
+        if table not in self.columns:
+            name = self.rename(table)
+            if self.d.name == "postgres":
+                found = cur.raw_all(
+                    "SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type, "
+                    "a.atttypid::int AS oid, "
+                    "pg_get_expr(d.adbin, d.adrelid) AS dflt FROM pg_attribute a "
+                    "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+                    "WHERE a.attrelid = %(t)s::regclass AND a.attnum > 0 AND NOT a.attisdropped",
+                    {"t": name},
+                )
+            else:
+                found = [
+                    {"name": r["name"], "type": r["type"], "dflt": r["dflt_value"]}
+                    for r in cur.raw_all(f"PRAGMA table_info({checked(name)})")
+                ]
+            self.columns[table] = {
+                r["name"]: _column(r["type"], r["dflt"], r.get("oid", 0)) for r in found
+            }
+        return self.columns[table]
+
+    def _default(self, table: str, column: str) -> int | None:
+        col = self.columns.get(table, {}).get(column)
+        if col is None or (col.has_default and col.default is None):
+            raise Barrier  # unknown column or a default we do not evaluate: let SQL do it
+        return col.default
+
+    def _arrays(
+        self, cur: Cursor, table: str, cols: Sequence[str], rows: Iterable[Sequence[Any]]
+    ) -> tuple[str, dict[str, Any]]:
+        """`unnest(%(a0)s::type[], ...) AS v(col, ...)` and its parameters (PostgreSQL)."""
+        types = self._types(cur, table)
+        columns = list(zip(*rows, strict=True))
+        params = {  # binary arrays: psycopg dumps them many times faster than text ones
+            f"a{i}": [Jsonb(v) if v is not None else v for v in values]
+            if c in JSON_COLUMNS
+            else list(values)
+            for i, (c, values) in enumerate(zip(cols, columns, strict=True))
+        }
+        casts = ", ".join(f"%(a{i})b::{types[c].type}[]" for i, c in enumerate(cols))
+        return f"unnest({casts}) AS v({', '.join(map(checked, cols))})", params
+
+    def _delete(self, cur: Cursor, table: str, keys: list[tuple[Any, ...]]) -> None:
+        pk = PK[table]
+        if self.d.name == "postgres":
+            source, params = self._arrays(cur, table, pk, keys)
+            match = " AND ".join(f"t.{c} = v.{c}" for c in pk)
+            cur.execute(self.rename(f"DELETE FROM {table} t USING {source} WHERE {match}"), params)
+            return
+        where = " AND ".join(f"{c} = :{c}" for c in pk)
+        cur.executemany(
+            self.rename(f"DELETE FROM {table} WHERE {where}"),
+            [{c: self.d.dump(c, v) for c, v in zip(pk, k, strict=True)} for k in keys],
+        )
+
+    def _insert_rows(
+        self, cur: Cursor, table: str, cols: tuple[str, ...], rows: list[dict[str, Any]]
+    ) -> None:
+        names = ", ".join(map(checked, cols))
+        if self.d.name == "postgres":  # binary COPY: no SQL to parse, rows formatted in C
+            types = self._types(cur, table)
+            get = itemgetter(*cols)
+            statement = self.rename(f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)")
+            with cur.raw.copy(statement) as copy:
+                copy.set_types([types[c].oid for c in cols])  # jsonb: dicts dumped as they are
+                for r in rows:
+                    copy.write_row(get(r) if len(cols) > 1 else (get(r),))
+            return
+        marks = ", ".join(f":{c}" for c in cols)
+        cur.executemany(
+            self.rename(f"INSERT INTO {table} ({names}) VALUES ({marks})"),
+            [self.d.dump_row(r) for r in rows],
+        )
+
+    def _update(
+        self,
+        cur: Cursor,
+        table: str,
+        set_cols: tuple[str, ...],
+        add_cols: tuple[str, ...],
+        items: list[tuple[tuple[Any, ...], dict[str, Any], dict[str, int]]],
+    ) -> None:
+        pk = PK[table]
+        if self.d.name == "postgres":
+            cols = (*pk, *set_cols, *add_cols)
+            source, params = self._arrays(
+                cur,
+                table,
+                cols,
+                ([*k, *(s[c] for c in set_cols), *(a[c] for c in add_cols)] for k, s, a in items),
+            )
+            assign = [f"{c} = v.{c}" for c in set_cols] + [f"{c} = t.{c} + v.{c}" for c in add_cols]
+            match = " AND ".join(f"t.{c} = v.{c}" for c in pk)
+            cur.execute(
+                self.rename(
+                    f"UPDATE {table} t SET {', '.join(assign)} FROM {source} WHERE {match}"
+                ),
+                params,
+            )
+            return
+        sets = [f"{c} = :s_{c}" for c in set_cols] + [f"{c} = {c} + :a_{c}" for c in add_cols]
+        where = " AND ".join(f"{c} = :k_{c}" for c in pk)
+        cur.executemany(
+            self.rename(f"UPDATE {table} SET {', '.join(sets)} WHERE {where}"),
+            [
+                {
+                    **{f"k_{c}": self.d.dump(c, v) for c, v in zip(pk, k, strict=True)},
+                    **{f"s_{c}": self.d.dump(c, s[c]) for c in set_cols},
+                    **{f"a_{c}": a[c] for c in add_cols},
+                }
+                for k, s, a in items
+            ],
+        )
+
+    def _index(self, cur: Cursor) -> None:
+        """The page's IndexEvents: each event filed under its aggregate's job, if it has one."""
+        if self.d.name == "postgres":
+            cur.execute(
+                self.rename(
+                    f"INSERT INTO {JOB_EVENTS} (job_id, position) SELECT e.job_id, v.position "
+                    "FROM unnest(%(ids)b::uuid[], %(positions)b::bigint[]) AS v(id, position) "
+                    f"JOIN {ENTITY_JOBS} e ON e.entity_id = v.id"
+                ),
+                {"ids": [i for i, _ in self.index], "positions": [p for _, p in self.index]},
+            )
+        else:
+            statement = self.executor.statement(IndexEvent(self.index[0][0], 0))[0]
+            cur.executemany(
+                statement,
+                [{"entity_id": self.d.dump("entity_id", i), "position": p} for i, p in self.index],
+            )
+        self.index.clear()
+        self.indexed.clear()
+
+
+def _column(type_: str, default: str | None, oid: int) -> Column:
+    if default is None:
+        return Column(type_, None, False, oid)
+    m = _INT.match(default.strip())
+    return Column(type_, int(m.group(1)) if m else None, True, oid)
