@@ -331,7 +331,7 @@ class JobLinkOut(OutModel):
 
     @classmethod
     def of(cls, link: JobLink) -> JobLinkOut:
-        return cls(job_id=link.job_id, name=link.name, status=link.status, task_id=link.task_id)
+        return cls(**asdict(link))
 
 
 class JobDefinitionOut(OutModel):
