@@ -14,7 +14,7 @@ from jobnik.domain.ports import Session
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import Actor, JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.domain.work import NO_TRACE, WorkCommands, utcnow
+from jobnik.domain.work import NO_TRACE, WorkCommands, command, utcnow
 
 __all__ = ["NO_TRACE", "Jobnik", "NewJob", "NewStage", "NewTask", "utcnow"]
 
@@ -57,6 +57,7 @@ class Jobnik(WorkCommands):
 
     # -- jobs -----------------------------------------------------------------------------
 
+    @command
     def create_job(self, new: NewJob) -> Job:
         """A job; with `parent_task_id`, a child job of that (running) task (seed 001)."""
         now = self.clock()
@@ -85,6 +86,7 @@ class Jobnik(WorkCommands):
             s.save(job)
         return job
 
+    @command
     def finish_job(self, job_id: UUID) -> Job:
         """Seed 004's finish: no new stages or tasks; the job completes when its work is done."""
         now = self.clock()
@@ -96,6 +98,7 @@ class Jobnik(WorkCommands):
                 self._after_phase(s, job, phase, now)
         return job
 
+    @command
     def set_job_status(self, job_id: UUID, target: JobStatus) -> Job:
         """PENDING (resume/start), PAUSED or ABORTED; abort cascades (rules §20 #4)."""
         now = self.clock()
@@ -123,6 +126,7 @@ class Jobnik(WorkCommands):
             child.abort(now, Actor.SYSTEM, "parent job aborted")
             self._abort_contents(s, child, now)
 
+    @command
     def change_priority(self, job_id: UUID, priority: Priority) -> bool:
         """False when the job already has that priority (the API answers 204)."""
         with self._write() as s:
@@ -131,6 +135,7 @@ class Jobnik(WorkCommands):
             s.save(job)
         return changed
 
+    @command
     def replace_job_user_metadata(self, job_id: UUID, user_metadata: dict[str, Any]) -> Job:
         with self._write() as s:
             job = s.job(job_id)
@@ -138,6 +143,7 @@ class Jobnik(WorkCommands):
             s.save(job)
         return job
 
+    @command
     def delete_job(self, job_id: UUID) -> None:
         """Remove a final job from every read model; its events stay (rules §20 #8)."""
         with self._write() as s:
@@ -147,6 +153,7 @@ class Jobnik(WorkCommands):
 
     # -- stages ---------------------------------------------------------------------------
 
+    @command
     def add_stage(self, job_id: UUID, new: NewStage) -> Stage:
         now = self.clock()
         with self._write() as s:
@@ -173,6 +180,7 @@ class Jobnik(WorkCommands):
             s.save(job, stage)
         return stage
 
+    @command
     def release_stage(self, stage_id: UUID) -> Stage:
         """A user's PUT PENDING on a stage (rules §4.2); a PENDING stage is a no-op."""
         with self._write() as s:
@@ -182,6 +190,7 @@ class Jobnik(WorkCommands):
             s.save(stage)
         return stage
 
+    @command
     def replace_stage_user_metadata(self, stage_id: UUID, user_metadata: dict[str, Any]) -> Stage:
         with self._write() as s:
             stage = s.stage(stage_id)
@@ -191,6 +200,7 @@ class Jobnik(WorkCommands):
 
     # -- tasks ----------------------------------------------------------------------------
 
+    @command
     def add_tasks(self, stage_id: UUID, new: Sequence[NewTask]) -> list[Task]:
         if not new:
             raise InvalidRequest("request/body must NOT have fewer than 1 items")
@@ -217,6 +227,7 @@ class Jobnik(WorkCommands):
             s.save(*tasks)
         return tasks
 
+    @command
     def replace_task_user_metadata(self, task_id: UUID, user_metadata: dict[str, Any]) -> Task:
         with self._write() as s:
             task = s.task(task_id)

@@ -140,6 +140,12 @@ class StaleAttempt(UpdateConflict):
     code = "STALE_ATTEMPT"
 
 
+class ConcurrencyConflict(UpdateConflict):
+    """Another command changed what this one read; it runs again (after a few tries: 409)."""
+
+    code = "CONCURRENCY_CONFLICT"
+
+
 class DatabaseError(JobnikError):
     """DATABASE_RELATED_ERROR"""
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 from uuid import UUID
 
 from jobnik.domain.errors import (
+    ConcurrencyConflict,
     DelegationRefused,
     StaleAttempt,
     TaskNotFound,
@@ -26,6 +30,51 @@ NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+# How often a command runs again after a ConcurrencyConflict before the caller sees it (409).
+CONFLICT_ATTEMPTS = 25
+_RUNNING: ContextVar[bool] = ContextVar("jobnik_command_running", default=False)
+_retried = [0]  # process-wide count of runs again after a conflict (bench, metrics)
+_retried_lock = threading.Lock()
+
+
+def conflicts_retried() -> int:
+    """How many times commands of this process ran again after a ConcurrencyConflict."""
+    return _retried[0]
+
+
+def run_retrying(call: Callable[[], T]) -> T:
+    """`call()`, run again on ConcurrencyConflict (a read went stale before the writer lock,
+    or the database broke a deadlock). Only the outermost caller retries: a command running
+    inside another's transaction lets the conflict reach it, as that transaction is void."""
+    if _RUNNING.get():
+        return call()
+    token = _RUNNING.set(True)
+    try:
+        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+            try:
+                return call()
+            except ConcurrencyConflict:
+                if attempt == CONFLICT_ATTEMPTS:
+                    raise
+                with _retried_lock:
+                    _retried[0] += 1
+        raise AssertionError("unreachable")
+    finally:
+        _RUNNING.reset(token)
+
+
+def command(method: Callable[Concatenate[Any, P], T]) -> Callable[Concatenate[Any, P], T]:
+    """A command method: one transaction, run again from the start on ConcurrencyConflict."""
+
+    @functools.wraps(method)
+    def run(self: Any, *args: P.args, **kwargs: P.kwargs) -> T:
+        return run_retrying(lambda: method(self, *args, **kwargs))
+
+    return run  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -53,6 +102,7 @@ class WorkCommands:
     def _write(self) -> AbstractContextManager[Session]:
         return self.store.session(write=True)
 
+    @command
     def dequeue(self, stage_type: str, lease_seconds: int | None = None) -> Task:
         """Claim the next eligible task of `stage_type`; TaskNotFound when there is none."""
         now = self.clock()
@@ -67,6 +117,7 @@ class WorkCommands:
             s.save(task, stage, job)
         return task
 
+    @command
     def report_task(
         self,
         task_id: UUID,
@@ -217,6 +268,7 @@ class WorkCommands:
         after = [st for st in s.stages_of(job.id) if st.order > order and not st.completion]
         return after[0] if after else None
 
+    @command
     def redispatch_stale(self, stale_after: timedelta, limit: int = 1000) -> list[Task]:
         """Seed 001's safety net: delegated tasks whose child jobs have all ended but that were
         not re-dispatched within `stale_after` go back to the queue. Normally finds none."""
@@ -230,6 +282,7 @@ class WorkCommands:
             s.save(*stale)
         return stale
 
+    @command
     def heartbeat(self, task_id: UUID, attempt: int) -> Beat:
         """Extend the current attempt's lease; says whether the job was aborted meanwhile."""
         now = self.clock()
@@ -247,6 +300,7 @@ class WorkCommands:
             raise refused
         return Beat(task, cancelled)
 
+    @command
     def give_back(self, task_id: UUID, attempt: int, reason: str) -> Task:
         """The current attempt returns the task unfinished: queued again, no attempt spent."""
         now = self.clock()
@@ -267,6 +321,7 @@ class WorkCommands:
             raise refused
         return task
 
+    @command
     def append_log(self, task_id: UUID, lines: Sequence[str], attempt: int | None = None) -> Task:
         """Append lines to the task's log; any attempt may log (each line records its attempt)."""
         with self._write() as s:
@@ -275,6 +330,7 @@ class WorkCommands:
             s.save(task)
         return task
 
+    @command
     def sweep(self, limit: int = 200) -> int:
         """Take back tasks whose lease expired: RETRIED while attempts remain, else FAILED.
 

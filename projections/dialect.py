@@ -36,6 +36,18 @@ class Dialect:
                 out[k] = out[k].astimezone(UTC)
         return out
 
+    def load_jsonb(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """A row sent as `to_jsonb(t)` (several tables' rows in one result): uuids and times
+        come as strings."""
+        out = dict(row)
+        for k in UUID_COLUMNS.intersection(out):
+            if out[k] is not None:
+                out[k] = UUID(out[k])
+        for k in TIME_COLUMNS.intersection(out):
+            if out[k] is not None:
+                out[k] = datetime.fromisoformat(out[k]).astimezone(UTC)
+        return out
+
 
 class SQLiteDialect(Dialect):
     """SQLite: uuids, JSON and ISO-8601 UTC times as TEXT, booleans as 0/1."""

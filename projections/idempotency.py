@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from jobnik.domain.errors import IdempotencyKeyReused
+from jobnik.domain.work import run_retrying
 from jobnik.projections.positions import note_written
 from jobnik.projections.schema import IDEMPOTENCY_KEYS
 from jobnik.projections.store import SqlStore
@@ -89,8 +90,12 @@ class IdempotencyKeys:
         Raises IdempotencyKeyReused when the key was recorded with another fingerprint. When
         `run` raises, nothing is recorded and nothing it wrote is committed.
         """
+        return run_retrying(lambda: self._once(key, fingerprint, run))
+
+    def _once(self, key: str, fingerprint: str, run: Callable[[], tuple[int, str]]) -> Answer:
         now = self.clock()
-        with self.store.session(write=True) as s:  # the writer lock: same-key requests queue
+        with self.store.session(write=True) as s:
+            s.lock()  # the writer lock first: same-key requests queue
             s.cur.execute(self._sql(DELETE_EXPIRED_KEY), {"key": key, "cutoff": self._cutoff(now)})
             row = s.cur.one(self._sql(SELECT_KEY), {"key": key})
             if row is not None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Final
 
 from jobnik.projections.schema import (
     ddl,
+    ddl_freshness,
     ddl_history,
     ddl_idempotency,
     ddl_leases,
@@ -27,6 +28,7 @@ MIGRATIONS: Final = [
     (4, "projection registry", ddl_projections),
     (5, "idempotency keys", ddl_idempotency),
     (6, "delegation, job modes, completion stages, task results", ddl_seeds),
+    (7, "freshness check of optimistic write sessions", ddl_freshness),
 ]
 # After these, rows written before them are rebuilt from the log (through the upcasters).
 REBUILD_AFTER: Final = frozenset({2, 3})

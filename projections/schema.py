@@ -272,3 +272,25 @@ def ddl_projections(backend: str) -> list[str]:
 def ddl_idempotency(backend: str) -> list[str]:
     """Migration 5: the Idempotency-Key table."""
     return _split(_DDL_IDEMPOTENCY, backend)
+
+
+# Migration 7 (PostgreSQL): the check a write session runs when it takes the writer lock (see
+# SqlSession.lock): `seen` of the `expected` aggregates it loaded before the lock still have the
+# version it read, else serialization_failure, and the command runs again. SQLite needs none:
+# its write sessions hold the lock from BEGIN IMMEDIATE.
+_DDL_FRESHNESS: Final = """
+CREATE OR REPLACE FUNCTION jobnik_assert_fresh(seen bigint, expected bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF seen <> expected THEN
+        RAISE EXCEPTION USING ERRCODE = 'serialization_failure', MESSAGE = 'stale read: '
+            || (expected - seen) || ' of ' || expected || ' aggregates changed since loaded';
+    END IF;
+END
+$$
+"""
+
+
+def ddl_freshness(backend: str) -> list[str]:
+    """Migration 7: the writer lock's freshness check (one statement: its body holds `;`)."""
+    return [_DDL_FRESHNESS.strip()] if backend == "postgres" else []

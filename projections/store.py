@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
+from functools import cached_property
 from typing import Any, cast
 from uuid import UUID
 
@@ -30,6 +31,7 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
+from jobnik.projections.batch import BatchCursor, Later, Sql, batch_transaction
 from jobnik.projections.dialect import POSTGRES, SQLITE, Dialect
 from jobnik.projections.entities import Op, project
 from jobnik.projections.executor import OpExecutor
@@ -167,16 +169,19 @@ class SqlStore:
 
     @contextmanager
     def session(self, *, write: bool) -> Iterator[SqlSession]:
-        """A transaction; a write session opened inside another one (same context) joins it."""
+        """A transaction; a write session opened inside another one (same context) joins it,
+        holding the writer lock from then on."""
         ambient = _AMBIENT.get()
         if write and ambient is not None and ambient.store is self:
+            ambient.lock()
             yield ambient  # the outer session commits (or rolls back) and notes the position
             return
-        with self.cursor(write=write) as cur:
-            session = SqlSession(self, cur)
+        with self._transaction(write) as (cur, locked):
+            session = SqlSession(self, cur, write=write, locked=locked)
             token = _AMBIENT.set(session) if write else None
             try:
                 yield session
+                session.close()
             finally:
                 if token is not None:
                     _AMBIENT.reset(token)
@@ -184,6 +189,51 @@ class SqlStore:
             note_written(session.position)
             for listener in self.on_commit:
                 listener(session.position)
+
+    @contextmanager
+    def _transaction(self, write: bool) -> Iterator[tuple[Cursor | BatchCursor, bool]]:
+        """PostgreSQL writes: a batched transaction that takes the writer lock when it first
+        needs it. Otherwise a plain one (SQLite's writes begin IMMEDIATE: locked at once)."""
+        if not (write and self.pg is not None):
+            with self.cursor(write=write) as cur:
+                yield cur, write
+            return
+        try:
+            with self.pg.get_connection() as conn, batch_transaction(conn, self.dialect) as bc:
+                yield bc, False
+        except PersistenceError as e:
+            raise DatabaseError(f"database error: {e}") from e
+
+    @cached_property
+    def _sequence(self) -> str:
+        """The event table's notification id sequence (PostgreSQL)."""
+        assert self.pg is not None
+        with self.pg.get_connection() as conn:
+            row = conn.execute(
+                "SELECT pg_get_serial_sequence(%s, 'notification_id') AS seq", (self.events_table,)
+            ).fetchone()
+        assert row is not None
+        assert row["seq"], f"no sequence on {self.events_table}"
+        return str(row["seq"])
+
+    def queue_events(
+        self, cur: BatchCursor, stored: Sequence[StoredEvent]
+    ) -> tuple[Later, list[Sql]]:
+        """PostgreSQL, under the writer lock: queue the events' INSERT; returns its ids (filled
+        in when the string is sent) and, for the read models' ops queued after it, each event's
+        position as a SQL expression (the ids are consecutive: nothing else inserts meanwhile)."""
+        values = ", ".join(["(%s, %s, %s, %s)"] * len(stored))
+        params = [
+            v for e in stored for v in (e.originator_id, e.originator_version, e.topic, e.state)
+        ]
+        ids = cur.later(
+            f"INSERT INTO {self.events_table} (originator_id, originator_version, topic, state) "
+            f"VALUES {values} RETURNING notification_id",
+            params,
+        )
+        last = len(stored) - 1
+        seq = self._sequence
+        return ids, [Sql(f"(currval('{seq}') - {last - i})") for i in range(len(stored))]
 
     def insert_events(self, cur: Cursor, stored: Sequence[StoredEvent]) -> list[int]:
         """Append through the library's recorder (same transaction); returns notification ids."""
@@ -197,14 +247,17 @@ class SqlStore:
         return list(lite._insert_events(SQLiteCursor(cur.raw), stored) or [])
 
     def apply(
-        self, cur: Cursor, events: Sequence[DomainEventProtocol[Any]], ids: Sequence[int]
+        self,
+        cur: Cursor | BatchCursor,
+        events: Sequence[DomainEventProtocol[Any]],
+        ids: Sequence[int] | Sequence[Sql],
     ) -> None:
         """Apply events (stored at `ids`) to the inline read models."""
         self.executor.run(cur, batches(events, ids))
 
 
 def batches(
-    events: Sequence[DomainEventProtocol[Any]], ids: Sequence[int]
+    events: Sequence[DomainEventProtocol[Any]], ids: Sequence[Any]
 ) -> Iterator[list[list[Op]]]:
     """Group consecutive events of one type and distinct aggregates: their ops commute."""
     run: list[list[Op]] = []
@@ -222,27 +275,97 @@ def batches(
 
 
 class SqlSession:
-    """One transaction; an identity map so a command sees one object per aggregate."""
+    """One transaction; an identity map so a command sees one object per aggregate.
 
-    def __init__(self, store: SqlStore, cur: Cursor) -> None:
+    A PostgreSQL write session starts optimistic: loads by id and the queue claim run beside
+    other writers. Its first save or query of any other kind takes the writer lock, and with it
+    checks that nothing it loaded has changed since (else ConcurrencyConflict: the command runs
+    again); from then on it sees the latest committed state, as writers take turns."""
+
+    def __init__(
+        self, store: SqlStore, cur: Cursor | BatchCursor, *, write: bool, locked: bool
+    ) -> None:
         self.store = store
         self.cur = cur
         self.p = store.dialect.param
         self.d = store.dialect
+        self.write = write
+        self.locked = locked
         self.loaded: dict[UUID, Entity] = {}
-        self.position: int | None = None
+        self._seen: dict[UUID, tuple[str, int]] = {}  # loaded before the lock: table, version
+        self._fetched: dict[UUID, dict[str, Any]] = {}  # rows read ahead, not used yet
+        self._ids: list[Later] = []  # the events' ids, as the batches that insert them return
+        self._position: int | None = None
+
+    @property
+    def position(self) -> int | None:
+        """The log position of the last event this session appended."""
+        if self._ids:
+            if self._ids[-1].rows is None:
+                cast(BatchCursor, self.cur).flush()
+            rows = self._ids[-1].rows
+            assert rows
+            return int(rows[-1]["notification_id"])
+        return self._position
+
+    def lock(self) -> None:
+        """Take the writer lock, checking that what was loaded before it is still current."""
+        if self.locked or not self.write:
+            return
+        self.locked = True
+        self.cur.execute(f"LOCK TABLE {self.store.events_table} IN EXCLUSIVE MODE")
+        if not self._seen:
+            return
+        by_table: dict[str, list[tuple[UUID, int]]] = {}
+        for key, (table, version) in self._seen.items():
+            by_table.setdefault(table, []).append((key, version))
+        counts = " + ".join(
+            f"(SELECT count(*) FROM {table} WHERE (id, version) IN "
+            f"({', '.join(['(%s::uuid, %s)'] * len(rows))}))"
+            for table, rows in by_table.items()
+        )
+        params = [v for rows in by_table.values() for row in rows for v in row]
+        self.cur.execute(f"SELECT jobnik_assert_fresh({counts}, %s)", [*params, len(self._seen)])
+
+    def close(self) -> None:
+        """Before the commit: wake the library's listeners when events were appended."""
+        if self._ids:
+            self.cur.execute(f"NOTIFY {self.store.recorder.channel_name}")  # type: ignore[attr-defined]
 
     def _load(self, table: str, key: UUID, convert: Any, missing: type[Exception]) -> Any:
         if key in self.loaded:
             return self.loaded[key]
-        row = self.cur.one(
-            f"SELECT * FROM {table} WHERE id = {self.p('id')}", {"id": self.d.dump("id", key)}
-        )
+        row = self._fetched.pop(key, None)
+        if row is None:
+            row = self.cur.one(
+                f"SELECT * FROM {table} WHERE id = {self.p('id')}", {"id": self.d.dump("id", key)}
+            )
         if row is None:
             raise missing
         aggregate = convert(row)
         self.loaded[key] = aggregate
+        if not self.locked and self.write:
+            self._seen[key] = (table, row["version"])
         return aggregate
+
+    def _read_ahead(self, which: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        """The task row `WHERE t.id = {which}` finds; PostgreSQL write sessions read its
+        stage's and job's rows in the same statement (every worker command uses all three)."""
+        if not isinstance(self.cur, BatchCursor):
+            return self.cur.one(f"SELECT * FROM {TASKS} t WHERE t.id = {which}", params)
+        row = self.cur.one(
+            "SELECT to_jsonb(t) AS task, to_jsonb(s) AS stage, to_jsonb(j) AS job "
+            f"FROM {TASKS} t JOIN {STAGES} s ON s.id = t.stage_id "
+            f"JOIN {JOBS} j ON j.id = t.job_id WHERE t.id = {which}",
+            params,
+        )
+        if row is None:
+            return None
+        for parent in (row["stage"], row["job"]):
+            key = UUID(parent["id"])
+            if key not in self.loaded:
+                self._fetched.setdefault(key, self.d.load_jsonb(parent))
+        return self.d.load_jsonb(row["task"])
 
     def _remember(self, aggregate: Entity) -> Entity:
         return self.loaded.setdefault(aggregate.id, aggregate)
@@ -254,9 +377,26 @@ class SqlSession:
         return cast(Stage, self._load(STAGES, stage_id, stage_from_row, StageNotFound))
 
     def task(self, task_id: UUID) -> Task:
+        if task_id not in self.loaded and task_id not in self._fetched and self.write:
+            row = self._read_ahead(self.p("id"), {"id": self.d.dump("id", task_id)})
+            if row is not None:
+                self._fetched[task_id] = row
         return cast(Task, self._load(TASKS, task_id, task_from_row, TaskNotFound))
 
+    def claim(self, stage_type: str) -> Task | None:
+        lock = " FOR UPDATE SKIP LOCKED" if self.d.name == "postgres" else ""
+        row = self._read_ahead(
+            f"(SELECT task_id FROM queue_v1 WHERE stage_type = {self.p('t')} "
+            f"AND stage_open AND job_open ORDER BY priority_rank, seq LIMIT 1{lock})",
+            {"t": stage_type},
+        )
+        if row is None:
+            return None
+        self._fetched.setdefault(row["id"], row)
+        return self.task(row["id"])
+
     def stage_at(self, job_id: UUID, order: int) -> Stage | None:
+        self.lock()
         row = self.cur.one(
             f"SELECT * FROM {STAGES} WHERE job_id = {self.p('job_id')} "
             f"AND stage_order = {self.p('o')}",
@@ -265,6 +405,7 @@ class SqlSession:
         return cast(Stage, self._remember(stage_from_row(row))) if row else None
 
     def stages_of(self, job_id: UUID) -> list[Stage]:
+        self.lock()
         rows = self.cur.all(
             f"SELECT * FROM {STAGES} WHERE job_id = {self.p('job_id')} ORDER BY stage_order",
             {"job_id": self.d.dump("job_id", job_id)},
@@ -272,6 +413,7 @@ class SqlSession:
         return [cast(Stage, self._remember(stage_from_row(r))) for r in rows]
 
     def queued_tasks(self, job_id: UUID) -> list[Task]:
+        self.lock()
         rows = self.cur.all(
             f"SELECT * FROM {TASKS} WHERE job_id = {self.p('job_id')} "
             "AND status IN ('PENDING', 'RETRIED', 'DELEGATED') ORDER BY creation_time, id",
@@ -280,6 +422,7 @@ class SqlSession:
         return [cast(Task, self._remember(task_from_row(r))) for r in rows]
 
     def _jobs(self, where: str, params: dict[str, Any]) -> list[Job]:
+        self.lock()
         rows = self.cur.all(
             f"SELECT * FROM {JOBS} WHERE {where} ORDER BY creation_time, id", params
         )
@@ -297,6 +440,7 @@ class SqlSession:
         )
 
     def stale_delegations(self, before: datetime, limit: int) -> list[Task]:
+        self.lock()
         rows = self.cur.all(
             f"SELECT * FROM {TASKS} t WHERE status = 'DELEGATED' AND delegated_at < "
             f"{self.p('before')} AND NOT EXISTS (SELECT 1 FROM {JOBS} j WHERE "
@@ -306,16 +450,8 @@ class SqlSession:
         )
         return [cast(Task, self._remember(task_from_row(r))) for r in rows]
 
-    def claim(self, stage_type: str) -> Task | None:
-        lock = " FOR UPDATE SKIP LOCKED" if self.d.name == "postgres" else ""
-        row = self.cur.one(
-            "SELECT task_id FROM queue_v1 WHERE stage_type = "
-            f"{self.p('t')} AND stage_open AND job_open ORDER BY priority_rank, seq LIMIT 1{lock}",
-            {"t": stage_type},
-        )
-        return self.task(row["task_id"]) if row else None
-
     def summary(self, stage_id: UUID) -> Summary:
+        self.lock()
         row = self.cur.one(
             f"SELECT * FROM {SUMMARIES} WHERE stage_id = {self.p('s')}",
             {"s": self.d.dump("stage_id", stage_id)},
@@ -323,6 +459,7 @@ class SqlSession:
         return summary_from_row(row) if row else Summary()
 
     def expired_leases(self, now: datetime, limit: int) -> list[Task]:
+        self.lock()
         rows = self.cur.all(
             f"SELECT * FROM {TASKS} WHERE status = 'IN_PROGRESS' AND lease_expires_at < "
             f"{self.p('now')} ORDER BY lease_expires_at LIMIT {int(limit)}",
@@ -334,9 +471,15 @@ class SqlSession:
         events = [e for a in aggregates for e in a.collect_events()]
         if not events:
             return
+        self.lock()
         stored = [self.store.mapper.to_stored_event(e) for e in events]
-        ids = self.store.insert_events(self.cur, stored)
-        self.store.apply(self.cur, events, ids)
-        self.position = ids[-1]
+        if isinstance(self.cur, BatchCursor):
+            ids, positions = self.store.queue_events(self.cur, stored)
+            self._ids.append(ids)
+            self.store.apply(self.cur, events, positions)
+        else:
+            written = self.store.insert_events(self.cur, stored)
+            self.store.apply(self.cur, events, written)
+            self._position = written[-1]
         for a in aggregates:
             self._remember(a)

@@ -76,8 +76,9 @@ from jobnik.domain.errors import (
     TaskStatusUpdateFailed,
 )
 from jobnik.domain.statuses import TaskStatus
+from jobnik.domain.work import conflicts_retried
 from jobnik.projections.config import library_env
-from jobnik.projections.store import Cursor, SqlStore
+from jobnik.projections.store import SqlStore
 from jobnik.scripts import bench_floor
 from jobnik.scripts.bench_report import Figure, Goal, print_figures, print_goals, write_json
 from jobnik.scripts.bench_worker import http_worker
@@ -175,9 +176,10 @@ def suite_database(backend: str, pg_url: str, tmp: Path) -> Iterator[str]:
 class CountingStore(SqlStore):
     """The store, counting write sessions and those that began while another was open.
 
-    Every write session takes the event table's EXCLUSIVE lock (SQLite: BEGIN IMMEDIATE) first,
-    so a session that begins while another of this process's write sessions is open waits for
-    it: with every writer in this process, that count is the number of lock waits."""
+    SQLite write sessions hold the writer lock from BEGIN IMMEDIATE, so there a session that
+    begins while another is open waits for it: that count is the number of lock waits.
+    PostgreSQL write sessions run their loads side by side and queue only for the short locked
+    end (the hot-stage figure samples pg_locks for those waits instead)."""
 
     def __init__(self, env: dict[str, str]) -> None:
         super().__init__(env)
@@ -185,18 +187,18 @@ class CountingStore(SqlStore):
         self.active = self.writes = self.waits = 0
 
     @contextmanager
-    def cursor(self, *, write: bool, lock: bool = True) -> Iterator[Cursor]:
+    def _transaction(self, write: bool) -> Iterator[Any]:
         if not write:
-            with super().cursor(write=False, lock=lock) as cur:
-                yield cur
+            with super()._transaction(write) as got:
+                yield got
             return
         with self._mutex:
             self.writes += 1
             self.waits += self.active > 0
             self.active += 1
         try:
-            with super().cursor(write=True, lock=lock) as cur:
-                yield cur
+            with super()._transaction(write) as got:
+                yield got
         finally:
             with self._mutex:
                 self.active -= 1
@@ -574,13 +576,14 @@ def fig_hot(ctx: Ctx) -> None:
         raw = bench_floor.RawLifecycle(url)
         raw.setup()
         raw.load("floor-hot", n)
-        writes0, waits0 = store.writes, store.waits
+        writes0, waits0, conflicts0 = store.writes, store.waits, conflicts_retried()
         with contextlib.ExitStack() as stack:
             sampler = stack.enter_context(LockSampler(url)) if store.pg is not None else None
             got = drain(app, "hot", k)
         floor = raw.run("floor-hot", k)
         check(got.tasks == n and floor.tasks == n, f"drained {got.tasks}/{floor.tasks} of {n}")
         writes, waits = store.writes - writes0, store.waits - waits0
+        retries = got.retries + conflicts_retried() - conflicts0
     ctx.add(
         f"hot stage, {k} workers",
         got.rate,
@@ -589,39 +592,42 @@ def fig_hot(ctx: Ctx) -> None:
         floor_name=f"raw SQL lifecycle, {k} threads",
         note=f"{n:,} tasks",
     )
-    sampled = ""
+    per_k = 1000 / n
     if sampler is not None and sampler.samples:
         busy = sum(1 for x in sampler.samples if x) / len(sampler.samples)
-        sampled = (
-            f"pg_locks: {statistics.mean(sampler.samples):.1f} waiting on average, "
-            f"someone waiting in {busy:.0%} of {len(sampler.samples)} samples"
+        ctx.add(
+            "hot stage sessions waiting on a lock",
+            statistics.mean(sampler.samples),
+            None,
+            "waiting",
+            higher_is_better=False,
+            note=(
+                f"pg_locks sampled every 5 ms: someone waiting in {busy:.0%} of "
+                f"{len(sampler.samples)} samples ({writes:,} write sessions; they queue only "
+                "for their locked end)"
+            ),
         )
-    per_k = 1000 / n
-    ctx.add(
-        "hot stage lock waits per 1,000 tasks",
-        waits * per_k,
-        None,
-        "waits",
-        higher_is_better=False,
-        note=f"{waits:,} of {writes:,} write sessions queued on the writer lock; {sampled}",
-    )
+    else:
+        ctx.add(
+            "hot stage lock waits per 1,000 tasks",
+            waits * per_k,
+            None,
+            "waits",
+            higher_is_better=False,
+            note=f"{waits:,} of {writes:,} write sessions queued on BEGIN IMMEDIATE",
+        )
     ctx.add(
         "hot stage retries per 1,000 tasks",
-        got.retries * per_k,
+        retries * per_k,
         None,
         "retries",
         higher_is_better=False,
-        note="conflicts/database errors run again (no retry loop in the engine)",
+        note="commands run again after a stale optimistic read or a deadlock, plus errors",
     )
     ctx.goal(
         "hot stage < 5 retries per 1,000 tasks",
-        got.retries * per_k < 5,
-        f"{got.retries * per_k:.1f} retries",
-    )
-    ctx.goal(
-        "hot stage < 5 lock waits per 1,000 tasks",
-        waits * per_k < 5,
-        f"{waits * per_k:.0f} waits (writers serialise on the event-table lock by design)",
+        retries * per_k < 5,
+        f"{retries * per_k:.1f} retries",
     )
 
 

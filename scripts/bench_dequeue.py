@@ -195,7 +195,7 @@ class _Capture:
 def claim_statement(store: SqlStore, stage_type: str) -> tuple[str, Any]:
     """The engine's own claim SQL and parameters, so the figures track `SqlSession.claim`."""
     capture = _Capture()
-    SqlSession(store, capture).claim(stage_type)  # type: ignore[arg-type]
+    SqlSession(store, capture, write=False, locked=True).claim(stage_type)  # type: ignore[arg-type]
     if not capture.sql:
         raise RuntimeError("SqlSession.claim ran no statement")
     return capture.sql, capture.params

@@ -1,0 +1,159 @@
+"""PostgreSQL write sessions load optimistically and take the writer lock late: a read that went
+stale before the lock is caught when the lock is taken, nothing of that attempt commits, and the
+command runs again on fresh state (the outcome is the one of running the two commands in turn).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.domain.errors import ConcurrencyConflict
+from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
+from jobnik.domain.work import conflicts_retried
+from jobnik.projections.config import library_env
+from jobnik.projections.store import SqlSession, SqlStore
+from tests.conftest import _reset
+
+# SQLite write sessions hold the lock from BEGIN IMMEDIATE, so nothing they read goes stale:
+# these tests are about PostgreSQL's optimistic start (test_positions_match_the_log runs on both).
+
+
+@pytest.fixture
+def pg(pg_database_url: str) -> Iterator[SqlStore]:
+    _reset(pg_database_url)
+    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": pg_database_url}))
+    store.migrate()
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def one_task_job(app: Jobnik, stage_type: str = "opt") -> tuple[Any, Any]:
+    job = app.create_job(NewJob(name="optimistic", data={}))
+    stage = app.add_stage(job.id, NewStage(type=stage_type, data={}))
+    app.add_tasks(stage.id, [NewTask(data={})])
+    return job, stage
+
+
+def elsewhere(call: Callable[[], Any]) -> None:
+    """Run `call` to its commit on another thread (its own context: no ambient session)."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except Exception as e:  # noqa: BLE001 - surfaced below
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(30)
+    assert not t.is_alive()
+    assert not errors, errors
+
+
+def interleave_before_lock(
+    monkeypatch: pytest.MonkeyPatch, call: Callable[[], Any], times: int = 1
+) -> list[int]:
+    """The next `times` sessions to take the writer lock first let `call` commit elsewhere."""
+    original = SqlSession.lock
+    ran: list[int] = []
+
+    def lock(self: SqlSession) -> None:
+        if not self.locked and self.write and len(ran) < times:
+            ran.append(1)
+            elsewhere(call)
+        original(self)
+
+    monkeypatch.setattr(SqlSession, "lock", lock)
+    return ran
+
+
+def test_a_stale_read_conflicts_at_the_lock_and_nothing_of_it_commits(pg: SqlStore) -> None:
+    store, jobnik = pg, Jobnik(pg)
+    job, _ = one_task_job(jobnik)
+
+    def stale_save() -> None:
+        with store.session(write=True) as s:
+            loaded = s.job(job.id)
+            elsewhere(lambda: jobnik.set_job_status(job.id, JobStatus.PAUSED))
+            loaded.change_priority(Priority.VERY_HIGH, jobnik.clock())
+            s.save(loaded)
+
+    with pytest.raises(ConcurrencyConflict):
+        stale_save()
+    with store.session(write=False) as r:
+        now = r.job(job.id)
+    assert now.status == JobStatus.PAUSED
+    assert now.priority == Priority.MEDIUM
+
+
+def test_a_report_racing_an_abort_runs_again_and_sees_the_abort(
+    pg: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, jobnik = pg, Jobnik(pg)
+    job, stage = one_task_job(jobnik)
+    task = jobnik.dequeue("opt")
+    before = conflicts_retried()
+    interleave_before_lock(monkeypatch, lambda: jobnik.set_job_status(job.id, JobStatus.ABORTED))
+    done = jobnik.report_task(task.id, TaskStatus.COMPLETED, attempt=task.attempt)
+    # In turn: the abort, then the report, which finds the job aborted.
+    assert done.status == TaskStatus.ABORTED
+    assert conflicts_retried() == before + 1
+    with store.session(write=False) as r:
+        assert r.stage(stage.id).status == StageStatus.ABORTED
+        assert r.summary(stage.id).aborted == 1
+        assert r.summary(stage.id).completed == 0
+
+
+def test_dequeues_racing_for_a_stage_start_it_once(
+    pg: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both dequeues load the PENDING stage; the second to lock finds it started by the first
+    and runs again, so the stage and job start once and each task goes to one worker."""
+    store, jobnik = pg, Jobnik(pg)
+    job = jobnik.create_job(NewJob(name="race", data={}))
+    stage = jobnik.add_stage(job.id, NewStage(type="race", data={}))
+    jobnik.add_tasks(stage.id, [NewTask(data={}), NewTask(data={})])
+    got: list[Any] = []
+    before = conflicts_retried()
+    interleave_before_lock(monkeypatch, lambda: got.append(jobnik.dequeue("race")))
+    got.append(jobnik.dequeue("race"))
+    assert len({t.id for t in got}) == 2
+    assert conflicts_retried() == before + 1
+    with store.session(write=False) as r:
+        assert r.stage(stage.id).status == StageStatus.IN_PROGRESS
+        assert r.summary(stage.id).in_progress == 2
+    history = [store.mapper.to_domain_event(e) for e in store.recorder.select_events(stage.id)]
+    assert [type(e).__name__ for e in history].count("StageStarted") == 1
+
+
+def test_positions_match_the_log(store: SqlStore, jobnik: Jobnik) -> None:
+    """Each session's position is its last event's notification id, and the history index and
+    the queue carry the ids the events were stored at."""
+    job, stage = one_task_job(jobnik)
+    head = int(store.recorder.max_notification_id() or 0)
+    added = jobnik.add_tasks(stage.id, [NewTask(data={"i": i}) for i in range(3)])
+    notes = store.recorder.select_notifications(head + 1, 100)
+    assert len(notes) == 3  # three TaskCreated, at consecutive ids
+    assert [n.id for n in notes] == list(range(notes[0].id, notes[0].id + 3))
+    with store.cursor(write=False) as cur:
+        queued = cur.all(
+            "SELECT task_id, seq FROM queue_v1 WHERE stage_id = "
+            f"{store.dialect.param('s')} ORDER BY seq",
+            {"s": store.dialect.dump("stage_id", stage.id)},
+        )
+        indexed = cur.all(
+            f"SELECT position FROM job_events_v1 WHERE job_id = {store.dialect.param('j')} "
+            "ORDER BY position",
+            {"j": store.dialect.dump("job_id", job.id)},
+        )
+    by_task = {q["task_id"]: q["seq"] for q in queued}
+    assert [by_task[t.id] for t in added] == [n.id for n in notes]
+    assert [i["position"] for i in indexed][-3:] == [n.id for n in notes]
