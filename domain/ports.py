@@ -70,6 +70,10 @@ class Session(Protocol):
 
     def summary(self, stage_id: UUID) -> Summary: ...
 
+    def all_completed(self, stage_id: UUID) -> bool:
+        """Whether every task of the stage is COMPLETED, counting this session's own saves."""
+        ...
+
     def expired_leases(self, now: datetime, limit: int) -> list[Task]:
         """IN_PROGRESS tasks whose lease ended before `now`, oldest first."""
         ...

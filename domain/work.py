@@ -197,8 +197,7 @@ class WorkCommands:
     def _cascade(self, s: Session, task: Task, stage: Stage, job: Job, now: datetime) -> None:
         """After a task's outcome: stage and job completion or failure (rules §5 R5-R8)."""
         if task.status == TaskStatus.COMPLETED:
-            summary = s.summary(stage.id)
-            if summary.completed != summary.total or stage.status != StageStatus.IN_PROGRESS:
+            if stage.status != StageStatus.IN_PROGRESS or not s.all_completed(stage.id):
                 return
             stage.complete(now, Actor.SYSTEM)
             s.save(stage)

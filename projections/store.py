@@ -33,7 +33,7 @@ from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.projections.batch import BatchCursor, Later, Sql, batch_transaction
 from jobnik.projections.dialect import POSTGRES, SQLITE, Dialect
-from jobnik.projections.entities import Op, project
+from jobnik.projections.entities import Add, Op, project
 from jobnik.projections.executor import OpExecutor
 from jobnik.projections.migrations import migrate
 from jobnik.projections.positions import note_written
@@ -251,9 +251,19 @@ class SqlStore:
         cur: Cursor | BatchCursor,
         events: Sequence[DomainEventProtocol[Any]],
         ids: Sequence[int] | Sequence[Sql],
+        summary_deltas: dict[Any, dict[str, int]] | None = None,
     ) -> None:
-        """Apply events (stored at `ids`) to the inline read models."""
-        self.executor.run(cur, batches(events, ids))
+        """Apply events (stored at `ids`) to the inline read models; add the changes they make
+        to stage summaries' counters to `summary_deltas`, by stage id."""
+        runs = list(batches(events, ids))
+        if summary_deltas is not None:
+            for ops in (ops for run in runs for ops in run):
+                for op in ops:
+                    if isinstance(op, Add) and op.table == SUMMARIES:
+                        counts = summary_deltas.setdefault(op.key["stage_id"], {})
+                        for column, n in op.deltas.items():
+                            counts[column] = counts.get(column, 0) + n
+        self.executor.run(cur, runs)
 
 
 def batches(
@@ -296,6 +306,11 @@ class SqlSession:
         self._fetched: dict[UUID, dict[str, Any]] = {}  # rows read ahead, not used yet
         self._ids: list[Later] = []  # the events' ids, as the batches that insert them return
         self._position: int | None = None
+        # Stage summaries read ahead before this session sent any write, the deltas its saves
+        # make to them, and the stage completions it predicted from the two (checked at commit).
+        self._summary_seen: dict[UUID, dict[str, Any]] = {}
+        self._deltas: dict[Any, dict[str, int]] = {}
+        self._predicted: list[tuple[UUID, bool]] = []
 
     @property
     def position(self) -> int | None:
@@ -314,6 +329,7 @@ class SqlSession:
             return
         self.locked = True
         self.cur.execute(f"LOCK TABLE {self.store.events_table} IN EXCLUSIVE MODE")
+        cast(BatchCursor, self.cur).locked = True
         if not self._seen:
             return
         by_table: dict[str, list[tuple[UUID, int]]] = {}
@@ -327,8 +343,38 @@ class SqlSession:
         params = [v for rows in by_table.values() for row in rows for v in row]
         self.cur.execute(f"SELECT jobnik_assert_fresh({counts}, %s)", [*params, len(self._seen)])
 
+    def _sent_events(self) -> bool:
+        return any(ids.rows is not None for ids in self._ids)
+
+    def all_completed(self, stage_id: UUID) -> bool:
+        """Whether every task of the stage is COMPLETED, counting this session's saves.
+
+        A PostgreSQL session that read the summary ahead (with its task) and has sent no
+        write yet predicts it from that row and its own deltas, and checks at commit, under the
+        writer lock, that the prediction still holds: no round trip while holding the lock,
+        and a conflict only when a concurrent command changed the answer."""
+        seen = self._summary_seen.get(stage_id)
+        if seen is None or not self.write or self._sent_events():
+            summary = self.summary(stage_id)
+            return summary.completed == summary.total
+        delta = self._deltas.get(stage_id, {})
+        done = bool(
+            seen["completed"] + delta.get("completed", 0) == seen["total"] + delta.get("total", 0)
+        )
+        self._predicted.append((stage_id, done))
+        return done
+
     def close(self) -> None:
-        """Before the commit: wake the library's listeners when events were appended."""
+        """Before the commit: check the predictions made under the writer lock, and wake the
+        library's listeners when events were appended."""
+        if self._predicted:
+            self.lock()
+        for stage_id, done in self._predicted:
+            self.cur.execute(
+                f"SELECT jobnik_assert_fresh((SELECT count(*) FROM {SUMMARIES} WHERE stage_id = "
+                "%s AND (completed = total) = %s), 1)",
+                [stage_id, done],
+            )
         if self._ids:
             self.cur.execute(f"NOTIFY {self.store.recorder.channel_name}")  # type: ignore[attr-defined]
 
@@ -354,9 +400,10 @@ class SqlSession:
         if not isinstance(self.cur, BatchCursor):
             return self.cur.one(f"SELECT * FROM {TASKS} t WHERE t.id = {which}", params)
         row = self.cur.one(
-            "SELECT to_jsonb(t) AS task, to_jsonb(s) AS stage, to_jsonb(j) AS job "
-            f"FROM {TASKS} t JOIN {STAGES} s ON s.id = t.stage_id "
-            f"JOIN {JOBS} j ON j.id = t.job_id WHERE t.id = {which}",
+            "SELECT to_jsonb(t) AS task, to_jsonb(s) AS stage, to_jsonb(j) AS job, "
+            f"to_jsonb(sm) AS summary FROM {TASKS} t JOIN {STAGES} s ON s.id = t.stage_id "
+            f"JOIN {JOBS} j ON j.id = t.job_id LEFT JOIN {SUMMARIES} sm ON sm.stage_id = s.id "
+            f"WHERE t.id = {which}",
             params,
         )
         if row is None:
@@ -365,6 +412,8 @@ class SqlSession:
             key = UUID(parent["id"])
             if key not in self.loaded:
                 self._fetched.setdefault(key, self.d.load_jsonb(parent))
+        if row["summary"] is not None and not self._sent_events():
+            self._summary_seen.setdefault(UUID(row["summary"]["stage_id"]), row["summary"])
         return self.d.load_jsonb(row["task"])
 
     def _remember(self, aggregate: Entity) -> Entity:
@@ -476,7 +525,7 @@ class SqlSession:
         if isinstance(self.cur, BatchCursor):
             ids, positions = self.store.queue_events(self.cur, stored)
             self._ids.append(ids)
-            self.store.apply(self.cur, events, positions)
+            self.store.apply(self.cur, events, positions, self._deltas)
         else:
             written = self.store.insert_events(self.cur, stored)
             self.store.apply(self.cur, events, written)

@@ -157,3 +157,28 @@ def test_positions_match_the_log(store: SqlStore, jobnik: Jobnik) -> None:
     by_task = {q["task_id"]: q["seq"] for q in queued}
     assert [by_task[t.id] for t in added] == [n.id for n in notes]
     assert [i["position"] for i in indexed][-3:] == [n.id for n in notes]
+
+
+def test_the_last_two_reports_racing_complete_the_stage_once(
+    pg: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each report predicts from the summary it read ahead that the stage is not done; the one
+    that commits second finds the prediction false at its commit, runs again, and completes
+    the stage and the job."""
+    store, jobnik = pg, Jobnik(pg)
+    job = jobnik.create_job(NewJob(name="last two", data={}))
+    stage = jobnik.add_stage(job.id, NewStage(type="last", data={}))
+    jobnik.add_tasks(stage.id, [NewTask(data={}), NewTask(data={})])
+    a, b = jobnik.dequeue("last"), jobnik.dequeue("last")
+    before = conflicts_retried()
+    interleave_before_lock(
+        monkeypatch, lambda: jobnik.report_task(b.id, TaskStatus.COMPLETED, attempt=b.attempt)
+    )
+    jobnik.report_task(a.id, TaskStatus.COMPLETED, attempt=a.attempt)
+    assert conflicts_retried() == before + 1
+    with store.session(write=False) as r:
+        assert r.stage(stage.id).status == StageStatus.COMPLETED
+        assert r.job(job.id).status == JobStatus.COMPLETED
+        assert r.summary(stage.id).completed == 2
+    history = [store.mapper.to_domain_event(e) for e in store.recorder.select_events(stage.id)]
+    assert [type(e).__name__ for e in history].count("StageCompleted") == 1

@@ -207,6 +207,10 @@ class MemorySession:
         row = self.tables.maybe(SUMMARIES, stage_id=stage_id)
         return summary_from_row(row) if row else Summary()
 
+    def all_completed(self, stage_id: UUID) -> bool:
+        summary = self.summary(stage_id)
+        return summary.completed == summary.total
+
     def expired_leases(self, now: datetime, limit: int) -> list[Task]:
         rows = [
             r
