@@ -15,25 +15,44 @@ domain's `ConcurrencyConflict`, which the command layer retries.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, Final
 
 import psycopg
-from psycopg import errors, pq
-from psycopg.abc import Dumper as DumperABC
-from psycopg.adapt import Dumper
+from psycopg import generators, pq
+from psycopg.adapt import Transformer
 
 from jobnik.domain.errors import ConcurrencyConflict, DatabaseError
 from jobnik.projections.dialect import Dialect
 
 # SQLSTATEs that mean "run the command again": serialization_failure (our stale-read check
 # raises it), deadlock_detected, unique_violation (an aggregate version taken meanwhile).
-RETRYABLE: tuple[type[psycopg.Error], ...] = (
-    errors.SerializationFailure,
-    errors.DeadlockDetected,
-    errors.UniqueViolation,
-)
+RETRYABLE: Final = frozenset({"40001", "40P01", "23505"})
+
+
+def _error(res: pq.abc.PGresult, encoding: str) -> Exception:
+    """The domain's error for a failed statement: ConcurrencyConflict when running the command
+    again can succeed, else DatabaseError."""
+    state = (res.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
+    message = (res.error_message or b"").decode(encoding, "replace").strip()
+    if state in RETRYABLE:
+        return ConcurrencyConflict(f"concurrent update, run again: {message}")
+    return DatabaseError(f"database error: {message}")
+
+
+_VALUES: Final = re.compile(r"[ (]VALUES \(")
+
+
+def _closing(sql: str, start: int) -> int:
+    """The index of the parenthesis closing the one at `start` (SQL we wrote: no quotes)."""
+    depth = 0
+    for i in range(start, len(sql)):
+        depth += {"(": 1, ")": -1}.get(sql[i], 0)
+        if depth == 0:
+            return i
+    raise ValueError(f"unbalanced parentheses in {sql!r}")
 
 
 class Sql(str):
@@ -41,14 +60,6 @@ class Sql(str):
 
     The write path passes each event's log position as `(currval(...) - k)`: the ids are
     assigned by the same string that uses them, so no round trip waits for them."""
-
-
-class _SqlDumper(Dumper):
-    def dump(self, obj: Any) -> bytes:  # pragma: no cover - only client-side rendering uses it
-        raise TypeError("Sql expressions are rendered client-side only")
-
-    def quote(self, obj: Any) -> bytes:
-        return str(obj).encode()
 
 
 class Later:
@@ -61,25 +72,51 @@ class Later:
 
 
 class BatchCursor:
-    """The write session's cursor: the `Cursor` interface over queued statements."""
+    """The write session's cursor: the `Cursor` interface over queued statements.
+
+    Values are rendered as literals by psycopg's adapters (`Transformer.as_literal`, the same
+    call `ClientCursor.mogrify` makes per value, without re-parsing each statement); the string
+    goes out through libpq (`send_query`) and its results come back as libpq results, of which
+    only the wanted ones are turned into rows: a cursor would step through every result."""
 
     def __init__(self, conn: psycopg.Connection[Any], dialect: Dialect) -> None:
         self.conn = conn
-        self.raw = psycopg.ClientCursor(conn)
-        dumper: type[DumperABC] = _SqlDumper
-        self.raw.adapters.register_dumper(Sql, dumper)
         self.dialect = dialect
         self.began = False
         self.locked = False  # set by the session once it queued the writer lock
         self._queue: list[str] = []
         self._wanted: dict[int, Later] = {}
+        self._tx = Transformer(conn)
+        self._encoding = conn.info.encoding
+
+    def _literal(self, value: Any) -> str:
+        if value is None:
+            return "NULL"
+        if type(value) is Sql:
+            return value
+        return self._tx.as_literal(value).decode(self._encoding)
 
     def execute(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> None:
-        self._queue.append(self.raw.mogrify(sql, params) if params else sql)
+        if not params:
+            self._queue.append(sql)
+        elif isinstance(params, Mapping):
+            self._queue.append(sql % {k: self._literal(v) for k, v in params.items()})
+        else:
+            self._queue.append(sql % tuple(self._literal(v) for v in params))
 
     def executemany(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
-        for p in params:
-            self.execute(sql, p)
+        """One statement per set of parameters; a statement with a `VALUES (...)` list (an
+        INSERT, or a join against VALUES) becomes one statement listing every row."""
+        values = _VALUES.search(sql)
+        if values is None or len(params) < 2:
+            for p in params:
+                self.execute(sql, p)
+            return
+        start = values.end() - 1
+        end = _closing(sql, start) + 1
+        row = sql[start:end]
+        rows = [row % {k: self._literal(v) for k, v in p.items()} for p in params]
+        self._queue.append(f"{sql[:start]}{', '.join(rows)}{sql[end:]}")
 
     def later(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> Later:
         """Queue a query; its rows arrive with the next `flush`."""
@@ -114,22 +151,33 @@ class BatchCursor:
         if not self.began:
             statements.insert(0, "BEGIN")
             skip, self.began = 1, True
+        results = self._send(";\n".join(statements))
+        for res in results:
+            if res.status == pq.ExecStatus.FATAL_ERROR:
+                raise _error(res, self._encoding)
+        if len(results) != len(statements):
+            raise DatabaseError(f"expected {len(statements)} results, got {len(results)}")
+        for i, later in wanted.items():
+            later.rows = self._rows(results[i + skip])
+
+    def _send(self, query: str) -> list[pq.abc.PGresult]:
+        pgconn = self.conn.pgconn
         try:
-            self.raw.execute(";\n".join(statements))
-            for i in range(len(statements)):
-                result = wanted.get(i - skip)
-                if result is not None:
-                    result.rows = self.raw.fetchall()
-                if i + 1 < len(statements) and not self.raw.nextset():
-                    raise DatabaseError(f"expected {len(statements)} results, got {i + 1}")
-        except RETRYABLE as e:
-            raise ConcurrencyConflict(f"concurrent update, run again: {e}") from e
+            pgconn.send_query(query.encode(self._encoding))
+            return self.conn.wait(generators.execute(pgconn))
         except psycopg.Error as e:
             raise DatabaseError(f"database error: {e}") from e
 
+    def _rows(self, res: pq.abc.PGresult) -> list[dict[str, Any]]:
+        names = [(res.fname(i) or b"").decode(self._encoding) for i in range(res.nfields)]
+        self._tx.set_pgresult(res)
+        return self._tx.load_rows(
+            0, res.ntuples, lambda values: dict(zip(names, values, strict=True))
+        )
+
     def commit(self) -> None:
         """Commit. A transaction holding the writer lock commits without waiting for its WAL
-        flush, so the lock goes as soon as its commit record is written; a second, empty
+        flush, so the lock goes as soon as its commit record is written; a second, one-row
         transaction in the same string then commits synchronously, which flushes the WAL
         through that record too. The string returns, and the command answers, only once both
         are durable: nothing acknowledged is lost, while concurrent commands' flushes share
@@ -139,17 +187,23 @@ class BatchCursor:
         if self.locked:
             self.execute("SET LOCAL synchronous_commit TO OFF")
             self.execute("COMMIT")
-            self.execute("BEGIN")
-            self.execute("SELECT pg_current_xact_id()")  # an xid: its commit has a WAL record
-        self.execute("COMMIT")
+            # After the explicit COMMIT the rest of the string is one implicit transaction,
+            # committed synchronously. It must write WAL, or PostgreSQL commits it without a
+            # flush too: one row per backend, so these transactions never wait for each other.
+            self.execute(
+                "INSERT INTO jobnik_wal_flush (backend, commits) VALUES (pg_backend_pid(), 1) "
+                "ON CONFLICT (backend) DO UPDATE SET commits = jobnik_wal_flush.commits + 1"
+            )
+        else:
+            self.execute("COMMIT")
         self.flush()
 
     def rollback(self) -> None:
         """Forget what is queued; roll back what was sent."""
         self._queue, self._wanted = [], {}
         if self.began and self.conn.info.transaction_status != pq.TransactionStatus.IDLE:
-            with suppress(psycopg.Error):  # the connection is gone: the server rolled back
-                self.raw.execute("ROLLBACK")
+            with suppress(DatabaseError):  # the connection is gone: the server rolled back
+                self._send("ROLLBACK")
 
 
 @contextmanager

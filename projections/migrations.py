@@ -28,7 +28,7 @@ MIGRATIONS: Final = [
     (4, "projection registry", ddl_projections),
     (5, "idempotency keys", ddl_idempotency),
     (6, "delegation, job modes, completion stages, task results", ddl_seeds),
-    (7, "freshness check of optimistic write sessions", ddl_freshness),
+    (7, "optimistic write sessions: freshness check, WAL flush rows", ddl_freshness),
 ]
 # After these, rows written before them are rebuilt from the log (through the upcasters).
 REBUILD_AFTER: Final = frozenset({2, 3})

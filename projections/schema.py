@@ -274,10 +274,13 @@ def ddl_idempotency(backend: str) -> list[str]:
     return _split(_DDL_IDEMPOTENCY, backend)
 
 
-# Migration 7 (PostgreSQL): the check a write session runs when it takes the writer lock (see
-# SqlSession.lock): `seen` of the `expected` aggregates it loaded before the lock still have the
-# version it read, else serialization_failure, and the command runs again. SQLite needs none:
-# its write sessions hold the lock from BEGIN IMMEDIATE.
+# Migration 7 (PostgreSQL), for optimistic write sessions (see SqlSession and BatchCursor).
+# `jobnik_assert_fresh`: the check a write session runs when it takes the writer lock: `seen`
+# of the `expected` aggregates it loaded before the lock still have the version it read, else
+# serialization_failure, and the command runs again. `jobnik_wal_flush`: one row per server
+# backend, updated by the synchronous transaction that follows a write session's asynchronous
+# commit, so that transaction writes WAL and its commit flushes the WAL through both. SQLite
+# needs neither: its write sessions hold the lock from BEGIN IMMEDIATE and commit synchronously.
 _DDL_FRESHNESS: Final = """
 CREATE OR REPLACE FUNCTION jobnik_assert_fresh(seen bigint, expected bigint) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -289,8 +292,17 @@ BEGIN
 END
 $$
 """
+_DDL_WAL_FLUSH: Final = """
+CREATE TABLE IF NOT EXISTS jobnik_wal_flush (
+    backend INTEGER PRIMARY KEY,
+    commits BIGINT NOT NULL
+)
+"""
 
 
 def ddl_freshness(backend: str) -> list[str]:
-    """Migration 7: the writer lock's freshness check (one statement: its body holds `;`)."""
-    return [_DDL_FRESHNESS.strip()] if backend == "postgres" else []
+    """Migration 7: the writer lock's freshness check (one statement: its body holds `;`) and
+    the WAL flush table."""
+    if backend != "postgres":
+        return []
+    return [_DDL_FRESHNESS.strip(), _DDL_WAL_FLUSH.strip()]

@@ -365,8 +365,10 @@ class SqlSession:
         return done
 
     def close(self) -> None:
-        """Before the commit: check the predictions made under the writer lock, and wake the
-        library's listeners when events were appended."""
+        """Before the commit: check the predictions made, under the writer lock.
+
+        No NOTIFY: jobnik's followers poll and are woken in-process (`on_commit`), and a NOTIFY
+        would serialise every commit of the cluster on the notification queue's lock."""
         if self._predicted:
             self.lock()
         for stage_id, done in self._predicted:
@@ -375,8 +377,6 @@ class SqlSession:
                 "%s AND (completed = total) = %s), 1)",
                 [stage_id, done],
             )
-        if self._ids:
-            self.cur.execute(f"NOTIFY {self.store.recorder.channel_name}")  # type: ignore[attr-defined]
 
     def _load(self, table: str, key: UUID, convert: Any, missing: type[Exception]) -> Any:
         if key in self.loaded:

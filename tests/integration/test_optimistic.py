@@ -182,3 +182,22 @@ def test_the_last_two_reports_racing_complete_the_stage_once(
         assert r.summary(stage.id).completed == 2
     history = [store.mapper.to_domain_event(e) for e in store.recorder.select_events(stage.id)]
     assert [type(e).__name__ for e in history].count("StageCompleted") == 1
+
+
+def test_a_command_returns_only_once_its_commit_is_flushed(pg: SqlStore) -> None:
+    """The locked transaction commits asynchronously (the lock goes at once); the command must
+    still not answer before the WAL holding that commit is on disk."""
+    jobnik = Jobnik(pg)
+    job, stage = one_task_job(jobnik)
+    jobnik.add_tasks(stage.id, [NewTask(data={}) for _ in range(9)])
+    assert pg.pg is not None
+    with pg.pg.get_connection() as conn:
+        conn.autocommit = True
+        for _ in range(10):
+            jobnik.dequeue("opt")
+            row = conn.execute(
+                "SELECT pg_current_wal_flush_lsn() >= pg_current_wal_insert_lsn() AS flushed"
+            ).fetchone()
+            assert row is not None
+            assert row["flushed"]
+        conn.autocommit = False
