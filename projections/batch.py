@@ -208,8 +208,10 @@ class BatchCursor:
 
 @contextmanager
 def batch_transaction(conn: psycopg.Connection[Any], dialect: Dialect) -> Iterator[BatchCursor]:
-    """A transaction on a pooled connection, switched to autocommit while it runs (BEGIN and
-    COMMIT travel in the strings): committed when the block succeeds, else rolled back."""
+    """A transaction on a pooled connection, in autocommit mode while it runs (BEGIN and COMMIT
+    travel in the strings; the library's pool hands out autocommit connections anyway):
+    committed when the block succeeds, else rolled back."""
+    was = conn.autocommit
     conn.autocommit = True
     cur = BatchCursor(conn, dialect)
     try:
@@ -220,4 +222,4 @@ def batch_transaction(conn: psycopg.Connection[Any], dialect: Dialect) -> Iterat
         raise
     finally:
         if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
-            conn.autocommit = False
+            conn.autocommit = was

@@ -188,7 +188,7 @@ def test_a_command_returns_only_once_its_commit_is_flushed(pg: SqlStore) -> None
     """The locked transaction commits asynchronously (the lock goes at once); the command must
     still not answer before the WAL holding that commit is on disk."""
     jobnik = Jobnik(pg)
-    job, stage = one_task_job(jobnik)
+    _, stage = one_task_job(jobnik)
     jobnik.add_tasks(stage.id, [NewTask(data={}) for _ in range(9)])
     assert pg.pg is not None
     with pg.pg.get_connection() as conn:
@@ -201,3 +201,15 @@ def test_a_command_returns_only_once_its_commit_is_flushed(pg: SqlStore) -> None
             assert row is not None
             assert row["flushed"]
         conn.autocommit = False
+
+
+def test_write_sessions_hand_their_connections_back_as_they_found_them(pg: SqlStore) -> None:
+    """The library's pool hands out autocommit connections (its VACUUMs and reads rely on it);
+    a write session switches modes only while it runs."""
+    jobnik = Jobnik(pg)
+    one_task_job(jobnik)
+    jobnik.dequeue("opt")
+    assert pg.pg is not None
+    with pg.pg.get_connection() as conn:
+        assert conn.autocommit
+        conn.execute("VACUUM (ANALYZE) queue_v1")
