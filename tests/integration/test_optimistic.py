@@ -15,6 +15,7 @@ from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import ConcurrencyConflict
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.work import conflicts_retried
+from jobnik.projections.batch import batch_transaction
 from jobnik.projections.config import library_env
 from jobnik.projections.store import SqlSession, SqlStore
 from tests.conftest import _reset
@@ -206,10 +207,10 @@ def test_a_command_returns_only_once_its_commit_is_flushed(pg: SqlStore) -> None
 def test_write_sessions_hand_their_connections_back_as_they_found_them(pg: SqlStore) -> None:
     """The library's pool hands out autocommit connections (its VACUUMs and reads rely on it);
     a write session switches modes only while it runs."""
-    jobnik = Jobnik(pg)
-    one_task_job(jobnik)
-    jobnik.dequeue("opt")
     assert pg.pg is not None
     with pg.pg.get_connection() as conn:
+        assert conn.autocommit
+        with batch_transaction(conn, pg.dialect) as cur:
+            cur.one("SELECT 1 AS one")
         assert conn.autocommit
         conn.execute("VACUUM (ANALYZE) queue_v1")
