@@ -15,10 +15,13 @@ domain's `ConcurrencyConflict`, which the command layer retries.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, Final
+from weakref import WeakKeyDictionary
 
 import psycopg
 from psycopg import generators, pq
@@ -40,6 +43,27 @@ def _error(res: pq.abc.PGresult, encoding: str) -> Exception:
     if state in RETRYABLE:
         return ConcurrencyConflict(f"concurrent update, run again: {message}")
     return DatabaseError(f"database error: {message}")
+
+
+# Statements prepared on each pooled connection (its backend's pid: a new server session
+# after a reconnect has none).
+_PREPARED: WeakKeyDictionary[psycopg.Connection[Any], tuple[int, set[str]]] = WeakKeyDictionary()
+_PLACEHOLDER: Final = re.compile(r"%\((\w+)\)s")
+
+
+@functools.lru_cache(maxsize=1024)
+def _prepared_form(sql: str) -> tuple[str, str, tuple[str, ...]]:
+    """A statement with `%(name)s` placeholders as a name for PREPARE, its text with $1, $2...
+    and the parameter names in $ order."""
+    names: list[str] = []
+
+    def number(m: re.Match[str]) -> str:
+        if m.group(1) not in names:
+            names.append(m.group(1))
+        return f"${names.index(m.group(1)) + 1}"
+
+    text = _PLACEHOLDER.sub(number, sql).replace("%%", "%")
+    return f"jobnik_{hashlib.sha1(sql.encode()).hexdigest()[:16]}", text, tuple(names)
 
 
 _VALUES: Final = re.compile(r"[ (]VALUES \(")
@@ -86,6 +110,7 @@ class BatchCursor:
         self.locked = False  # set by the session once it queued the writer lock
         self._queue: list[str] = []
         self._wanted: dict[int, Later] = {}
+        self._preparing: dict[int, str] = {}  # queue index -> name of a PREPARE
         self._tx = Transformer(conn)
         self._encoding = conn.info.encoding
 
@@ -104,6 +129,24 @@ class BatchCursor:
         else:
             self._queue.append(sql % tuple(self._literal(v) for v in params))
 
+    def execute_prepared(self, sql: str, params: Mapping[str, Any]) -> None:
+        """`execute` for the read-model statements every command runs (`%(name)s` placeholders
+        whose types the statement determines): prepared once per connection, then EXECUTEd,
+        so the server parses and plans each shape once instead of on every command."""
+        name, text, names = _prepared_form(sql)
+        self._prepare(name, text)
+        literals = ", ".join(self._literal(params[n]) for n in names)
+        self._queue.append(f"EXECUTE {name}({literals})" if names else f"EXECUTE {name}")
+
+    def _prepare(self, name: str, text: str) -> None:
+        pid = self.conn.info.backend_pid
+        known = _PREPARED.get(self.conn)
+        if known is None or known[0] != pid:
+            known = _PREPARED[self.conn] = (pid, set())
+        if name not in known[1] and name not in self._preparing.values():
+            self._preparing[len(self._queue)] = name
+            self._queue.append(f"PREPARE {name} AS {text}")
+
     def executemany(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
         """One statement per set of parameters; a statement with a `VALUES (...)` list (an
         INSERT, or a join against VALUES) becomes one statement listing every row."""
@@ -121,6 +164,15 @@ class BatchCursor:
     def later(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> Later:
         """Queue a query; its rows arrive with the next `flush`."""
         self.execute(sql, params)
+        result = self._wanted[len(self._queue) - 1] = Later()
+        return result
+
+    def later_prepared(self, name: str, sql: str, params: Sequence[Any]) -> Later:
+        """Like `later`, for a hot query (`sql` with $1, $2...): prepared on the connection
+        the first time, then EXECUTEd, so the server plans it once, not on every command."""
+        self._prepare(name, sql)
+        literals = ", ".join(self._literal(v) for v in params)
+        self._queue.append(f"EXECUTE {name}({literals})")
         result = self._wanted[len(self._queue) - 1] = Later()
         return result
 
@@ -145,16 +197,22 @@ class BatchCursor:
         """Send everything queued as one string; fill in the wanted results."""
         if not self._queue:
             return
-        statements, wanted = self._queue, self._wanted
-        self._queue, self._wanted = [], {}
+        statements, wanted, preparing = self._queue, self._wanted, self._preparing
+        self._queue, self._wanted, self._preparing = [], {}, {}
         skip = 0
         if not self.began:
             statements.insert(0, "BEGIN")
             skip, self.began = 1, True
         results = self._send(";\n".join(statements))
-        for res in results:
-            if res.status == pq.ExecStatus.FATAL_ERROR:
-                raise _error(res, self._encoding)
+        failed = next(
+            (i for i, r in enumerate(results) if r.status == pq.ExecStatus.FATAL_ERROR), None
+        )
+        ran = len(results) if failed is None else failed  # statements after an error don't run
+        known = _PREPARED.get(self.conn)
+        if known is not None:  # prepared statements outlive the transaction, even rolled back
+            known[1].update(name for i, name in preparing.items() if i + skip < ran)
+        if failed is not None:
+            raise _error(results[failed], self._encoding)
         if len(results) != len(statements):
             raise DatabaseError(f"expected {len(statements)} results, got {len(results)}")
         for i, later in wanted.items():
@@ -190,9 +248,10 @@ class BatchCursor:
             # After the explicit COMMIT the rest of the string is one implicit transaction,
             # committed synchronously. It must write WAL, or PostgreSQL commits it without a
             # flush too: one row per backend, so these transactions never wait for each other.
-            self.execute(
+            self.execute_prepared(
                 "INSERT INTO jobnik_wal_flush (backend, commits) VALUES (pg_backend_pid(), 1) "
-                "ON CONFLICT (backend) DO UPDATE SET commits = jobnik_wal_flush.commits + 1"
+                "ON CONFLICT (backend) DO UPDATE SET commits = jobnik_wal_flush.commits + 1",
+                {},
             )
         else:
             self.execute("COMMIT")

@@ -49,7 +49,8 @@ class OpExecutor:
         if kind is IndexEvent and self.d.name == "postgres":  # VALUES: batches take many rows
             return (
                 "INSERT INTO job_events_v1 (job_id, position) SELECT e.job_id, v.position "
-                f"FROM (VALUES ({p('entity_id')}, {p('position')})) AS v(entity_id, position) "
+                f"FROM (VALUES ({p('entity_id')}::uuid, {p('position')}::bigint)) "
+                "AS v(entity_id, position) "
                 "JOIN entity_jobs_v1 e ON e.entity_id = v.entity_id"
             )
         if kind is IndexEvent:
@@ -62,7 +63,8 @@ class OpExecutor:
                 "INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, seq, "
                 "stage_open, job_open) SELECT v.task_id, s.job_id, s.id, s.type, j.priority_rank, "
                 "v.seq, s.status IN ('PENDING', 'IN_PROGRESS'), j.status IN ('PENDING', "
-                f"'IN_PROGRESS') FROM (VALUES ({p('task_id')}, {p('stage_id')}, {p('seq')})) "
+                f"'IN_PROGRESS') FROM (VALUES ({p('task_id')}::uuid, {p('stage_id')}::uuid, "
+                f"{p('seq')}::bigint)) "
                 "AS v(task_id, stage_id, seq) JOIN stages_v1 s ON s.id = v.stage_id "
                 "JOIN jobs_v1 j ON j.id = s.job_id"
             )
@@ -105,7 +107,7 @@ class OpExecutor:
             if len(run) == 1 or len({len(ops) for ops in run}) != 1:
                 for ops in run:
                     for op in ops:
-                        cur.execute(*self.statement(op))
+                        _one(cur, *self.statement(op))
                 continue
             for column in zip(*run, strict=True):
                 self._batch(cur, list(column))
@@ -119,9 +121,14 @@ class OpExecutor:
             grouped.setdefault(sql, []).append(params)
         for sql, params_list in grouped.items():
             if len(params_list) == 1:
-                cur.execute(sql, params_list[0])
+                _one(cur, sql, params_list[0])
             else:
                 cur.executemany(sql, params_list)
+
+
+def _one(cur: _Cursor, sql: str, params: dict[str, Any]) -> None:
+    """One statement; prepared where the cursor prepares (PostgreSQL write sessions)."""
+    getattr(cur, "execute_prepared", cur.execute)(sql, params)
 
 
 def _merge_adds(ops: list[Add]) -> list[Op]:

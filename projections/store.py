@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -19,6 +20,7 @@ from functools import cached_property
 from typing import Any, cast
 from uuid import UUID
 
+import psycopg_pool
 from eventsourcing.application import Application
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import PersistenceError, StoredEvent
@@ -43,6 +45,11 @@ from jobnik.projections.schema import JOBS, STAGES, SUMMARIES, TASKS
 log = logging.getLogger(__name__)
 
 FINAL_JOB_SQL = "('COMPLETED', 'FAILED', 'ABORTED')"
+# The next eligible task of a stage type: priority, then enqueue order (one index probe).
+CLAIM = (
+    "SELECT task_id FROM queue_v1 WHERE stage_type = {type} AND stage_open AND job_open "
+    "ORDER BY priority_rank, seq LIMIT 1{lock}"
+)
 
 # The write session open in this context: a nested `session(write=True)` joins it instead of
 # opening a second transaction, so a caller can wrap a command and its own rows (an
@@ -107,6 +114,8 @@ class SqlStore:
         self.mapper = self.log_app.mapper
         self.executor = OpExecutor(self.dialect)
         self.events_table = recorder.events_table_name
+        self._writer_pool: psycopg_pool.ConnectionPool[Any] | None = None
+        self._writers_lock = threading.Lock()
         # Called with the log position each write session committed (wakes catch-up runners).
         self.on_commit: list[Callable[[int], None]] = []
 
@@ -126,6 +135,8 @@ class SqlStore:
         return migrate(self)
 
     def close(self) -> None:
+        if self._writer_pool is not None:  # opened by the first PostgreSQL write session
+            self._writer_pool.close()
         self.log_app.close()
 
     def create_tables(self) -> None:
@@ -199,10 +210,37 @@ class SqlStore:
                 yield cur, write
             return
         try:
-            with self.pg.get_connection() as conn, batch_transaction(conn, self.dialect) as bc:
+            with self._writers.connection() as conn, batch_transaction(conn, self.dialect) as bc:
                 yield bc, False
-        except PersistenceError as e:
+        except psycopg_pool.PoolTimeout as e:
             raise DatabaseError(f"database error: {e}") from e
+
+    @property
+    def _writers(self) -> psycopg_pool.ConnectionPool[Any]:
+        with self._writers_lock:
+            if self._writer_pool is None:
+                self._writer_pool = self._open_writers()
+            return self._writer_pool
+
+    def _open_writers(self) -> psycopg_pool.ConnectionPool[Any]:
+        """PostgreSQL write sessions' own pool, sized like the library's: autocommit (BEGIN and
+        COMMIT travel in the strings), and psycopg never prepares on them, so nothing sends
+        the `DEALLOCATE ALL` that would drop the statements the write path prepares (psycopg
+        does after a ROLLBACK on a connection where it prepared statements itself)."""
+        assert self.pg is not None
+        library = self.pg.pool
+        given = library.kwargs() if callable(library.kwargs) else library.kwargs
+        pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+            library.conninfo,
+            kwargs={**(given or {}), "autocommit": True, "prepare_threshold": None},
+            min_size=1,
+            max_size=library.max_size,
+            timeout=library.timeout,
+            name="jobnik-writers",
+            open=False,
+        )
+        pool.open(wait=True, timeout=library.timeout)
+        return pool
 
     @cached_property
     def _sequence(self) -> str:
@@ -394,20 +432,32 @@ class SqlSession:
             self._seen[key] = (table, row["version"])
         return aggregate
 
-    def _read_ahead(self, which: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        """The task row `WHERE t.id = {which}` finds; PostgreSQL write sessions read its
-        stage's and job's rows in the same statement (every worker command uses all three)."""
+    def _read_ahead(self, value: Any, *, claim: bool) -> dict[str, Any] | None:
+        """The task row with id `value`, or (`claim`) the next queued of stage type `value`,
+        locked. PostgreSQL write sessions read its stage's, job's and stage summary's rows in
+        the same (prepared) statement: every worker command uses them."""
         if not isinstance(self.cur, BatchCursor):
+            p = self.p("v")
+            which = f"({CLAIM.format(type=p, lock='')})" if claim else p
+            params = {"v": value if claim else self.d.dump("id", value)}
             return self.cur.one(f"SELECT * FROM {TASKS} t WHERE t.id = {which}", params)
-        row = self.cur.one(
+        name, where = (
+            ("jobnik_claim", f"({CLAIM.format(type='$1', lock=' FOR UPDATE SKIP LOCKED')})")
+            if claim
+            else ("jobnik_read_task", "$1::uuid")
+        )
+        later = self.cur.later_prepared(
+            name,
             "SELECT to_jsonb(t) AS task, to_jsonb(s) AS stage, to_jsonb(j) AS job, "
             f"to_jsonb(sm) AS summary FROM {TASKS} t JOIN {STAGES} s ON s.id = t.stage_id "
             f"JOIN {JOBS} j ON j.id = t.job_id LEFT JOIN {SUMMARIES} sm ON sm.stage_id = s.id "
-            f"WHERE t.id = {which}",
-            params,
+            f"WHERE t.id = {where}",
+            [value],
         )
-        if row is None:
+        self.cur.flush()
+        if not later.rows:
             return None
+        row = later.rows[0]
         for parent in (row["stage"], row["job"]):
             key = UUID(parent["id"])
             if key not in self.loaded:
@@ -427,18 +477,13 @@ class SqlSession:
 
     def task(self, task_id: UUID) -> Task:
         if task_id not in self.loaded and task_id not in self._fetched and self.write:
-            row = self._read_ahead(self.p("id"), {"id": self.d.dump("id", task_id)})
+            row = self._read_ahead(task_id, claim=False)
             if row is not None:
                 self._fetched[task_id] = row
         return cast(Task, self._load(TASKS, task_id, task_from_row, TaskNotFound))
 
     def claim(self, stage_type: str) -> Task | None:
-        lock = " FOR UPDATE SKIP LOCKED" if self.d.name == "postgres" else ""
-        row = self._read_ahead(
-            f"(SELECT task_id FROM queue_v1 WHERE stage_type = {self.p('t')} "
-            f"AND stage_open AND job_open ORDER BY priority_rank, seq LIMIT 1{lock})",
-            {"t": stage_type},
-        )
+        row = self._read_ahead(stage_type, claim=True)
         if row is None:
             return None
         self._fetched.setdefault(row["id"], row)
