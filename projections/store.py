@@ -435,29 +435,34 @@ class SqlSession:
     def _read_ahead(self, value: Any, *, claim: bool) -> dict[str, Any] | None:
         """The task row with id `value`, or (`claim`) the next queued of stage type `value`,
         locked. PostgreSQL write sessions read its stage's, job's and stage summary's rows in
-        the same (prepared) statement: every worker command uses them."""
+        the same statement, prepared (a miss is checked unprepared): every worker command uses
+        them."""
         if not isinstance(self.cur, BatchCursor):
             p = self.p("v")
             which = f"({CLAIM.format(type=p, lock='')})" if claim else p
             params = {"v": value if claim else self.d.dump("id", value)}
             return self.cur.one(f"SELECT * FROM {TASKS} t WHERE t.id = {which}", params)
-        name, where = (
-            ("jobnik_claim", f"({CLAIM.format(type='$1', lock=' FOR UPDATE SKIP LOCKED')})")
-            if claim
-            else ("jobnik_read_task", "$1::uuid")
+        where = (
+            f"({CLAIM.format(type='$1', lock=' FOR UPDATE SKIP LOCKED')})" if claim else "$1::uuid"
         )
-        later = self.cur.later_prepared(
-            name,
+        sql = (
             "SELECT to_jsonb(t) AS task, to_jsonb(s) AS stage, to_jsonb(j) AS job, "
             f"to_jsonb(sm) AS summary FROM {TASKS} t JOIN {STAGES} s ON s.id = t.stage_id "
             f"JOIN {JOBS} j ON j.id = t.job_id LEFT JOIN {SUMMARIES} sm ON sm.stage_id = s.id "
-            f"WHERE t.id = {where}",
-            [value],
+            f"WHERE t.id = {where}"
+        )
+        later = self.cur.later_prepared(
+            "jobnik_claim" if claim else "jobnik_read_task", sql, [value]
         )
         self.cur.flush()
-        if not later.rows:
+        rows = later.rows
+        if not rows:
+            # A prepared statement that waited for a rebuild's swap (DROP TABLE, then RENAME the
+            # shadow) finds nothing rather than re-resolving the names: make sure, unprepared.
+            rows = self.cur.raw_all(sql.replace("$1", "%s"), [value])
+        if not rows:
             return None
-        row = later.rows[0]
+        row = rows[0]
         for parent in (row["stage"], row["job"]):
             key = UUID(parent["id"])
             if key not in self.loaded:

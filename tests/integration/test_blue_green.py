@@ -98,6 +98,7 @@ def test_a_rebuild_while_writes_continue_ends_equal_to_a_fresh_replay_with_no_wr
             rebuild(store, lambda done, total: time.sleep(0.002))
             ended = time.monotonic()
             while not [t for t, _ in writer.done if t > ended]:  # and after the swap
+                assert writer.error is None, writer.error
                 time.sleep(0.01)
     finally:
         runner.stop()
