@@ -2,9 +2,9 @@
 
 A write command is a handful of reads and a dozen small writes. Sent one by one, each costs a
 round trip and, on this machine, more client CPU in the driver than the domain work itself (see
-README, Performance). Here writes are rendered client-side (psycopg's `ClientCursor.mogrify`) and
-queued; a read, or the commit, sends everything queued as one multi-statement string, and the
-results come back as that many result sets, in order. `BEGIN` rides with the first string and
+README, Performance). Here writes are rendered client-side (psycopg's adapters) and queued; a
+read, or the commit, sends everything queued as one multi-statement string, and the results come
+back as that many result sets, in order. `BEGIN` rides with the first string and
 `COMMIT` with the last, on a connection in autocommit mode, so a write command that reads once is
 two round trips.
 
@@ -130,9 +130,9 @@ class BatchCursor:
             self._queue.append(sql % tuple(self._literal(v) for v in params))
 
     def execute_prepared(self, sql: str, params: Mapping[str, Any]) -> None:
-        """`execute` for the read-model statements every command runs (`%(name)s` placeholders
-        whose types the statement determines): prepared once per connection, then EXECUTEd,
-        so the server parses and plans each shape once instead of on every command."""
+        """`execute` for the statements every command runs (`%(name)s` placeholders whose types
+        the statement determines): prepared once per connection, then EXECUTEd, so the server
+        parses and plans each shape once instead of on every command."""
         name, text, names = _prepared_form(sql)
         self._prepare(name, text)
         literals = ", ".join(self._literal(params[n]) for n in names)
@@ -164,15 +164,15 @@ class BatchCursor:
     def later(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> Later:
         """Queue a query; its rows arrive with the next `flush`."""
         self.execute(sql, params)
-        result = self._wanted[len(self._queue) - 1] = Later()
-        return result
+        return self._want()
 
-    def later_prepared(self, name: str, sql: str, params: Sequence[Any]) -> Later:
-        """Like `later`, for a hot query (`sql` with $1, $2...): prepared on the connection
-        the first time, then EXECUTEd, so the server plans it once, not on every command."""
-        self._prepare(name, sql)
-        literals = ", ".join(self._literal(v) for v in params)
-        self._queue.append(f"EXECUTE {name}({literals})")
+    def later_prepared(self, sql: str, params: Mapping[str, Any]) -> Later:
+        """`later` for a hot query, prepared as `execute_prepared` does."""
+        self.execute_prepared(sql, params)
+        return self._want()
+
+    def _want(self) -> Later:
+        """The rows of the statement queued last, once sent."""
         result = self._wanted[len(self._queue) - 1] = Later()
         return result
 
@@ -259,7 +259,7 @@ class BatchCursor:
 
     def rollback(self) -> None:
         """Forget what is queued; roll back what was sent."""
-        self._queue, self._wanted = [], {}
+        self._queue, self._wanted, self._preparing = [], {}, {}
         if self.began and self.conn.info.transaction_status != pq.TransactionStatus.IDLE:
             with suppress(DatabaseError):  # the connection is gone: the server rolled back
                 self._send("ROLLBACK")

@@ -274,11 +274,8 @@ class SqlStore:
         return ids, [Sql(f"(currval('{seq}') - {last - i})") for i in range(len(stored))]
 
     def insert_events(self, cur: Cursor, stored: Sequence[StoredEvent]) -> list[int]:
-        """Append through the library's recorder (same transaction); returns notification ids."""
-        if self.pg is not None:
-            pg = cast(PostgresApplicationRecorder, self.recorder)
-            pg._insert_stored_events(cur.raw, stored)
-            return list(pg._fetch_ids_after_insert_events(cur.raw, stored) or [])
+        """SQLite: append through the library's recorder (same transaction); returns the
+        notification ids. (PostgreSQL write sessions queue their INSERT: `queue_events`.)"""
         lite = cast(SQLiteApplicationRecorder, self.recorder)
         from eventsourcing.sqlite import SQLiteCursor
 
@@ -443,7 +440,9 @@ class SqlSession:
             params = {"v": value if claim else self.d.dump("id", value)}
             return self.cur.one(f"SELECT * FROM {TASKS} t WHERE t.id = {which}", params)
         where = (
-            f"({CLAIM.format(type='$1', lock=' FOR UPDATE SKIP LOCKED')})" if claim else "$1::uuid"
+            f"({CLAIM.format(type='%(v)s', lock=' FOR UPDATE SKIP LOCKED')})"
+            if claim
+            else "%(v)s::uuid"
         )
         sql = (
             "SELECT to_jsonb(t) AS task, to_jsonb(s) AS stage, to_jsonb(j) AS job, "
@@ -451,15 +450,13 @@ class SqlSession:
             f"JOIN {JOBS} j ON j.id = t.job_id LEFT JOIN {SUMMARIES} sm ON sm.stage_id = s.id "
             f"WHERE t.id = {where}"
         )
-        later = self.cur.later_prepared(
-            "jobnik_claim" if claim else "jobnik_read_task", sql, [value]
-        )
+        later = self.cur.later_prepared(sql, {"v": value})
         self.cur.flush()
         rows = later.rows
         if not rows:
             # A prepared statement that waited for a rebuild's swap (DROP TABLE, then RENAME the
             # shadow) finds nothing rather than re-resolving the names: make sure, unprepared.
-            rows = self.cur.raw_all(sql.replace("$1", "%s"), [value])
+            rows = self.cur.raw_all(sql, {"v": value})
         if not rows:
             return None
         row = rows[0]

@@ -56,22 +56,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlparse, urlunparse
-
-from eventsourcing.persistence import StoredEvent
-from eventsourcing.postgres import PostgresApplicationRecorder
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.ports import Session
 from jobnik.domain.statuses import TaskStatus
 from jobnik.projections.config import library_env
 from jobnik.projections.dialect import SQLITE
-from jobnik.projections.store import Cursor, SqlStore
+from jobnik.projections.store import SqlStore
 
 TASKS_PER_JOB = 1_000
 GROUP = 1_000  # commands per transaction while generating
@@ -102,10 +99,7 @@ class GroupCommit:
     def session(self, *, write: bool) -> Iterator[Session]:
         if self._session is None:
             self._open = ExitStack()
-            session = self._open.enter_context(self.store.session(write=True))
-            if self.store.pg is not None:  # writes are sent without waiting (reads still wait)
-                self._open.enter_context(session.cur.raw.connection.pipeline())  # type: ignore[attr-defined]
-            self._session = session
+            self._session = self._open.enter_context(self.store.session(write=True))
         yield self._session
         self._commands += 1
         if self._commands >= self.size:
@@ -115,20 +109,6 @@ class GroupCommit:
         if self._open is not None:
             self._open.close()
         self._open, self._session, self._commands = None, None, 0
-
-
-class PipelinedStore(SqlStore):
-    """The store, with the event insert synced inside PostgreSQL pipeline mode (the library's
-    recorder reads the new notification ids, which needs the insert's result first)."""
-
-    def insert_events(self, cur: Cursor, stored: Sequence[StoredEvent]) -> list[int]:
-        if self.pg is None or cur.raw.connection._pipeline is None:
-            return super().insert_events(cur, stored)
-        pg = cast(PostgresApplicationRecorder, self.recorder)
-        with cur.raw.connection.pipeline() as pipeline:
-            pg._insert_stored_events(cur.raw, stored)
-            pipeline.sync()
-            return list(pg._fetch_ids_after_insert_events(cur.raw, stored) or [])
 
 
 def generate(store: SqlStore, events: int, label: str) -> int:
@@ -223,7 +203,7 @@ def measure(kind: str, url: str, trace: bool = False) -> dict[str, Any]:
 def write_log(path: Path, events: int, label: str) -> str:
     """A SQLite database holding a log of at least `events` events; its URL."""
     url = f"sqlite:///{path}"
-    store = PipelinedStore(library_env({"JOBNIK_DATABASE_URL": url}))
+    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": url}))
     try:
         store.migrate()
         generate(store, events, label)
