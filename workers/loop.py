@@ -9,7 +9,7 @@ import math
 import signal
 import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -37,6 +37,23 @@ class WorkerStats:
     delegated: int = 0  # waiting for child jobs
     refused: int = 0
     running: int = 0
+
+
+@dataclass
+class _Attempt:
+    """One task attempt this worker holds. `lock` serialises its heartbeats with its end (the
+    report or the hand-back), so no heartbeat reaches the server after the attempt ended."""
+
+    task: Task
+    context: TaskContext
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    ended: bool = False
+
+    def end(self) -> bool:
+        """Mark the attempt ended, after any heartbeat in flight; False if it already was."""
+        with self.lock:
+            first, self.ended = not self.ended, True
+            return first
 
 
 class Worker:
@@ -85,8 +102,7 @@ class Worker:
         self._stop = threading.Event()
         self._done = threading.Event()  # run() returned: the heartbeat thread ends
         self._lock = threading.Lock()
-        self._active: dict[str, tuple[Task, TaskContext]] = {}
-        self._handed_back: set[str] = set()
+        self._active: dict[str, _Attempt] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -152,8 +168,9 @@ class Worker:
 
     def _work(self, task: Task) -> None:
         context = TaskContext(task, self.consumer, self.producer)
+        attempt = _Attempt(task, context)
         with self._lock:
-            self._active[task.id] = (task, context)
+            self._active[task.id] = attempt
             self.stats.running += 1
         extra = {"task_id": task.id, "attempt": task.attempt, "stage_type": self.stage_type}
         try:
@@ -171,7 +188,7 @@ class Worker:
                     "handler raised", exc_info=True, extra={"action": "task_failed", **extra}
                 )
                 outcome, reason = "FAILED", f"{type(exc).__name__}: {exc}"
-            if task.id in self._handed_back:
+            if not attempt.end():  # handed back meanwhile
                 return
             try:
                 if outcome == "COMPLETED":
@@ -206,24 +223,32 @@ class Worker:
     def _heartbeats(self) -> None:
         while not self._done.wait(self.heartbeat_interval):
             with self._lock:
-                active = [v for k, v in self._active.items() if k not in self._handed_back]
-            for task, context in active:
-                try:
-                    beat = self.consumer.heartbeat(task)
-                    if beat.cancelled:
-                        context.cancel("job aborted")
-                except ApiError as exc:
-                    if exc.status in (404, 409):
-                        context.cancel("lease lost")
-                except httpx.HTTPError as exc:
-                    log.warning("heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
+                active = list(self._active.values())
+            for attempt in active:
+                with attempt.lock:
+                    if not attempt.ended:
+                        self._heartbeat(attempt)
+
+    def _heartbeat(self, attempt: _Attempt) -> None:
+        try:
+            beat = self.consumer.heartbeat(attempt.task)
+            if beat.cancelled:
+                attempt.context.cancel("job aborted")
+        except ApiError as exc:
+            if exc.status in (404, 409):
+                attempt.context.cancel("lease lost")
+        except httpx.HTTPError as exc:
+            log.warning("heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
 
     def _hand_back(self) -> None:
         with self._lock:
             active = list(self._active.values())
-        for task, context in active:
-            self._handed_back.add(task.id)  # before cancelling: its handler may return at once
-            context.cancel("worker shutting down")
+        for attempt in active:
+            # ended before cancelling: its handler may return at once, and must not report
+            if not attempt.end():
+                continue
+            task = attempt.task
+            attempt.context.cancel("worker shutting down")
             try:
                 self.consumer.give_back(task)
                 log.info(

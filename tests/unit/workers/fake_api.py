@@ -59,6 +59,9 @@ class FakeApi:
     heartbeat_status: int = 200
     refuse_reports_of: set[str] = field(default_factory=set)
     failing_dequeues: int = 0
+    # when set, a heartbeat is held (counted in `heartbeats_held`) until the gate opens
+    heartbeat_gate: threading.Event | None = None
+    heartbeats_held: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, *tasks: dict[str, Any]) -> None:
@@ -92,6 +95,10 @@ class FakeApi:
     def handle(self, request: httpx.Request) -> httpx.Response:
         path = unquote(request.url.path)
         body = json.loads(request.content) if request.content else None
+        if self.heartbeat_gate is not None and path.endswith("/heartbeat"):
+            with self.lock:
+                self.heartbeats_held += 1
+            self.heartbeat_gate.wait()
         with self.lock:
             self.requests.append(
                 Seen(time.monotonic(), request.method, path, dict(request.url.params), body)

@@ -362,6 +362,29 @@ def test_heartbeats_come_every_interval_while_a_handler_runs() -> None:
     assert 3 <= len(fake.heartbeats) <= 7
 
 
+def test_a_report_waits_for_a_heartbeat_in_flight_and_no_heartbeat_follows_it() -> None:
+    gate = threading.Event()
+    fake = FakeApi(heartbeat_gate=gate)
+    fake.add(task_json(1, attempt=2))
+    worker = make_worker(
+        fake,
+        lambda task, context: wait_until(lambda: fake.heartbeats_held == 1),
+        heartbeat_interval=0.05,
+    )
+
+    with running(worker):
+        wait_until(lambda: worker.stats.running == 1 and fake.heartbeats_held == 1)
+        time.sleep(0.2)  # the handler has returned; its heartbeat is still on the wire
+        held_reports = len(fake.reports)
+        gate.set()
+        wait_until(lambda: len(fake.reports) == 1)
+        time.sleep(0.2)  # a few more heartbeat intervals
+
+    assert held_reports == 0, "the report overtook the heartbeat in flight"
+    (report,) = fake.reports
+    assert [h.time < report.time for h in fake.heartbeats] == [True]
+
+
 # -- stopping -------------------------------------------------------------------------------
 
 
