@@ -21,7 +21,7 @@ from jobnik.projections.catchup_views import CatchUpViews
 router = APIRouter(prefix="/v1", tags=["history"], dependencies=[Depends(reject_unknown_query)])
 
 
-def get_catchup(request: Request) -> CatchUpViews:
+async def get_catchup(request: Request) -> CatchUpViews:
     catchup: CatchUpViews = request.app.state.catchup
     return catchup
 
