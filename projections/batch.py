@@ -48,6 +48,7 @@ def _error(res: pq.abc.PGresult, encoding: str) -> Exception:
 # Statements prepared on each pooled connection (its backend's pid: a new server session
 # after a reconnect has none).
 _PREPARED: WeakKeyDictionary[psycopg.Connection[Any], tuple[int, set[str]]] = WeakKeyDictionary()
+HOT_ROWS: Final = 4  # statements listing more rows than this are not prepared
 _PLACEHOLDER: Final = re.compile(r"%\((\w+)\)s")
 
 
@@ -103,9 +104,12 @@ class BatchCursor:
     goes out through libpq (`send_query`) and its results come back as libpq results, of which
     only the wanted ones are turned into rows: a cursor would step through every result."""
 
-    def __init__(self, conn: psycopg.Connection[Any], dialect: Dialect) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], dialect: Dialect, first: Sequence[str] = ()
+    ) -> None:
         self.conn = conn
         self.dialect = dialect
+        self.first = list(first)  # statements the transaction begins with, after BEGIN
         self.began = False
         self.locked = False  # set by the session once it queued the writer lock
         self._queue: list[str] = []
@@ -129,10 +133,15 @@ class BatchCursor:
         else:
             self._queue.append(sql % tuple(self._literal(v) for v in params))
 
-    def execute_prepared(self, sql: str, params: Mapping[str, Any]) -> None:
+    def execute_prepared(self, sql: str, params: Mapping[str, Any], *, rows: int = 1) -> None:
         """`execute` for the statements every command runs (`%(name)s` placeholders whose types
         the statement determines): prepared once per connection, then EXECUTEd, so the server
-        parses and plans each shape once instead of on every command."""
+        parses and plans each shape once instead of on every command. `rows`: how many rows
+        the statement's shape lists (a freshness check, an events INSERT); past HOT_ROWS the
+        shapes are too many to keep, and the statement is sent as it is."""
+        if rows > HOT_ROWS:
+            self.execute(sql, params)
+            return
         name, text, names = _prepared_form(sql)
         self._prepare(name, text)
         literals = ", ".join(self._literal(params[n]) for n in names)
@@ -166,9 +175,9 @@ class BatchCursor:
         self.execute(sql, params)
         return self._want()
 
-    def later_prepared(self, sql: str, params: Mapping[str, Any]) -> Later:
+    def later_prepared(self, sql: str, params: Mapping[str, Any], *, rows: int = 1) -> Later:
         """`later` for a hot query, prepared as `execute_prepared` does."""
-        self.execute_prepared(sql, params)
+        self.execute_prepared(sql, params, rows=rows)
         return self._want()
 
     def _want(self) -> Later:
@@ -201,8 +210,8 @@ class BatchCursor:
         self._queue, self._wanted, self._preparing = [], {}, {}
         skip = 0
         if not self.began:
-            statements.insert(0, "BEGIN")
-            skip, self.began = 1, True
+            statements[:0] = ["BEGIN", *self.first]
+            skip, self.began = 1 + len(self.first), True
         results = self._send(";\n".join(statements))
         failed = next(
             (i for i, r in enumerate(results) if r.status == pq.ExecStatus.FATAL_ERROR), None
@@ -266,13 +275,16 @@ class BatchCursor:
 
 
 @contextmanager
-def batch_transaction(conn: psycopg.Connection[Any], dialect: Dialect) -> Iterator[BatchCursor]:
+def batch_transaction(
+    conn: psycopg.Connection[Any], dialect: Dialect, first: Sequence[str] = ()
+) -> Iterator[BatchCursor]:
     """A transaction on a pooled connection, in autocommit mode while it runs (BEGIN and COMMIT
     travel in the strings; the library's pool hands out autocommit connections anyway):
     committed when the block succeeds, else rolled back."""
     was = conn.autocommit
-    conn.autocommit = True
-    cur = BatchCursor(conn, dialect)
+    if not was:  # (setting it costs a lock and a check: the write pool's are autocommit)
+        conn.autocommit = True
+    cur = BatchCursor(conn, dialect, first)
     try:
         yield cur
         cur.commit()
@@ -280,5 +292,9 @@ def batch_transaction(conn: psycopg.Connection[Any], dialect: Dialect) -> Iterat
         cur.rollback()
         raise
     finally:
-        if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+        if (
+            not was
+            and not conn.closed
+            and conn.info.transaction_status == pq.TransactionStatus.IDLE
+        ):
             conn.autocommit = was

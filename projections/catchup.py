@@ -90,8 +90,14 @@ class CatchUpProjection(ABC):
         return [s.strip() for s in self.ddl.format(**_TYPES[backend]).split(";") if s.strip()]
 
     @abstractmethod
-    def apply(self, cur: Cursor, batch: Batch, sql: Sql) -> None:
-        """Apply `batch` (its events in log order) to the tables `sql` names."""
+    def apply(self, cur: Cursor, batch: Batch, sql: Sql, prepared: Any = None) -> None:
+        """Apply `batch` (its events in log order) to the tables `sql` names; `prepared`: what
+        `prepare` made of the same batch beforehand, if anything."""
+
+    def prepare(self, batch: Batch) -> Any:
+        """The pure part of `apply` (no database), which a rebuild runs on another thread;
+        None: `apply` does it all."""
+        return None
 
 
 @contextmanager
@@ -99,25 +105,34 @@ def pipelined(cur: Cursor) -> Iterator[None]:
     """PostgreSQL pipeline mode for a run of statements: sent without waiting for each answer
     (a read, or the block's end, waits for them all). A projection batch is hundreds of small
     writes, so this saves a network round trip per statement."""
-    if cur.dialect.name == "postgres":
-        with cur.raw.connection.pipeline():
+    if cur.dialect.name == "postgres" and cur.raw is not None:  # (a rebuild's deferred cursor,
+        with cur.raw.connection.pipeline():  # writer.py, has none: its thread does the waiting)
             yield
     else:
         yield
 
 
-def catch_up(store: SqlStore, projection: CatchUpProjection, limit: int = BATCH) -> int:
+def catch_up(
+    store: SqlStore,
+    projection: CatchUpProjection,
+    limit: int = BATCH,
+    *,
+    seen: tuple[tracking.Entry, int] | None = None,
+) -> int:
     """Apply the next events after the projection's tracking position, exactly once.
 
     Events are read and decoded before the write transaction; inside it the position is read
     again under a row lock and the batch is dropped if someone else moved it meanwhile. Returns
     how far the position moved (0: it was caught up, or another runner got there first).
+    `seen`: the registry entry and log head the caller has just read (saves reading them again).
     """
-    with store.cursor(write=False) as cur:
-        entry = tracking.get(cur, projection.name)
-    if entry is None:
-        return 0
-    head = int(store.recorder.max_notification_id() or 0)
+    if seen is None:
+        with store.cursor(write=False) as cur:
+            found = tracking.get(cur, projection.name)
+        if found is None:
+            return 0
+        seen = found, int(store.recorder.max_notification_id() or 0)
+    entry, head = seen
     if head <= entry.position:
         return 0
     notes = store.recorder.select_notifications(
@@ -158,10 +173,12 @@ class CatchUpRunner:
     """Keeps catch-up projections up with the log from a background thread, while leader.
 
     Wakes on every write this process commits (the store's `on_commit`) and otherwise every
-    `interval` seconds (writes from other processes). With `rebuild_stale`, a projection whose
-    rows an older version of its code built is rebuilt blue/green first (the old rows keep
-    serving meanwhile); without, it is caught up with the new code as it is. Rows built by a
-    newer version (a rolling deploy's newer processes) are left alone.
+    `interval` seconds (writes from other processes), but starts rounds at most every `min_gap`
+    seconds, so that under load one round applies the events of many commits. With
+    `rebuild_stale`, a projection whose rows an older version of its code built is rebuilt
+    blue/green first (the old rows keep serving meanwhile); without, it is caught up with the
+    new code as it is. Rows built by a newer version (a rolling deploy's newer processes) are
+    left alone.
     """
 
     def __init__(
@@ -174,9 +191,11 @@ class CatchUpRunner:
         batch: int = BATCH,
         rebuild_stale: bool = True,
         follower_interval: float = 2.0,
+        min_gap: float = 0.05,
     ) -> None:
         self.store, self.projections, self.lock = store, list(projections), lock
         self.interval, self.batch, self.rebuild_stale = interval, batch, rebuild_stale
+        self.min_gap = min(min_gap, interval)  # shortest time between two rounds' starts
         self.follower_interval = max(interval, follower_interval)  # how often to try the lock
         self.leading = False
         self._stop = threading.Event()
@@ -201,28 +220,29 @@ class CatchUpRunner:
         self.lock.release()
 
     def run_once(self) -> int:
-        """One round over the projections (if leader); returns how far their positions moved."""
+        """One round over the projections (if leader); returns how far their positions moved.
+
+        The registry and the log head are read once per round; a projection already at the head
+        costs nothing more."""
         self.leading = self.lock.acquire()
         if not self.leading:
             return 0
+        with self.store.cursor(write=False) as cur:
+            registry = tracking.entries(cur)
+        head = int(self.store.recorder.max_notification_id() or 0)
         moved = 0
         for projection in self.projections:
             if self._stop.is_set():
                 break
-            built = self._built_version(projection)
-            if built is None or built > projection.version:
+            entry = registry.get(projection.name)
+            if entry is None or entry.version > projection.version:
                 continue  # not registered yet, or built by a newer version (rolling deploy)
-            if built < projection.version and self.rebuild_stale:
+            if entry.version < projection.version and self.rebuild_stale:
                 self._rebuild(projection)
                 continue
-            moved += catch_up(self.store, projection, self.batch)
+            moved += catch_up(self.store, projection, self.batch, seen=(entry, head))
         self.applied += moved
         return moved
-
-    def _built_version(self, projection: CatchUpProjection) -> int | None:
-        with self.store.cursor(write=False) as cur:
-            entry = tracking.get(cur, projection.name)
-        return entry.version if entry else None
 
     def _rebuild(self, projection: CatchUpProjection) -> None:
         from jobnik.projections.rebuild import RebuildBusy, rebuild
@@ -240,6 +260,7 @@ class CatchUpRunner:
         failures = 0
         while not self._stop.is_set():
             self._wake.clear()
+            started = time.monotonic()
             try:
                 moved = self.run_once()
                 failures = 0
@@ -248,5 +269,10 @@ class CatchUpRunner:
                 moved, failures = 0, failures + 1
             if not self.leading:
                 self._stop.wait(self.follower_interval)
-            elif not moved:
+                continue
+            if moved < self.batch:  # no backlog: wait for a commit or the interval
                 self._wake.wait(self.interval * (2 ** min(failures, 5)))
+            # Commits arrive hundreds per second under load: rounds at most every `min_gap`
+            # seconds let each one carry many events instead of one (a round costs about ten
+            # statements whatever it carries).
+            self._stop.wait(max(0.0, started + self.min_gap - time.monotonic()))

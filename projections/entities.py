@@ -16,17 +16,20 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.projections.history import IndexEvent, history_ops
-from jobnik.projections.schema import JOBS, LOGS, QUEUE, STAGES, SUMMARIES, TASKS
+from jobnik.projections.history import IndexEvent, entity_row
+from jobnik.projections.schema import ENTITY_JOBS, JOBS, LOGS, QUEUE, STAGES, SUMMARIES, TASKS
 
 
-@dataclass(frozen=True)
+# The ops are slotted, not frozen: a frozen dataclass sets each field through
+# `object.__setattr__` (0.7 µs an op against 0.2 µs), and a rebuild makes five ops per event.
+# Nothing mutates an op once made; their dict fields made them unhashable anyway.
+@dataclass(slots=True)
 class Insert:
     table: str
     row: Mapping[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Update:
     """SET `values` on every row of `table` matching `key`."""
 
@@ -35,7 +38,7 @@ class Update:
     values: Mapping[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Add:
     """Add `deltas` to counters of the row matching `key` (SQL increments, no read-modify-write)."""
 
@@ -44,13 +47,13 @@ class Add:
     deltas: Mapping[str, int]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Delete:
     table: str
     key: Mapping[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Enqueue:
     """Put a task in the queue; its priority and eligibility come from its job and stage rows."""
 
@@ -72,6 +75,7 @@ SUMMARY_KEY: Final = {
     TaskStatus.ABORTED: "aborted",
     TaskStatus.DELEGATED: "delegated",
 }
+_SUMMARY_OF: Final = {status.value: key for status, key in SUMMARY_KEY.items()}  # no enum call
 OPEN_JOB: Final = frozenset({JobStatus.PENDING, JobStatus.IN_PROGRESS})
 # Status strings as plain constants: an enum member's `.value` is a descriptor call (about a
 # microsecond), and the projection runs for every event of a rebuild.
@@ -88,20 +92,28 @@ TASK_PENDING: Final = TaskStatus.PENDING.value
 TASK_RETRIED: Final = TaskStatus.RETRIED.value
 
 
-def _stamp(e: Any) -> dict[str, Any]:
-    return {"version": e.originator_version, "update_time": e.timestamp}
-
-
 def _job(e: Any, **values: Any) -> Update:
-    return Update(JOBS, {"id": e.originator_id}, {**_stamp(e), **values})
+    return Update(
+        JOBS,
+        {"id": e.originator_id},
+        {"version": e.originator_version, "update_time": e.timestamp, **values},
+    )
 
 
 def _stage(e: Any, **values: Any) -> Update:
-    return Update(STAGES, {"id": e.originator_id}, {**_stamp(e), **values})
+    return Update(
+        STAGES,
+        {"id": e.originator_id},
+        {"version": e.originator_version, "update_time": e.timestamp, **values},
+    )
 
 
 def _task(e: Any, **values: Any) -> Update:
-    return Update(TASKS, {"id": e.originator_id}, {**_stamp(e), **values})
+    return Update(
+        TASKS,
+        {"id": e.originator_id},
+        {"version": e.originator_version, "update_time": e.timestamp, **values},
+    )
 
 
 def _summary(e: Any, **deltas: int) -> Add:
@@ -257,7 +269,7 @@ def _task_dequeued(e: Task.TaskDequeued, _: int) -> list[Op]:
             lease_seconds=e.lease_seconds,
             lease_expires_at=e.lease_expires_at,
         ),
-        _summary(e, **{SUMMARY_KEY[TaskStatus(e.previous)]: -1, "in_progress": 1}),
+        _summary(e, **{_SUMMARY_OF[e.previous]: -1, "in_progress": 1}),
         Delete(QUEUE, {"task_id": e.originator_id}),
     ]
 
@@ -273,7 +285,7 @@ def _task_retried(e: Task.TaskRetried, position: int) -> list[Op]:
 def _task_aborted(e: Task.TaskAborted, _: int) -> list[Op]:
     return [
         _task(e, status=TASK_ABORTED, end_time=e.timestamp, lease_expires_at=None),
-        _summary(e, **{SUMMARY_KEY[TaskStatus(e.previous)]: -1, "aborted": 1}),
+        _summary(e, **{_SUMMARY_OF[e.previous]: -1, "aborted": 1}),
         Delete(QUEUE, {"task_id": e.originator_id}),
     ]
 
@@ -396,5 +408,9 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
 def project(event: DomainEventProtocol[Any], position: int) -> list[Op]:
     """The row operations `event`, stored at log `position`, makes to the inline read models."""
     handler = PROJECT.get(type(event))
-    ops = handler(event, position) if handler else []
-    return [*ops, *history_ops(event, position)]
+    ops = handler(event, position) if handler else []  # a new list: ours to extend
+    entity = entity_row(event)  # the history index (history.py)
+    if entity is not None:
+        ops.append(Insert(ENTITY_JOBS, entity))
+    ops.append(IndexEvent(event.originator_id, position))
+    return ops

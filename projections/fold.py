@@ -13,13 +13,21 @@ Exactly the rows of the per-event path (`executor.OpExecutor`), by construction:
 - an operation is folded only when its outcome is known from memory: it names its row by primary
   key, and the row is new in the page, or known absent, or the operation needs nothing but the key
   (a patch: `UPDATE ... WHERE pk` does the same to the stored row, or nothing if there is none);
-- `Enqueue` reads the job and stage rows: those the page enqueues into are read once, before the
-  fold (`prefetch`), and followed in memory from there;
+- `Enqueue` reads the job and stage rows: one that memory has no word of is read from the
+  database when an Enqueue first needs it (nothing in memory changed it: the stored row is the
+  row), and followed in memory from there;
 - anything else (an Update or Delete by another column, an Insert of a row the page already holds,
-  an Enqueue whose rows are not in memory) is a barrier: everything folded so far is written, the
-  operation runs as its own SQL, and memory forgets what the statement may have changed.
+  an Enqueue whose rows memory has only patched) is a barrier: everything folded so far is
+  written, the operation runs as its own SQL, and memory forgets what the statement may have
+  changed.
 The history index (`IndexEvent`, a lookup in `entity_jobs_v1`) is written by one set-based
 statement after the page's `entity_jobs_v1` rows.
+
+Between pages memory keeps the stage and job rows it knows whole (`KEPT`, a bounded number), so
+Enqueues rarely read them back: on PostgreSQL the page's statements run on a writer thread
+(writer.py) while the next page folds, and a read there waits for every write queued before it.
+What the writes send is taken from memory when they are queued (COPY rows as tuples, arrays), so
+later folding cannot change a write still in the queue.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from jobnik.projections.schema import (
 )
 from jobnik.projections.shadow import checked
 from jobnik.projections.store import Cursor
+from jobnik.projections.writer import run
 
 NEW, LOADED, PATCH, GONE = "new", "loaded", "patch", "gone"
 OPEN: Final = frozenset({"PENDING", "IN_PROGRESS"})  # the Enqueue statement's open statuses
@@ -54,6 +63,8 @@ PK: Final[Mapping[str, tuple[str, ...]]] = {
     t: tuple(c.strip() for c in cols.split(",")) for t, cols in PRIMARY_KEYS.items()
 }
 
+KEPT: Final = (STAGES, JOBS)  # rows kept from page to page (Enqueue reads them), up to
+KEEP: Final = 1000  # rows per table
 PK1: Final = {t: cols[0] for t, cols in PK.items() if len(cols) == 1}
 _MISSING: Final = object()
 
@@ -94,14 +105,19 @@ class Column:
 class Fold:
     """Folds pages of `Op`s into the tables `rename` names; one instance per rebuild pass."""
 
-    def __init__(self, executor: OpExecutor, rename: Callable[[str], str]) -> None:
+    def __init__(
+        self, executor: OpExecutor, rename: Callable[[str], str], events: str | None = None
+    ) -> None:
         self.executor = executor
+        self.events = events  # the event log's table (PostgreSQL: `_index` reads it)
         self.d = executor.d
         self.rename = rename
         self.rows: dict[str, dict[tuple[Any, ...], Row]] = {}
         self.index: list[tuple[Any, int]] = []  # (entity id, position): IndexEvents to write
         self.indexed: set[Any] = set()  # entity ids in `index`
         self.columns: dict[str, dict[str, Column]] = {}
+        self.kept: dict[str, dict[tuple[Any, ...], Row]] = {}  # (`_retain`)
+        self.cur: Cursor | None = None  # the page's, while `apply` folds it
         self._fold: dict[type, Callable[[Any], None]] = {
             IndexEvent: self._index_event,
             Enqueue: self._enqueue,
@@ -122,20 +138,19 @@ class Fold:
             # a scan of the whole table (a rebuild quadratic in the log). Probe the primary key.
             cur.execute("SET LOCAL enable_hashjoin = off")
             cur.execute("SET LOCAL enable_mergejoin = off")
-        self.prefetch(cur, page)
+        self.cur = cur  # (`_known` reads a stage or job row memory lacks through it)
+        fold = self._fold
         for ops in page:
             for op in ops:
                 try:
-                    self.fold(op)
+                    fold[type(op)](op)  # in memory, or raise Barrier
                 except Barrier:
                     self.flush(cur, keep=True)
                     cur.execute(*self.executor.statement(op))
                     self.forget(op)
         self.flush(cur, keep=False)
-
-    def fold(self, op: Op) -> None:
-        """Apply `op` in memory, or raise Barrier."""
-        self._fold[type(op)](op)
+        self._retain()
+        self.cur = None
 
     def _index_event(self, op: IndexEvent) -> None:
         self.index.append((op.originator_id, op.position))
@@ -154,6 +169,11 @@ class Fold:
         table = self.rows.get(table_name)
         if table is None:
             table = self.rows[table_name] = {}
+        single = PK1.get(table_name)
+        if single is not None and len(key) == 1:  # the usual case, without a call to _pk
+            value = key.get(single, _MISSING)
+            if value is not _MISSING:
+                return table, (value,)
         return table, self._pk(table_name, key)
 
     def _delete_op(self, op: Delete) -> None:
@@ -185,8 +205,19 @@ class Fold:
         row = table.get(key)
         if row is None:
             row = table[key] = Row(PATCH)
-        elif row.state is GONE:
+            row.adds.update(op.deltas)
+            return
+        if row.state is GONE:
             return  # UPDATE ... WHERE pk of a row that is not there
+        if row.state is PATCH:  # the usual case: a counter of a stored row
+            values, adds = row.values, row.adds
+            for c, delta in op.deltas.items():
+                if c in values:
+                    now = values[c]
+                    values[c] = None if now is None else now + delta
+                else:
+                    adds[c] = adds.get(c, 0) + delta
+            return
         for c, delta in op.deltas.items():
             if row.state is PATCH and c not in row.values:
                 row.adds[c] = row.adds.get(c, 0) + delta
@@ -217,19 +248,32 @@ class Fold:
     def _insert(self, table: str, values: dict[str, Any] | None) -> None:
         if values is None:
             return  # the Enqueue found no stage or job row: INSERT ... SELECT inserts nothing
-        key = self._pk(table, values, row=True)
-        rows = self.rows.setdefault(table, {})
+        single = PK1.get(table)
+        if single is not None and single in values:
+            key: tuple[Any, ...] = (values[single],)
+        else:
+            key = self._pk(table, values, row=True)
+        rows = self.rows.get(table)
+        if rows is None:
+            rows = self.rows[table] = {}
         row = rows.get(key)
-        if row is not None and row.state in (NEW, LOADED):
+        if row is None:
+            rows[key] = Row(NEW, values)
+            return
+        if row.state is NEW or row.state is LOADED:
             raise Barrier  # a duplicate key: let the database raise as the per-event path does
         # on an unknown or patched key the stored row, if any, makes the INSERT fail as it would
-        rows[key] = Row(NEW, values, replaces=row is not None and row.replaces)
+        rows[key] = Row(NEW, values, row.replaces)
 
     def _known(self, table: str, key: Any) -> dict[str, Any] | None:
-        """The row of `table` with primary key `key` when memory knows it (None: no such row)."""
+        """The row of `table` with primary key `key` (None: no such row), read from the
+        database when memory has no word of it: then the stored row is the row as it is."""
         row = self.rows.get(table, {}).get((key,))
-        if row is None or row.state == PATCH:
-            raise Barrier
+        if row is None:
+            self._load(self.cur, table, {key})
+            row = self.rows[table][(key,)]
+        if row.state == PATCH:
+            raise Barrier  # changed in memory, not known whole
         return row.values if row.state in (NEW, LOADED) else None
 
     def _enqueued(self, op: Enqueue) -> dict[str, Any] | None:
@@ -275,24 +319,9 @@ class Fold:
             if row.state != GONE:
                 del rows[key]
 
-    # -- reading what Enqueue needs ------------------------------------------------------------
-
-    def prefetch(self, cur: Cursor, page: Sequence[list[Op]]) -> None:
-        """Load the stored stage and job rows the page's Enqueues read (absent ones as GONE)."""
-        enqueued: set[Any] = set()
-        inserted: dict[str, dict[Any, Mapping[str, Any]]] = {STAGES: {}, JOBS: {}}
-        for ops in page:  # one pass: a page is thousands of ops
-            for op in ops:
-                kind = type(op)
-                if kind is Enqueue:
-                    enqueued.add(op.stage_id)  # type: ignore[union-attr]
-                elif kind is Insert and op.table in inserted:  # type: ignore[union-attr]
-                    inserted[op.table][op.row["id"]] = op.row  # type: ignore[union-attr]
-        stages = self._load(cur, STAGES, enqueued - inserted[STAGES].keys())
-        job_ids = {s["job_id"] for s in stages} | {s["job_id"] for s in inserted[STAGES].values()}
-        self._load(cur, JOBS, job_ids - inserted[JOBS].keys())
-
-    def _load(self, cur: Cursor, table: str, ids: set[Any]) -> list[dict[str, Any]]:
+    def _load(self, cur: Cursor | None, table: str, ids: set[Any]) -> list[dict[str, Any]]:
+        """Read the stored rows `ids` of `table` into memory (LOADED, or GONE when absent)."""
+        assert cur is not None
         if not ids:
             return []
         ordered = sorted(ids, key=str)
@@ -344,17 +373,30 @@ class Fold:
         if self.index:
             self._index(cur)
         if not keep:
+            self.kept = {t: rows for t in KEPT if len(rows := self.rows.get(t, {})) <= KEEP}
             self.rows.clear()
             return
-        for table, rows in self.rows.items():
-            columns = self.columns[table].keys()
-            for key, r in list(rows.items()):
-                if r.state == GONE:
-                    rows[key] = Row(GONE)
-                elif r.state != PATCH and r.values.keys() >= columns:
-                    rows[key] = Row(LOADED, r.values)
-                else:  # a patch, or a row inserted with defaults: not known whole
-                    del rows[key]
+        for table in self.rows:
+            self._known_whole(table)
+
+    def _known_whole(self, table: str) -> None:
+        """After a flush: memory keeps the rows of `table` it knows whole (LOADED) or absent."""
+        rows, columns = self.rows[table], self.columns[table].keys()
+        for key, r in list(rows.items()):
+            if r.state == GONE:
+                rows[key] = Row(GONE)
+            elif r.state != PATCH and r.values.keys() >= columns:
+                rows[key] = Row(LOADED, r.values)
+            else:  # a patch, or a row inserted with defaults: not known whole
+                del rows[key]
+
+    def _retain(self) -> None:
+        """Between pages: keep the stage and job rows known whole (a few: KEEP at most per
+        table), so that the next pages' Enqueues need not read them back (`_known`)."""
+        self.rows.update(self.kept)
+        self.kept = {}
+        for table in self.rows:
+            self._known_whole(table)
 
     def _types(self, cur: Cursor, table: str) -> dict[str, Column]:
         if table not in self.columns:
@@ -420,10 +462,9 @@ class Fold:
             types = self._types(cur, table)
             get = itemgetter(*cols)
             statement = self.rename(f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)")
-            with cur.raw.copy(statement) as copy:
-                copy.set_types([types[c].oid for c in cols])  # jsonb: dicts dumped as they are
-                for r in rows:
-                    copy.write_row(get(r) if len(cols) > 1 else (get(r),))
+            oids = [types[c].oid for c in cols]  # jsonb: dicts dumped as they are
+            data = [get(r) for r in rows] if len(cols) > 1 else [(get(r),) for r in rows]
+            run(cur, lambda c: _copy(c, statement, oids, data))  # `data`: a snapshot of `rows`
             return
         marks = ", ".join(f":{c}" for c in cols)
         cur.executemany(
@@ -473,7 +514,20 @@ class Fold:
 
     def _index(self, cur: Cursor) -> None:
         """The page's IndexEvents: each event filed under its aggregate's job, if it has one."""
-        if self.d.name == "postgres":
+        first, last = self.index[0][1], self.index[-1][1]
+        if self.events is not None and last - first + 1 == len(self.index):
+            # Every event from `first` to `last` is here (the usual case): the server joins
+            # them from the log itself, no ids to send.
+            cur.execute(
+                self.rename(
+                    f"INSERT INTO {JOB_EVENTS} (job_id, position) "
+                    f"SELECT e.job_id, s.notification_id FROM {self.events} s "
+                    f"JOIN {ENTITY_JOBS} e ON e.entity_id = s.originator_id "
+                    "WHERE s.notification_id BETWEEN %(first)s AND %(last)s"
+                ),
+                {"first": first, "last": last},
+            )
+        elif self.d.name == "postgres":
             cur.execute(
                 self.rename(
                     f"INSERT INTO {JOB_EVENTS} (job_id, position) SELECT e.job_id, v.position "
@@ -490,6 +544,13 @@ class Fold:
             )
         self.index.clear()
         self.indexed.clear()
+
+
+def _copy(cur: Cursor, statement: str, oids: list[int], rows: list[Sequence[Any]]) -> None:
+    with cur.raw.copy(statement) as copy:
+        copy.set_types(oids)
+        for r in rows:
+            copy.write_row(r)
 
 
 def _column(type_: str, default: str | None, oid: int) -> Column:

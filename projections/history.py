@@ -14,12 +14,11 @@ from uuid import UUID
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
-from jobnik.projections.schema import ENTITY_JOBS
 
 KIND = {Job.JobCreated: "job", Stage.StageAdded: "stage", Task.TaskCreated: "task"}
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: see entities.Insert
 class IndexEvent:
     """File the event at `position` under its aggregate's job (found through entity_jobs_v1)."""
 
@@ -27,16 +26,11 @@ class IndexEvent:
     position: int
 
 
-def history_ops(event: Any, position: int) -> list[Any]:
-    """The index rows `event` adds: its aggregate's job (on creation), then the event itself."""
-    ops: list[Any] = []
+def entity_row(event: Any) -> dict[str, Any] | None:
+    """The `entity_jobs_v1` row a creation event adds (its aggregate and the aggregate's job);
+    None for other events. (`entities.project` files every event under it: `IndexEvent`.)"""
     kind = KIND.get(type(event))
-    if kind is not None:
-        from jobnik.projections.entities import Insert  # (entities imports this module)
-
-        job_id = event.originator_id if kind == "job" else event.job_id
-        ops.append(
-            Insert(ENTITY_JOBS, {"entity_id": event.originator_id, "job_id": job_id, "kind": kind})
-        )
-    ops.append(IndexEvent(event.originator_id, position))
-    return ops
+    if kind is None:
+        return None
+    job_id = event.originator_id if kind == "job" else event.job_id
+    return {"entity_id": event.originator_id, "job_id": job_id, "kind": kind}

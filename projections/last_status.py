@@ -184,7 +184,7 @@ class LastStatus(CatchUpProjection):
     );
     """
 
-    def apply(self, cur: Cursor, batch: Batch, sql: Sql) -> None:
+    def apply(self, cur: Cursor, batch: Batch, sql: Sql, prepared: Any = None) -> None:
         state = self._load(cur, batch, sql)
         loaded_jobs, loaded_names = dict(state.jobs), dict(state.names)
         for position, event in batch:

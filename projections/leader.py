@@ -39,9 +39,8 @@ class LeaderLock:
             if self._conn is not None and not self._conn.closed:
                 self._conn.execute("SELECT 1")
                 return True
-            pool_kwargs = self.store.pg.pool.kwargs
-            assert isinstance(pool_kwargs, dict)
-            kwargs = {k: v for k, v in pool_kwargs.items() if k != "row_factory"}
+            kwargs = self.store.connection_kwargs()
+            kwargs.pop("row_factory", None)
             self._conn = psycopg.connect(autocommit=True, **kwargs)
             row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()
             if row and row[0]:

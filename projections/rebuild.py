@@ -7,6 +7,10 @@ log's head it opens a write transaction, which blocks writers for the instant of
 the last events, drops the live tables, renames the shadows into their place and records the
 projection's version and position in `jobnik_projections`, all in that one transaction.
 
+The pass keeps three kinds of thread busy: a read-ahead thread reads, decodes and prepares the
+next page (readahead.py), the caller's thread folds the current one in memory, and on PostgreSQL
+a writer thread per projection writes the page before on a connection of its own (writer.py).
+
 `verify` builds the same shadows, brings shadows and live tables to one log position and reports
 every row that differs (then drops the shadows). On PostgreSQL the comparison reads a
 REPEATABLE READ snapshot taken while writers were held back, so writers wait only for the final
@@ -21,8 +25,8 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -31,9 +35,18 @@ from uuid import UUID
 from eventsourcing.persistence import Notification
 
 from jobnik.projections import tracking
-from jobnik.projections.catchup import CatchUpProjection, catch_up
+from jobnik.projections.catchup import Batch, CatchUpProjection, catch_up
 from jobnik.projections.leader import LeaderLock
-from jobnik.projections.registry import Applier, Projection, applier, by_name, outdated
+from jobnik.projections.readahead import read_ahead
+from jobnik.projections.registry import (
+    Applier,
+    Prepare,
+    Projection,
+    applier,
+    by_name,
+    outdated,
+    preparer,
+)
 from jobnik.projections.shadow import (
     Difference,
     Renamer,
@@ -43,6 +56,7 @@ from jobnik.projections.shadow import (
     swap,
 )
 from jobnik.projections.store import Cursor, SqlStore
+from jobnik.projections.writer import Writer
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +195,10 @@ class _Shadow:
     projection: Projection
     rename: Renamer
     apply: Applier
+    prepare: Prepare | None
+
+
+Page = tuple[Batch, list[Any]]  # decoded events, and what each shadow's `prepare` made of them
 
 
 class _Pass:
@@ -193,7 +211,7 @@ class _Pass:
         self.shadows = []
         for p in projections:
             rename = Renamer(p.tables)
-            self.shadows.append(_Shadow(p, rename, applier(store, p, rename)))
+            self.shadows.append(_Shadow(p, rename, applier(store, p, rename), preparer(p, rename)))
         everything = any(not p.topics for p in projections)
         self.topics: tuple[str, ...] = (
             () if everything else tuple(sorted({t for p in projections for t in p.topics}))
@@ -222,33 +240,64 @@ class _Pass:
         or until a round no longer shrinks the distance (writers outpace the replay: the rest
         is then applied under the write lock, a longer pause but a finite one)."""
         lag = None
-        while True:
-            head = self.head()
-            if head - self.position <= (near or PAGE) or (
-                lag is not None and head - self.position >= lag
-            ):
-                return
-            lag = head - self.position
-            for notes in _pages(self.store, self.position, PAGE, head, self.topics):
-                with self.store.cursor(write=True, lock=False) as cur:
-                    self._apply(cur, notes, head)
+        with self._writers() as writers:
+            while True:
+                head = self.head()
+                if head - self.position <= (near or PAGE) or (
+                    lag is not None and head - self.position >= lag
+                ):
+                    return
+                lag = head - self.position
+                pages = _pages(self.store, self.position, PAGE, head, self.topics)
+                for page in read_ahead(self._decoded(pages)):
+                    if writers is None:
+                        with self.store.cursor(write=True, lock=False) as cur:
+                            self._apply(cur, page, head)
+                        continue
+                    batch, prepared = page
+                    for s, writer, ready in zip(self.shadows, writers, prepared, strict=True):
+                        with writer.page() as cur:
+                            s.apply(cur, batch, ready)
+                    self._advance(batch, head)
+
+    @contextmanager
+    def _writers(self) -> Iterator[list[Writer] | None]:
+        """On PostgreSQL a writer per shadow (writer.py): a page is written while the next one
+        is folded. SQLite has one writer connection: pages are applied in turn."""
+        if self.store.pg is None:
+            yield None
+            return
+        with ExitStack() as stack:
+            yield [stack.enter_context(Writer(self.store)) for _ in self.shadows]
 
     def finish(self, cur: Cursor) -> int:
         """Feed the shadows the rest of the log, in the caller's transaction; returns the head.
 
         The caller holds the write lock, so the head cannot move meanwhile."""
         head = _head(cur, self.store)
-        for notes in _pages(self.store, self.position, PAGE, head, self.topics, cur):
-            self._apply(cur, notes, head)
+        pages = _pages(self.store, self.position, PAGE, head, self.topics, cur)
+        for page in self._decoded(pages):
+            self._apply(cur, page, head)
         self.position = head
         return head
 
-    def _apply(self, cur: Cursor, notes: Sequence[Any], head: int) -> None:
-        batch = [(n.id, self.store.mapper.to_domain_event(n)) for n in notes]
-        for s in self.shadows:
-            s.apply(cur, batch)
+    def _decoded(self, pages: Iterable[Sequence[Notification]]) -> Iterator[Page]:
+        """Each page decoded, and prepared for each shadow (pure work: on the read-ahead thread
+        it runs while the applier works on the page before)."""
+        decode = self.store.mapper.to_domain_event
+        for notes in pages:
+            batch = [(n.id, decode(n)) for n in notes]
+            yield batch, [s.prepare(batch) if s.prepare else None for s in self.shadows]
+
+    def _apply(self, cur: Cursor, page: Page, head: int) -> None:
+        batch, prepared = page
+        for s, ready in zip(self.shadows, prepared, strict=True):
+            s.apply(cur, batch, ready)
+        self._advance(batch, head)
+
+    def _advance(self, batch: Batch, head: int) -> None:
         self.applied += len(batch)
-        self.position = notes[-1].id if len(notes) == PAGE else head
+        self.position = batch[-1][0] if len(batch) == PAGE else head
         if self.progress is not None:
             self.progress(self.applied, self.applied + self._left(head))
 
@@ -279,7 +328,7 @@ def rebuild(
         work.create()
         try:
             work.build()
-            with store.cursor(write=True) as cur:  # writers wait from here to the commit
+            with store.cursor(write=True, swap=True) as cur:  # writers wait until the commit
                 _lock_entries(cur, projections)
                 head = work.finish(cur)
                 now = datetime.now(UTC)

@@ -17,11 +17,11 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Any, Final, Protocol
 
 from jobnik.projections import tracking
 from jobnik.projections.catchup import Batch, CatchUpProjection, Sql, pipelined
-from jobnik.projections.entities import project
+from jobnik.projections.entities import Op, project
 from jobnik.projections.executor import OpExecutor
 from jobnik.projections.fold import Fold
 from jobnik.projections.last_status import LastStatus
@@ -54,22 +54,40 @@ class InlineProjection:
         """Into the live tables event by event (`OpExecutor`, as commands write them); into
         shadow tables, which only the rebuild writes, a page at a time folded (fold.py)."""
         executor = OpExecutor(store.dialect, None if rename is identity else rename)
-        if rename is not identity and FOLD:
-            folder = Fold(executor, rename)
+        if self.preparer(rename) is not None:
+            folder = Fold(executor, rename, store.events_table if store.pg is not None else None)
 
-            def fold(cur: Cursor, batch: Batch) -> None:
-                folder.apply(cur, [project(e, p) for p, e in batch])
+            def fold(cur: Cursor, batch: Batch, ops: Any = None) -> None:
+                folder.apply(cur, ops if ops is not None else ops_of(batch))
 
             return fold
 
-        def apply(cur: Cursor, batch: Batch) -> None:
+        def apply(cur: Cursor, batch: Batch, prepared: Any = None) -> None:
             with pipelined(cur):
                 executor.run(cur, batches([e for _, e in batch], [p for p, _ in batch]))
 
         return apply
 
+    def preparer(self, rename: Callable[[str], str]) -> Prepare | None:
+        """The folded path's pure part: a batch's row operations (`entities.project`)."""
+        return ops_of if rename is not identity and FOLD else None
 
-Applier = Callable[[Cursor, Batch], None]
+
+def ops_of(batch: Batch) -> list[list[Op]]:
+    """Each event's row operations (`entities.project`), in log order."""
+    return [project(e, p) for p, e in batch]
+
+
+class Applier(Protocol):
+    """Applies a batch of events to a projection's tables; `prepared`: what the projection's
+    `preparer` made of the batch beforehand, if it has one (else it is worked out here)."""
+
+    def __call__(self, cur: Cursor, batch: Batch, prepared: Any = None, /) -> None: ...
+
+
+Prepare = Callable[[Batch], Any]  # pure (no database): a rebuild runs it on its read-ahead thread
+
+
 Projection = InlineProjection | CatchUpProjection
 
 INLINE: Final = InlineProjection()
@@ -82,15 +100,33 @@ def applier(store: SqlStore, projection: Projection, rename: Callable[[str], str
     if isinstance(projection, InlineProjection):
         return projection.applier(store, rename)
     sql = Sql(store.dialect, rename)
-    events = frozenset(projection.events)
+    prepare = _catch_up_preparer(projection)
 
-    def apply(cur: Cursor, batch: Batch) -> None:
-        mine = [(p, e) for p, e in batch if type(e) in events]
+    def apply(cur: Cursor, batch: Batch, prepared: Any = None) -> None:
+        mine, made = prepared if prepared is not None else prepare(batch)
         if mine:
             with pipelined(cur):  # a projection's reads wait for its own writes
-                projection.apply(cur, mine, sql)
+                projection.apply(cur, mine, sql, made)
 
     return apply
+
+
+def _catch_up_preparer(projection: CatchUpProjection) -> Prepare:
+    """A catch-up projection's pure part: its events of the batch, and its `prepare` of them."""
+    events = frozenset(projection.events)
+
+    def prepare(batch: Batch) -> tuple[Batch, Any]:
+        mine = [(p, e) for p, e in batch if type(e) in events]
+        return mine, projection.prepare(mine) if mine else None
+
+    return prepare
+
+
+def preparer(projection: Projection, rename: Callable[[str], str]) -> Prepare | None:
+    """The pure part of `applier(..., projection, rename)`, if it has one (see `Applier`)."""
+    if isinstance(projection, InlineProjection):
+        return projection.preparer(rename)
+    return _catch_up_preparer(projection)
 
 
 def by_name(names: Sequence[str] | None = None) -> list[Projection]:

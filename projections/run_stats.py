@@ -28,7 +28,7 @@ statuses are last-writer-wins in log order), so a batch folds to one statement p
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -72,7 +72,7 @@ class Changes:
     stage_adds: dict[UUID, Counter[str]] = field(default_factory=dict)
     stage_sets: dict[UUID, dict[str, Any]] = field(default_factory=dict)
 
-    def add(self, stage_id: UUID, **deltas: int) -> None:
+    def add(self, stage_id: UUID, deltas: Mapping[str, int]) -> None:
         counts = self.stage_adds.get(stage_id)
         if counts is None:
             counts = self.stage_adds[stage_id] = Counter()
@@ -85,70 +85,93 @@ class Changes:
     def set_job(self, job_id: UUID, **values: Any) -> None:
         self.job_sets.setdefault(job_id, {}).update(values)
 
+    def ended(self, stage_id: UUID, deltas: Mapping[str, int], time: datetime) -> None:
+        """A task outcome: its counters, and the stage's end_time (the latest outcome's)."""
+        self.add(stage_id, deltas)
+        sets = self.stage_sets.get(stage_id)
+        if sets is None:
+            self.stage_sets[stage_id] = {"end_time": time}
+        else:
+            sets["end_time"] = time
+
 
 def fold(batch: Batch) -> Changes:
     """The changes `batch` (in log order) makes to the statistics rows. Pure."""
     c = Changes()
+    steps = STEP
     for _, e in batch:
-        step(c, e)
+        handler = steps.get(type(e))
+        if handler is not None:
+            handler(c, e)
     return c
 
 
-def step(c: Changes, e: Any) -> None:
-    """Fold one event into `c`."""
-    t = type(e)
-    if t is Job.JobCreated:
-        c.new_jobs[e.originator_id] = {
-            "job_id": e.originator_id,
-            "name": e.name,
-            "status": JobStatus.PENDING.value,
-            "creation_time": e.timestamp,
-            "start_time": None,
-            "end_time": None,
-            "deleted": False,
-        }
-    elif t is Job.JobResumed:
-        c.set_job(e.originator_id, status=str(e.status))
-    elif t in JOB_STATUS:
-        values: dict[str, Any] = {"status": JOB_STATUS[t].value}
-        if t is Job.JobStarted:
+def _job_created(c: Changes, e: Any) -> None:
+    c.new_jobs[e.originator_id] = {
+        "job_id": e.originator_id,
+        "name": e.name,
+        "status": JobStatus.PENDING.value,
+        "creation_time": e.timestamp,
+        "start_time": None,
+        "end_time": None,
+        "deleted": False,
+    }
+
+
+def _job_status(status: JobStatus) -> Callable[[Changes, Any], None]:
+    def handle(c: Changes, e: Any) -> None:
+        values: dict[str, Any] = {"status": status.value}
+        if status is JobStatus.IN_PROGRESS:  # JobStarted
             values["start_time"] = e.timestamp
-        elif JOB_STATUS[t] in JOB_FINAL:
+        elif status in JOB_FINAL:
             values["end_time"] = e.timestamp
         c.set_job(e.originator_id, **values)
-    elif t is Job.JobDeleted:
-        c.set_job(e.originator_id, deleted=True)
-    elif t is Stage.StageAdded:
-        c.new_stages[e.originator_id] = {
-            "stage_id": e.originator_id,
-            "job_id": e.job_id,
-            "stage_order": e.order,
-            "type": e.type,
-            "start_time": None,
-            "end_time": None,
-        }
-    elif t is Stage.StageStarted:
-        c.set_stage(e.originator_id, start_time=e.timestamp)
-    elif t is Task.TaskCreated:
-        c.add(e.stage_id, created=1, queued=1)
-    elif t is Task.TaskDequeued:
-        c.add(e.stage_id, queued=-1)
-    elif t is Task.TaskReturned:
-        c.add(e.stage_id, queued=1)
-    elif t is Task.TaskCompleted:
-        c.add(e.stage_id, successful=1)
-        c.set_stage(e.stage_id, end_time=e.timestamp)
-    elif t is Task.TaskRetried:
-        kind = "retried_after_timeout" if e.cause == TIMEOUT else "retried_after_error"
-        c.add(e.stage_id, **{"created": 1, "queued": 1, kind: 1})
-        c.set_stage(e.stage_id, end_time=e.timestamp)
-    elif t is Task.TaskFailed:
-        kind = "failed_without_retry" if e.cause == FATAL else "failed_after_retry"
-        c.add(e.stage_id, **{kind: 1})
-        c.set_stage(e.stage_id, end_time=e.timestamp)
-    elif t is Task.TaskAborted:
-        c.add(e.stage_id, canceled=1, queued=-1 if e.previous in QUEUED else 0)
-        c.set_stage(e.stage_id, end_time=e.timestamp)
+
+    return handle
+
+
+def _stage_added(c: Changes, e: Any) -> None:
+    c.new_stages[e.originator_id] = {
+        "stage_id": e.originator_id,
+        "job_id": e.job_id,
+        "stage_order": e.order,
+        "type": e.type,
+        "start_time": None,
+        "end_time": None,
+    }
+
+
+CREATED: Final = {"created": 1, "queued": 1}
+DEQUEUED: Final = {"queued": -1}
+RETURNED: Final = {"queued": 1}
+SUCCESSFUL: Final = {"successful": 1}
+RETRIED: Final = {
+    cause: {"created": 1, "queued": 1, f"retried_after_{cause}": 1}
+    for cause in ("error", "timeout")
+}
+FAILED: Final = {"failed_without_retry": 1}, {"failed_after_retry": 1}
+CANCELED: Final = {"canceled": 1, "queued": -1}, {"canceled": 1, "queued": 0}
+
+# What each event does to the statistics (a dict by class: no isinstance chain per event).
+STEP: Final[dict[type, Callable[[Changes, Any], None]]] = {
+    Job.JobCreated: _job_created,
+    Job.JobResumed: lambda c, e: c.set_job(e.originator_id, status=str(e.status)),
+    **{t: _job_status(status) for t, status in JOB_STATUS.items()},
+    Job.JobDeleted: lambda c, e: c.set_job(e.originator_id, deleted=True),
+    Stage.StageAdded: _stage_added,
+    Stage.StageStarted: lambda c, e: c.set_stage(e.originator_id, start_time=e.timestamp),
+    Task.TaskCreated: lambda c, e: c.add(e.stage_id, CREATED),
+    Task.TaskDequeued: lambda c, e: c.add(e.stage_id, DEQUEUED),
+    Task.TaskReturned: lambda c, e: c.add(e.stage_id, RETURNED),
+    Task.TaskCompleted: lambda c, e: c.ended(e.stage_id, SUCCESSFUL, e.timestamp),
+    Task.TaskRetried: lambda c, e: c.ended(
+        e.stage_id, RETRIED["timeout" if e.cause == TIMEOUT else "error"], e.timestamp
+    ),
+    Task.TaskFailed: lambda c, e: c.ended(e.stage_id, FAILED[e.cause != FATAL], e.timestamp),
+    Task.TaskAborted: lambda c, e: c.ended(
+        e.stage_id, CANCELED[e.previous not in QUEUED], e.timestamp
+    ),
+}
 
 
 EVENTS: Final = (
@@ -217,8 +240,11 @@ class RunStats(CatchUpProjection):
     CREATE INDEX IF NOT EXISTS {STAGES}_job ON {STAGES} (job_id)
     """
 
-    def apply(self, cur: Cursor, batch: Batch, sql: Sql) -> None:
-        c = fold(batch)
+    def prepare(self, batch: Batch) -> Changes:
+        return fold(batch)
+
+    def apply(self, cur: Cursor, batch: Batch, sql: Sql, prepared: Any = None) -> None:
+        c = prepared if isinstance(prepared, Changes) else fold(batch)
         d = cur.dialect
         if c.new_jobs:
             cur.executemany(sql(INSERT_JOB), [d.dump_row(r) for r in c.new_jobs.values()])

@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from contextvars import ContextVar
 from datetime import datetime
 from functools import cached_property
-from typing import Any, cast
+from typing import Any, Final, cast
 from uuid import UUID
 
 import psycopg_pool
@@ -50,6 +51,16 @@ CLAIM = (
     "SELECT task_id FROM queue_v1 WHERE stage_type = {type} AND stage_open AND job_open "
     "ORDER BY priority_rank, seq LIMIT 1{lock}"
 )
+
+# Lock order on PostgreSQL. A write session reads optimistically (the read-model tables' ACCESS
+# SHARE locks) before it waits for the event table's lock, while a rebuild's swap holds that lock
+# and needs ACCESS EXCLUSIVE on the same tables to drop and rename them: a deadlock, which
+# PostgreSQL broke after a second by failing one of the two. So both first take one advisory
+# lock, write sessions shared (they never wait for each other) and the swap exclusive: a swap
+# waits for the sessions under way, and new ones wait for the swap before they read anything.
+_SWAP_KEY: Final = 0x6A6F626E  # "jobn"
+WRITING: Final = f"SELECT pg_advisory_xact_lock_shared({_SWAP_KEY})"
+SWAPPING: Final = f"SELECT pg_advisory_xact_lock({_SWAP_KEY})"
 
 # The write session open in this context: a nested `session(write=True)` joins it instead of
 # opening a second transaction, so a caller can wrap a command and its own rows (an
@@ -95,6 +106,31 @@ class Cursor:
         return [self.dialect.load(dict(r)) for r in self.raw.fetchall()]
 
 
+def _use_wal(path: str, timeout: float = 60.0) -> None:
+    """Switch an SQLite file to WAL before the library's connections open it.
+
+    Each of them checks the journal mode and switches a new file to WAL. When processes open a
+    new file at once, SQLite answers a switch that would wait on another connection's lock with
+    "database is locked" at once (it does not wait there: that could deadlock), so one of them
+    failed its start-up. Here the switch is retried until the file is in WAL mode; the mode is
+    persistent, so the library then only reads it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with closing(sqlite3.connect(path, uri=True, timeout=timeout)) as conn:
+                mode = str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+            if mode.lower() == "wal":
+                return
+            problem = f"journal mode is {mode}"
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e):
+                raise DatabaseError(f"could not switch {path} to WAL mode: {e}") from e
+            problem = str(e)
+        if time.monotonic() > deadline:
+            raise DatabaseError(f"could not switch {path} to WAL mode: {problem}")
+        time.sleep(0.02)
+
+
 class SqlStore:
     """Sessions over the event log and the inline read models, on PostgreSQL or SQLite."""
 
@@ -109,6 +145,8 @@ class SqlStore:
         elif isinstance(recorder, SQLiteApplicationRecorder):
             self.dialect = SQLITE
             self.pg, self.lite = None, recorder.datastore
+            if not recorder.datastore.pool.is_sqlite_memory_mode:
+                _use_wal(recorder.datastore.pool.db_name)
         else:  # pragma: no cover - configuration error
             raise TypeError(f"unsupported recorder {type(recorder).__name__}")
         self.mapper = self.log_app.mapper
@@ -144,12 +182,14 @@ class SqlStore:
         cast(PostgresApplicationRecorder | SQLiteApplicationRecorder, self.recorder).create_table()
 
     @contextmanager
-    def cursor(self, *, write: bool, lock: bool = True) -> Iterator[Cursor]:
+    def cursor(self, *, write: bool, lock: bool = True, swap: bool = False) -> Iterator[Cursor]:
         """A transaction: committed on success when `write`, rolled back otherwise.
 
         A write transaction serialises with every other writer. `lock=False` (PostgreSQL) leaves
         the event table unlocked: for catch-up projections and rebuilds, which append no events
         and write only their own tables (SQLite has one writer at a time whatever `lock` says).
+        `swap` (PostgreSQL): first wait until no write session is under way and keep new ones
+        from starting (`SWAPPING`): a rebuild's swap drops and renames the live tables.
         """
         try:
             if self.pg is not None:
@@ -158,6 +198,8 @@ class SqlStore:
                     conn.transaction(force_rollback=not write),
                     conn.cursor() as raw,
                 ):
+                    if write and swap:
+                        raw.execute(SWAPPING)
                     if write and lock:
                         raw.execute(f"LOCK TABLE {self.events_table} IN EXCLUSIVE MODE")
                     yield Cursor(raw, self.dialect)
@@ -210,7 +252,10 @@ class SqlStore:
                 yield cur, write
             return
         try:
-            with self._writers.connection() as conn, batch_transaction(conn, self.dialect) as bc:
+            with (
+                self._writers.connection() as conn,
+                batch_transaction(conn, self.dialect, [WRITING]) as bc,
+            ):
                 yield bc, False
         except psycopg_pool.PoolTimeout as e:
             raise DatabaseError(f"database error: {e}") from e
@@ -222,6 +267,13 @@ class SqlStore:
                 self._writer_pool = self._open_writers()
             return self._writer_pool
 
+    def connection_kwargs(self) -> dict[str, Any]:
+        """PostgreSQL: the library pool's connection arguments (a copy), for the connections
+        jobnik opens beside it (the write pool, the leader lock, a rebuild's writers)."""
+        assert self.pg is not None
+        given = self.pg.pool.kwargs
+        return dict((given() if callable(given) else given) or {})
+
     def _open_writers(self) -> psycopg_pool.ConnectionPool[Any]:
         """PostgreSQL write sessions' own pool, sized like the library's: autocommit (BEGIN and
         COMMIT travel in the strings), and psycopg never prepares on them, so nothing sends
@@ -229,10 +281,9 @@ class SqlStore:
         does after a ROLLBACK on a connection where it prepared statements itself)."""
         assert self.pg is not None
         library = self.pg.pool
-        given = library.kwargs() if callable(library.kwargs) else library.kwargs
         pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             library.conninfo,
-            kwargs={**(given or {}), "autocommit": True, "prepare_threshold": None},
+            kwargs={**self.connection_kwargs(), "autocommit": True, "prepare_threshold": None},
             min_size=1,
             max_size=library.max_size,
             timeout=library.timeout,
@@ -260,14 +311,16 @@ class SqlStore:
         """PostgreSQL, under the writer lock: queue the events' INSERT; returns its ids (filled
         in when the string is sent) and, for the read models' ops queued after it, each event's
         position as a SQL expression (the ids are consecutive: nothing else inserts meanwhile)."""
-        values = ", ".join(["(%s, %s, %s, %s)"] * len(stored))
-        params = [
-            v for e in stored for v in (e.originator_id, e.originator_version, e.topic, e.state)
-        ]
-        ids = cur.later(
+        values = ", ".join(f"(%(o{i})s, %(v{i})s, %(t{i})s, %(s{i})s)" for i in range(len(stored)))
+        params: dict[str, Any] = {}
+        for i, e in enumerate(stored):
+            params[f"o{i}"], params[f"v{i}"] = e.originator_id, e.originator_version
+            params[f"t{i}"], params[f"s{i}"] = e.topic, e.state
+        ids = cur.later_prepared(
             f"INSERT INTO {self.events_table} (originator_id, originator_version, topic, state) "
             f"VALUES {values} RETURNING notification_id",
             params,
+            rows=len(stored),
         )
         last = len(stored) - 1
         seq = self._sequence
@@ -367,16 +420,18 @@ class SqlSession:
         cast(BatchCursor, self.cur).locked = True
         if not self._seen:
             return
-        by_table: dict[str, list[tuple[UUID, int]]] = {}
-        for key, (table, version) in self._seen.items():
-            by_table.setdefault(table, []).append((key, version))
+        by_table: dict[str, list[str]] = {}
+        params: dict[str, Any] = {"n": len(self._seen)}
+        for i, (key, (table, version)) in enumerate(self._seen.items()):
+            by_table.setdefault(table, []).append(f"(%(i{i})s::uuid, %(v{i})s::bigint)")
+            params[f"i{i}"], params[f"v{i}"] = key, version
         counts = " + ".join(
-            f"(SELECT count(*) FROM {table} WHERE (id, version) IN "
-            f"({', '.join(['(%s::uuid, %s)'] * len(rows))}))"
+            f"(SELECT count(*) FROM {table} WHERE (id, version) IN ({', '.join(rows)}))"
             for table, rows in by_table.items()
         )
-        params = [v for rows in by_table.values() for row in rows for v in row]
-        self.cur.execute(f"SELECT jobnik_assert_fresh({counts}, %s)", [*params, len(self._seen)])
+        cast(BatchCursor, self.cur).execute_prepared(
+            f"SELECT jobnik_assert_fresh({counts}, %(n)s::bigint)", params, rows=len(self._seen)
+        )
 
     def _sent_events(self) -> bool:
         return any(ids.rows is not None for ids in self._ids)
@@ -407,10 +462,10 @@ class SqlSession:
         if self._predicted:
             self.lock()
         for stage_id, done in self._predicted:
-            self.cur.execute(
+            cast(BatchCursor, self.cur).execute_prepared(
                 f"SELECT jobnik_assert_fresh((SELECT count(*) FROM {SUMMARIES} WHERE stage_id = "
-                "%s AND (completed = total) = %s), 1)",
-                [stage_id, done],
+                "%(s)s::uuid AND (completed = total) = %(d)s::boolean), 1)",
+                {"s": stage_id, "d": done},
             )
 
     def _load(self, table: str, key: UUID, convert: Any, missing: type[Exception]) -> Any:
@@ -432,8 +487,7 @@ class SqlSession:
     def _read_ahead(self, value: Any, *, claim: bool) -> dict[str, Any] | None:
         """The task row with id `value`, or (`claim`) the next queued of stage type `value`,
         locked. PostgreSQL write sessions read its stage's, job's and stage summary's rows in
-        the same statement, prepared (a miss is checked unprepared): every worker command uses
-        them."""
+        the same statement, prepared: every worker command uses them."""
         if not isinstance(self.cur, BatchCursor):
             p = self.p("v")
             which = f"({CLAIM.format(type=p, lock='')})" if claim else p
@@ -453,10 +507,9 @@ class SqlSession:
         later = self.cur.later_prepared(sql, {"v": value})
         self.cur.flush()
         rows = later.rows
-        if not rows:
-            # A prepared statement that waited for a rebuild's swap (DROP TABLE, then RENAME the
-            # shadow) finds nothing rather than re-resolving the names: make sure, unprepared.
-            rows = self.cur.raw_all(sql, {"v": value})
+        # (A prepared statement that waited for a rebuild's swap, DROP TABLE then RENAME, would
+        # find nothing rather than re-resolve the names; it cannot wait for one: the session's
+        # first statement, WRITING, waits for a swap under way and holds the next one off.)
         if not rows:
             return None
         row = rows[0]

@@ -47,6 +47,13 @@ def drain(store: SqlStore, limit: int) -> None:
             pass
 
 
+def wait_caught_up(store: SqlStore) -> None:
+    deadline = time.monotonic() + 10
+    while any(tracking.position_of(store, n) < head(store) for n in NAMES):
+        assert time.monotonic() < deadline, "the runner did not catch up"
+        time.sleep(0.01)
+
+
 def many_tasks(jobnik: Jobnik, n: int) -> None:
     """One job of `n` tasks, every one dequeued and completed: about 3n events."""
     job = jobnik.create_job(NewJob(name="bulk", data={}))
@@ -182,13 +189,38 @@ def test_the_runner_thread_follows_writes_as_they_happen(store: SqlStore, jobnik
     runner.start()
     try:
         many_tasks(jobnik, 20)
-        deadline = time.monotonic() + 10
-        while any(tracking.position_of(store, n) < head(store) for n in NAMES):
-            assert time.monotonic() < deadline, "the runner did not catch up"
-            time.sleep(0.01)
+        wait_caught_up(store)
     finally:
         runner.stop()
 
+    assert verify(store, names=NAMES) == []
+
+
+def test_a_burst_of_commits_shares_rounds_and_is_applied(store: SqlStore, jobnik: Jobnik) -> None:
+    """Every commit wakes the runner, but rounds start at most every `min_gap` seconds: under a
+    burst, one round applies many commits' events (a round costs its statements whatever it
+    carries), and the runner still reaches the head."""
+    runner = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"), interval=5, min_gap=0.2)
+    rounds = 0
+    run_once = runner.run_once
+
+    def counted() -> int:
+        nonlocal rounds
+        rounds += 1
+        return run_once()
+
+    runner.run_once = counted  # type: ignore[method-assign]
+    runner.start()
+    try:
+        started = time.monotonic()
+        many_tasks(jobnik, 30)  # about 60 commits, each waking the runner
+        elapsed = time.monotonic() - started
+        wait_caught_up(store)
+    finally:
+        runner.stop()
+
+    assert rounds <= elapsed / 0.2 + 3, f"{rounds} rounds in {elapsed:.2f} s: not debounced"
+    assert rounds < 60
     assert verify(store, names=NAMES) == []
 
 

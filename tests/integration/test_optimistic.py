@@ -6,6 +6,7 @@ command runs again on fresh state (the outcome is the one of running the two com
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -187,20 +188,41 @@ def test_the_last_two_reports_racing_complete_the_stage_once(
 
 def test_a_command_returns_only_once_its_commit_is_flushed(pg: SqlStore) -> None:
     """The locked transaction commits asynchronously (the lock goes at once); the command must
-    still not answer before the WAL holding that commit is on disk."""
+    still not answer before the WAL holding that commit is on disk. The commit record is found in
+    the WAL (pg_walinspect) by the xid that wrote the event, so other databases' writes on the
+    same server do not disturb the check."""
     jobnik = Jobnik(pg)
     _, stage = one_task_job(jobnik)
     jobnik.add_tasks(stage.id, [NewTask(data={}) for _ in range(9)])
     assert pg.pg is not None
     with pg.pg.get_connection() as conn:
         conn.autocommit = True
-        for _ in range(10):
-            jobnik.dequeue("opt")
-            row = conn.execute(
-                "SELECT pg_current_wal_flush_lsn() >= pg_current_wal_insert_lsn() AS flushed"
-            ).fetchone()
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+
+        def one(sql: str, *params: Any) -> Any:
+            row = conn.execute(sql, params).fetchone()
             assert row is not None
-            assert row["flushed"]
+            return next(iter(row.values()))
+
+        for _ in range(10):
+            before = one("SELECT pg_current_wal_insert_lsn()")
+            task = jobnik.dequeue("opt")
+            flushed = one("SELECT pg_current_wal_flush_lsn()")  # as the command answered
+            assert one("SELECT %s::pg_lsn > %s::pg_lsn", flushed, before), "nothing flushed"
+            xid = one(
+                f"SELECT xmin::text FROM {pg.events_table} WHERE originator_id = %s "
+                "ORDER BY originator_version DESC LIMIT 1",
+                task.id,
+            )
+            commit_end = one(
+                "SELECT max(end_lsn) FROM pg_get_wal_records_info_till_end_of_wal(%s) "
+                "WHERE xid::text = %s AND resource_manager = 'Transaction' "
+                "AND record_type LIKE 'COMMIT%%'",
+                before,
+                xid,
+            )
+            assert commit_end is not None, "the command's commit is not in the flushed WAL"
+            assert one("SELECT %s::pg_lsn >= %s::pg_lsn", flushed, commit_end)
         conn.autocommit = False
 
 
@@ -214,3 +236,45 @@ def test_write_sessions_hand_their_connections_back_as_they_found_them(pg: SqlSt
             cur.one("SELECT 1 AS one")
         assert conn.autocommit
         conn.execute("VACUUM (ANALYZE) queue_v1")
+
+
+def test_a_rebuild_swap_waits_for_a_session_that_read_ahead(pg: SqlStore) -> None:
+    """A write session reads (its read models' ACCESS SHARE locks) before it waits for the event
+    table's lock; a rebuild's swap holds that lock and drops the read models. Without one lock
+    order that was a deadlock, broken by failing either side; now the swap waits for the session,
+    and both succeed."""
+    from jobnik.projections.rebuild import rebuild
+
+    jobnik = Jobnik(pg)
+    one_task_job(jobnik)
+    task = jobnik.dequeue("opt")
+    read = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def session() -> None:
+        try:
+            with pg.session(write=True) as s:
+                s.task(task.id)  # read ahead: the read models' ACCESS SHARE locks
+                read.set()
+                time.sleep(1.5)  # the rebuild reaches its swap meanwhile
+                s.lock()  # sent at commit: waits for the event table's lock
+            outcome["session"] = "ok"
+        except Exception as e:  # noqa: BLE001 - asserted below
+            outcome["session"] = repr(e)
+
+    def swap() -> None:
+        read.wait(10)
+        try:
+            rebuild(pg)
+            outcome["rebuild"] = "ok"
+        except Exception as e:  # noqa: BLE001 - asserted below
+            outcome["rebuild"] = repr(e)
+
+    threads = [threading.Thread(target=session), threading.Thread(target=swap)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert outcome == {"session": "ok", "rebuild": "ok"}
+    with pg.session(write=False) as r:
+        assert r.task(task.id).status == TaskStatus.IN_PROGRESS

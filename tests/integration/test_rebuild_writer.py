@@ -1,0 +1,128 @@
+"""The rebuild's threads on PostgreSQL: the page writer (projections/writer.py) and the read-ahead
+(projections/readahead.py). Order, reads, commits, errors, and a rebuild that fails mid-way."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.domain.errors import DatabaseError
+from jobnik.projections import run_stats
+from jobnik.projections.config import library_env
+from jobnik.projections.readahead import read_ahead
+from jobnik.projections.rebuild import rebuild
+from jobnik.projections.store import SqlStore
+from jobnik.projections.writer import Writer, run
+from tests.conftest import _reset
+
+
+@pytest.fixture
+def pg(pg_database_url: str) -> Iterator[SqlStore]:
+    _reset(pg_database_url)
+    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": pg_database_url}))
+    try:
+        store.migrate()
+        with store.cursor(write=True) as cur:
+            cur.execute("CREATE TABLE w (n INTEGER PRIMARY KEY)")
+        yield store
+    finally:
+        store.close()
+
+
+def numbers(store: SqlStore) -> list[int]:
+    with store.cursor(write=False) as cur:
+        return [r["n"] for r in cur.all("SELECT n FROM w ORDER BY n")]
+
+
+def test_reads_see_the_writes_queued_before_them_and_each_page_commits(pg: SqlStore) -> None:
+    with Writer(pg) as writer:
+        with writer.page() as cur:
+            cur.execute("INSERT INTO w VALUES (1)")
+            assert cur.all("SELECT n FROM w") == [{"n": 1}]
+            run(cur, lambda c: c.execute("INSERT INTO w VALUES (2)"))
+        with writer.page() as cur:
+            cur.executemany("INSERT INTO w VALUES (%(n)s)", [{"n": 3}, {"n": 4}])
+            assert cur.one("SELECT count(*) AS c FROM w") == {"c": 4}
+        with writer.page():
+            pass  # an empty page
+    assert numbers(pg) == [1, 2, 3, 4]
+
+
+def write_a_duplicate(store: SqlStore) -> None:
+    with Writer(store) as writer:
+        with writer.page() as cur:
+            cur.execute("INSERT INTO w VALUES (1)")
+        with writer.page() as cur:
+            cur.execute("INSERT INTO w VALUES (2)")
+            cur.execute("INSERT INTO w VALUES (1)")  # fails on the writer's thread
+            cur.all("SELECT n FROM w")  # raises here, the caller's next wait
+
+
+def test_a_failed_statement_is_raised_in_the_caller_and_its_page_rolled_back(
+    pg: SqlStore,
+) -> None:
+    with pytest.raises(DatabaseError, match="duplicate key"):
+        write_a_duplicate(pg)
+    assert numbers(pg) == [1]
+
+
+def abandon_a_page(store: SqlStore) -> None:
+    with Writer(store) as writer:
+        with writer.page() as cur:
+            cur.execute("INSERT INTO w VALUES (1)")
+        with writer.page() as cur:
+            cur.execute("INSERT INTO w VALUES (2)")
+            raise RuntimeError("the fold failed")
+
+
+def test_a_page_the_caller_abandons_is_rolled_back(pg: SqlStore) -> None:
+    with pytest.raises(RuntimeError):
+        abandon_a_page(pg)
+    assert numbers(pg) == [1]
+
+
+def test_read_ahead_yields_in_order_and_raises_the_sources_error() -> None:
+    before = sys.getswitchinterval()
+    assert list(read_ahead(iter(range(100)), depth=2)) == list(range(100))
+    first, second = read_ahead(iter(range(3))), read_ahead(iter(range(3)))
+    next(first), next(second)  # two at once: the shorter interval holds until both end
+    first.close()
+    assert sys.getswitchinterval() < before
+    second.close()
+    assert sys.getswitchinterval() == before
+
+    def failing() -> Iterator[int]:
+        yield 1
+        raise ValueError("bad page")
+
+    seen: list[int] = []
+    with pytest.raises(ValueError, match="bad page"):
+        seen.extend(read_ahead(failing()))
+    assert seen == [1]
+
+
+def test_a_rebuild_whose_write_fails_keeps_the_live_tables_and_leaves_no_thread(
+    pg: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobnik = Jobnik(pg)
+    job = jobnik.create_job(NewJob(name="w", data={}))
+    stage = jobnik.add_stage(job.id, NewStage(type="w", data={}))
+    jobnik.add_tasks(stage.id, [NewTask(data={"i": i}) for i in range(5)])
+    rebuild(pg)
+    with pg.cursor(write=False) as cur:
+        before = cur.all("SELECT * FROM tasks_v1 ORDER BY id")
+    threads = threading.active_count()
+    monkeypatch.setattr(run_stats, "INSERT_STAGE", "INSERT INTO no_such_table VALUES (1)")
+
+    with pytest.raises(DatabaseError, match="no_such_table"):
+        rebuild(pg)
+
+    with pg.cursor(write=False) as cur:
+        assert cur.all("SELECT * FROM tasks_v1 ORDER BY id") == before
+        shadows = cur.all("SELECT tablename FROM pg_tables WHERE tablename LIKE '%%__next'")
+    assert shadows == []
+    assert threading.active_count() == threads
