@@ -105,6 +105,8 @@ class Jobnik(WorkCommands):
         with self._write() as s:
             job = s.job(job_id)
             job.request_status(target, now)
+            if target in (JobStatus.PAUSED, JobStatus.ABORTED):
+                s.hold_queue(job.id)  # its queued tasks stop being dequeueable
             if target is not JobStatus.ABORTED:
                 s.save(job)
                 return job
@@ -132,6 +134,8 @@ class Jobnik(WorkCommands):
         with self._write() as s:
             job = s.job(job_id)
             changed = job.change_priority(priority, self.clock())
+            if changed:
+                s.hold_queue(job.id)  # its queued tasks are re-ranked
             s.save(job)
         return changed
 

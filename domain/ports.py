@@ -70,6 +70,12 @@ class Session(Protocol):
 
     def summary(self, stage_id: UUID) -> Summary: ...
 
+    def hold_queue(self, job_id: UUID) -> None:
+        """Before a command changes or removes `job_id`'s queued tasks: wait for dequeues under
+        way that claimed some of them, and keep new ones off them. Called before anything else
+        the command writes (see SqlSession.hold_queue); a no-op where writers never overlap."""
+        ...
+
     def all_completed(self, stage_id: UUID) -> bool:
         """Whether every task of the stage is COMPLETED, counting this session's own saves."""
         ...

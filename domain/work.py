@@ -177,6 +177,8 @@ class WorkCommands:
             task.fail(now, Actor.SYSTEM, failure)
         else:
             task.report(status, now, Actor.WORKER, reason, fatal=fatal, result=result)
+        if task.status == TaskStatus.FAILED:
+            s.hold_queue(job.id)  # the stage and the job may fail: their tasks leave the queue
         s.save(task)
         self._cascade(s, task, stage, job, now)
 

@@ -41,7 +41,7 @@ from jobnik.projections.executor import OpExecutor
 from jobnik.projections.migrations import migrate
 from jobnik.projections.positions import note_written
 from jobnik.projections.rows import job_from_row, stage_from_row, summary_from_row, task_from_row
-from jobnik.projections.schema import JOBS, STAGES, SUMMARIES, TASKS
+from jobnik.projections.schema import JOBS, QUEUE, STAGES, SUMMARIES, TASKS
 
 log = logging.getLogger(__name__)
 
@@ -431,6 +431,24 @@ class SqlSession:
         )
         cast(BatchCursor, self.cur).execute_prepared(
             f"SELECT jobnik_assert_fresh({counts}, %(n)s::bigint)", params, rows=len(self._seen)
+        )
+
+    def hold_queue(self, job_id: UUID) -> None:
+        """Lock `job_id`'s queue rows before the writer lock (PostgreSQL).
+
+        A dequeue holds the queue row it claimed (FOR UPDATE SKIP LOCKED) while it waits for
+        the event table's lock. A command that changes the job's queue rows under that lock
+        would wait for the row in turn: a deadlock, broken by PostgreSQL after
+        `deadlock_timeout` by failing one side. Locking the rows first keeps one order, rows
+        then table: the command waits for the claims under way (which can take the table lock
+        meanwhile), and dequeues skip the rows it holds. Queued, not sent: it travels at the
+        head of the command's write string."""
+        if self.locked or not isinstance(self.cur, BatchCursor):
+            return
+        self.cur.execute_prepared(
+            f"SELECT count(*) FROM (SELECT 1 FROM {QUEUE} WHERE job_id = %(j)s::uuid "
+            "ORDER BY task_id FOR UPDATE) held",
+            {"j": job_id},
         )
 
     def _sent_events(self) -> bool:

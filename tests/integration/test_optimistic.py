@@ -8,13 +8,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import ConcurrencyConflict
-from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
+from jobnik.domain.statuses import Actor, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.work import conflicts_retried
 from jobnik.projections.batch import batch_transaction
 from jobnik.projections.config import library_env
@@ -278,3 +279,91 @@ def test_a_rebuild_swap_waits_for_a_session_that_read_ahead(pg: SqlStore) -> Non
     assert outcome == {"session": "ok", "rebuild": "ok"}
     with pg.session(write=False) as r:
         assert r.task(task.id).status == TaskStatus.IN_PROGRESS
+
+
+HOLD_CASES = ["pause", "abort", "priority", "failing report"]
+
+
+@pytest.mark.parametrize("command", HOLD_CASES)
+def test_a_command_that_changes_a_jobs_queue_rows_waits_for_a_claim_without_the_writer_lock(
+    pg: SqlStore, pg_database_url: str, command: str
+) -> None:
+    """A dequeue holds its claimed queue row while it waits for the event table's lock. A
+    command that changes the job's queue rows while holding that lock would wait for the row:
+    a deadlock, which PostgreSQL breaks after a second by failing one side. Such a command
+    first waits for the job's claimed rows, before it takes the writer lock."""
+    import psycopg
+
+    jobnik = Jobnik(pg)
+    job = jobnik.create_job(NewJob(name="hold", data={}))
+    stage = jobnik.add_stage(job.id, NewStage(type="hold", data={}))
+    jobnik.add_tasks(stage.id, [NewTask(data={"n": n}, max_attempts=1) for n in range(4)])
+    doomed = jobnik.dequeue("hold")  # the failing report's task
+    claimed = threading.Event()
+    finish = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def dequeue_in_flight() -> None:
+        try:
+            with pg.session(write=True) as s:
+                task = s.claim("hold")  # FOR UPDATE: its queue row is locked from here
+                assert task is not None
+                outcome["claimed"] = task.id
+                claimed.set()
+                finish.wait(30)
+                task.dequeue(datetime.now(UTC), Actor.WORKER, 60)
+                s.save(task)  # waits for the writer lock
+            outcome["dequeue"] = "ok"
+        except Exception as e:  # noqa: BLE001 - asserted below
+            outcome["dequeue"] = repr(e)
+
+    def run_command() -> None:
+        try:
+            if command == "pause":
+                jobnik.set_job_status(job.id, JobStatus.PAUSED)
+            elif command == "abort":
+                jobnik.set_job_status(job.id, JobStatus.ABORTED)
+            elif command == "priority":
+                jobnik.change_priority(job.id, Priority.VERY_HIGH)
+            else:
+                jobnik.report_task(doomed.id, TaskStatus.FAILED, attempt=1, reason="boom")
+            outcome["command"] = "ok"
+        except Exception as e:  # noqa: BLE001 - asserted below
+            outcome["command"] = repr(e)
+
+    holder = threading.Thread(target=dequeue_in_flight)
+    holder.start()
+    assert claimed.wait(10)
+    runner = threading.Thread(target=run_command)
+    runner.start()
+    with psycopg.connect(pg_database_url, autocommit=True) as admin:
+        waiting: list[Any] = []
+        deadline = time.monotonic() + 10
+        while not waiting and time.monotonic() < deadline:
+            waiting = admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            ).fetchall()
+            time.sleep(0.02)
+        assert waiting, "the command did not wait for the claimed row"
+        writer_lock = admin.execute(
+            "SELECT count(*) FROM pg_locks WHERE pid = %s AND granted "
+            "AND relation = 'jobnik_events'::regclass",
+            [waiting[0][0]],
+        ).fetchone()
+    finish.set()
+    holder.join(30)
+    runner.join(30)
+
+    assert writer_lock == (0,), "it waited for the claimed row while holding the writer lock"
+    assert outcome == {"claimed": outcome["claimed"], "dequeue": "ok", "command": "ok"}
+    with pg.session(write=False) as r:
+        job_now, claimed_task = r.job(job.id), r.task(outcome["claimed"])
+    assert claimed_task.status == TaskStatus.IN_PROGRESS
+    expected = {
+        "pause": JobStatus.PAUSED,
+        "abort": JobStatus.ABORTED,
+        "priority": JobStatus.IN_PROGRESS,
+        "failing report": JobStatus.FAILED,
+    }
+    assert job_now.status == expected[command]

@@ -203,6 +203,9 @@ class MemorySession:
         queued = self.tables.dequeueable(stage_type)
         return self.task(queued[0]) if queued else None
 
+    def hold_queue(self, job_id: UUID) -> None:
+        """Nothing to wait for: this store's sessions never overlap."""
+
     def summary(self, stage_id: UUID) -> Summary:
         row = self.tables.maybe(SUMMARIES, stage_id=stage_id)
         return summary_from_row(row) if row else Summary()
