@@ -336,10 +336,18 @@ class WorkCommands:
         """Take back tasks whose lease expired: RETRIED while attempts remain, else FAILED.
 
         Counted as timeouts (cause "timeout"), not as handler failures. Tasks of aborted jobs
-        are aborted instead. Returns how many tasks it took back.
+        are aborted instead. Returns how many tasks it took back. It looks before it writes: a
+        sweep that finds nothing takes no writer lock, and one that will fail a job holds the
+        job's queue rows first (`Session.hold_queue`).
         """
         now = self.clock()
+        with self.store.session(write=False) as r:  # a look first, without the writer lock
+            seen = r.expired_leases(now, limit)
+        if not seen:
+            return 0
         with self._write() as s:
+            for job_id in {t.job_id for t in seen if t.attempts + 1 >= t.max_attempts}:
+                s.hold_queue(job_id)  # its last attempt times out: the job may fail
             expired = s.expired_leases(now, limit)
             for task in expired:
                 stage, job = s.stage(task.stage_id), s.job(task.job_id)

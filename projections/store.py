@@ -434,7 +434,8 @@ class SqlSession:
         )
 
     def hold_queue(self, job_id: UUID) -> None:
-        """Lock `job_id`'s queue rows before the writer lock (PostgreSQL).
+        """Lock the queue rows of `job_id` and of its child jobs, at any depth (an abort
+        cascades to them), before the writer lock (PostgreSQL).
 
         A dequeue holds the queue row it claimed (FOR UPDATE SKIP LOCKED) while it waits for
         the event table's lock. A command that changes the job's queue rows under that lock
@@ -446,8 +447,9 @@ class SqlSession:
         if self.locked or not isinstance(self.cur, BatchCursor):
             return
         self.cur.execute_prepared(
-            f"SELECT count(*) FROM (SELECT 1 FROM {QUEUE} WHERE job_id = %(j)s::uuid "
-            "ORDER BY task_id FOR UPDATE) held",
+            f"WITH RECURSIVE tree(id) AS (SELECT %(j)s::uuid UNION ALL SELECT c.id FROM {JOBS} c "
+            "JOIN tree ON c.parent_job_id = tree.id) SELECT count(*) FROM (SELECT 1 FROM "
+            f"{QUEUE} WHERE job_id IN (SELECT id FROM tree) ORDER BY task_id FOR UPDATE) held",
             {"j": job_id},
         )
 

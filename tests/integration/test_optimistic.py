@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -281,7 +281,7 @@ def test_a_rebuild_swap_waits_for_a_session_that_read_ahead(pg: SqlStore) -> Non
         assert r.task(task.id).status == TaskStatus.IN_PROGRESS
 
 
-HOLD_CASES = ["pause", "abort", "priority", "failing report"]
+HOLD_CASES = ["pause", "abort", "priority", "failing report", "lease sweep", "parent abort"]
 
 
 @pytest.mark.parametrize("command", HOLD_CASES)
@@ -294,11 +294,20 @@ def test_a_command_that_changes_a_jobs_queue_rows_waits_for_a_claim_without_the_
     first waits for the job's claimed rows, before it takes the writer lock."""
     import psycopg
 
-    jobnik = Jobnik(pg)
-    job = jobnik.create_job(NewJob(name="hold", data={}))
+    now = [datetime.now(UTC)]
+    jobnik = Jobnik(pg, clock=lambda: now[0])
+    parent = None
+    if command == "parent abort":  # the claimed task is a child job's
+        parent = jobnik.create_job(NewJob(name="parent", data={}))
+        parent_stage = jobnik.add_stage(parent.id, NewStage(type="parent", data={}))
+        jobnik.add_tasks(parent_stage.id, [NewTask(data={})])
+        parent_task = jobnik.dequeue("parent")
+    job = jobnik.create_job(
+        NewJob(name="hold", data={}, parent_task_id=parent_task.id if parent else None)
+    )
     stage = jobnik.add_stage(job.id, NewStage(type="hold", data={}))
     jobnik.add_tasks(stage.id, [NewTask(data={"n": n}, max_attempts=1) for n in range(4)])
-    doomed = jobnik.dequeue("hold")  # the failing report's task
+    doomed = jobnik.dequeue("hold", lease_seconds=30)  # the failing report's, the sweep's
     claimed = threading.Event()
     finish = threading.Event()
     outcome: dict[str, Any] = {}
@@ -325,8 +334,14 @@ def test_a_command_that_changes_a_jobs_queue_rows_waits_for_a_claim_without_the_
                 jobnik.set_job_status(job.id, JobStatus.ABORTED)
             elif command == "priority":
                 jobnik.change_priority(job.id, Priority.VERY_HIGH)
-            else:
+            elif command == "failing report":
                 jobnik.report_task(doomed.id, TaskStatus.FAILED, attempt=1, reason="boom")
+            elif command == "lease sweep":
+                now[0] += timedelta(seconds=31)
+                assert jobnik.sweep() == 1
+            else:
+                assert parent is not None
+                jobnik.set_job_status(parent.id, JobStatus.ABORTED)
             outcome["command"] = "ok"
         except Exception as e:  # noqa: BLE001 - asserted below
             outcome["command"] = repr(e)
@@ -365,5 +380,7 @@ def test_a_command_that_changes_a_jobs_queue_rows_waits_for_a_claim_without_the_
         "abort": JobStatus.ABORTED,
         "priority": JobStatus.IN_PROGRESS,
         "failing report": JobStatus.FAILED,
+        "lease sweep": JobStatus.FAILED,
+        "parent abort": JobStatus.ABORTED,
     }
     assert job_now.status == expected[command]
