@@ -26,7 +26,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -252,13 +252,9 @@ class _Pass:
                 for page in read_ahead(self._decoded(pages)):
                     if writers is None:
                         with self.store.cursor(write=True, lock=False) as cur:
-                            self._apply(cur, page, head)
-                        continue
-                    batch, prepared = page
-                    for s, writer, ready in zip(self.shadows, writers, prepared, strict=True):
-                        with writer.page() as cur:
-                            s.apply(cur, batch, ready)
-                    self._advance(batch, head)
+                            self._apply(page, head, self._sharing(cur))
+                    else:
+                        self._apply(page, head, [w.page() for w in writers])
 
     @contextmanager
     def _writers(self) -> Iterator[list[Writer] | None]:
@@ -277,7 +273,7 @@ class _Pass:
         head = _head(cur, self.store)
         pages = _pages(self.store, self.position, PAGE, head, self.topics, cur)
         for page in self._decoded(pages):
-            self._apply(cur, page, head)
+            self._apply(page, head, self._sharing(cur))
         self.position = head
         return head
 
@@ -289,13 +285,19 @@ class _Pass:
             batch = [(n.id, decode(n)) for n in notes]
             yield batch, [s.prepare(batch) if s.prepare else None for s in self.shadows]
 
-    def _apply(self, cur: Cursor, page: Page, head: int) -> None:
-        batch, prepared = page
-        for s, ready in zip(self.shadows, prepared, strict=True):
-            s.apply(cur, batch, ready)
-        self._advance(batch, head)
+    def _sharing(self, cur: Cursor) -> list[AbstractContextManager[Cursor]]:
+        """Every shadow's cursor is `cur` (one transaction for the page)."""
+        return [nullcontext(cur)] * len(self.shadows)
 
-    def _advance(self, batch: Batch, head: int) -> None:
+    def _apply(
+        self, page: Page, head: int, cursors: Sequence[AbstractContextManager[Cursor]]
+    ) -> None:
+        """Apply a decoded page to each shadow through its cursor (a writer's page, or one
+        shared transaction), then move the pass's position."""
+        batch, prepared = page
+        for s, cursor, ready in zip(self.shadows, cursors, prepared, strict=True):
+            with cursor as cur:
+                s.apply(cur, batch, ready)
         self.applied += len(batch)
         self.position = batch[-1][0] if len(batch) == PAGE else head
         if self.progress is not None:

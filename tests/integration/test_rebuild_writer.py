@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -15,7 +15,7 @@ from jobnik.projections import run_stats
 from jobnik.projections.config import library_env
 from jobnik.projections.readahead import read_ahead
 from jobnik.projections.rebuild import rebuild
-from jobnik.projections.store import SqlStore
+from jobnik.projections.store import Cursor, SqlStore
 from jobnik.projections.writer import Writer, run
 from tests.conftest import _reset
 
@@ -52,36 +52,36 @@ def test_reads_see_the_writes_queued_before_them_and_each_page_commits(pg: SqlSt
     assert numbers(pg) == [1, 2, 3, 4]
 
 
-def write_a_duplicate(store: SqlStore) -> None:
+def two_pages(store: SqlStore, then: Callable[[Cursor], None]) -> None:
+    """A page inserting 1, then one inserting 2 and running `then` in it."""
     with Writer(store) as writer:
         with writer.page() as cur:
             cur.execute("INSERT INTO w VALUES (1)")
         with writer.page() as cur:
             cur.execute("INSERT INTO w VALUES (2)")
-            cur.execute("INSERT INTO w VALUES (1)")  # fails on the writer's thread
-            cur.all("SELECT n FROM w")  # raises here, the caller's next wait
+            then(cur)
+
+
+def insert_a_duplicate(cur: Cursor) -> None:
+    cur.execute("INSERT INTO w VALUES (1)")  # fails on the writer's thread
+    cur.all("SELECT n FROM w")  # raises here, the caller's next wait
+
+
+def fail_the_fold(cur: Cursor) -> None:
+    raise RuntimeError("the fold failed")
 
 
 def test_a_failed_statement_is_raised_in_the_caller_and_its_page_rolled_back(
     pg: SqlStore,
 ) -> None:
     with pytest.raises(DatabaseError, match="duplicate key"):
-        write_a_duplicate(pg)
+        two_pages(pg, insert_a_duplicate)
     assert numbers(pg) == [1]
-
-
-def abandon_a_page(store: SqlStore) -> None:
-    with Writer(store) as writer:
-        with writer.page() as cur:
-            cur.execute("INSERT INTO w VALUES (1)")
-        with writer.page() as cur:
-            cur.execute("INSERT INTO w VALUES (2)")
-            raise RuntimeError("the fold failed")
 
 
 def test_a_page_the_caller_abandons_is_rolled_back(pg: SqlStore) -> None:
     with pytest.raises(RuntimeError):
-        abandon_a_page(pg)
+        two_pages(pg, fail_the_fold)
     assert numbers(pg) == [1]
 
 
