@@ -167,3 +167,22 @@ def test_eight_workers_dequeue_each_of_2000_tasks_exactly_once(
     assert summary == Summary(completed=TASKS, total=TASKS)
     assert final_stage.status == StageStatus.COMPLETED
     assert (final_job.status, final_job.percentage) == (JobStatus.COMPLETED, 100)
+
+
+def test_a_sweep_that_finds_no_expired_lease_opens_no_write_session(
+    store: SqlStore, jobnik: Jobnik, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = jobnik.create_job(NewJob(name="idle sweep", data={}))
+    stage = jobnik.add_stage(job.id, NewStage(type="idle", data={}))
+    jobnik.add_tasks(stage.id, [NewTask(data={})])
+    jobnik.dequeue("idle", lease_seconds=600)
+    opened: list[bool] = []
+    original = SqlStore.session
+
+    def session(self: SqlStore, *, write: bool) -> Any:
+        opened.append(write)
+        return original(self, write=write)
+
+    monkeypatch.setattr(SqlStore, "session", session)
+    assert jobnik.sweep() == 0
+    assert opened == [False]  # one look, no writer lock
