@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
+from fastapi import Response
 from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from pydantic.alias_generators import to_camel
@@ -42,6 +43,13 @@ class OutModel(ApiModel):
     def _drop_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
         return {k: v for k, v in data.items() if v is not None}
+
+    def response(self) -> Response:
+        """This model as the response body, serialised once. A route that returns the model has
+        FastAPI validate it again against its `response_model` before serialising it (about
+        0.1 ms of CPU per request here), so the worker's hot routes (dequeue, status report,
+        heartbeat) return this instead and declare `response_model` for the OpenAPI document."""
+        return Response(self.model_dump_json(by_alias=True), media_type="application/json")
 
 
 # -- requests -----------------------------------------------------------------------------

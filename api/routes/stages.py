@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Depends, Path, Query
+from fastapi import APIRouter, Body, Depends, Path, Query, Response
 
 from jobnik.api.deps import (
     AsOfQuery,
@@ -108,7 +108,8 @@ def add_tasks(
     return once(lambda: [TaskOut.of(t) for t in jobnik.add_tasks(stage_id, new)])
 
 
-@router.patch("/stages/{stageType:path}/tasks/dequeue")  # a type may hold "/" (%2F)
+# a type may hold "/" (%2F)
+@router.patch("/stages/{stageType:path}/tasks/dequeue", response_model=TaskOut)
 def dequeue_task(
     jobnik: JobnikDep,
     stage_type: Annotated[StageType, Path(alias="stageType")],
@@ -116,6 +117,6 @@ def dequeue_task(
         int | None,
         Query(ge=1, le=7 * 24 * 3600, description="jobnik: lease for a client that heartbeats"),
     ] = None,
-) -> TaskOut:
+) -> Response:
     """Claim the highest-priority, longest-waiting eligible task of this stage type."""
-    return TaskOut.of(jobnik.dequeue(stage_type, lease_seconds))
+    return TaskOut.of(jobnik.dequeue(stage_type, lease_seconds)).response()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Depends, Path, Query
+from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from pydantic import AwareDatetime
 
 from jobnik.api.deps import AsOfQuery, JobnikDep, ViewsDep, reject_unknown_query
@@ -64,8 +64,8 @@ def update_task_user_metadata(
     return Message(code="TASK_MODIFIED_SUCCESSFULLY")
 
 
-@router.put("/tasks/{taskId}/status")
-def update_task_status(jobnik: JobnikDep, task_id: TaskId, body: TaskStatusChange) -> TaskOut:
+@router.put("/tasks/{taskId}/status", response_model=TaskOut)
+def update_task_status(jobnik: JobnikDep, task_id: TaskId, body: TaskStatusChange) -> Response:
     """Report COMPLETED (with an optional result) or FAILED (RETRIED while attempts remain);
     jobnik: DELEGATED once the handler created child jobs (the task waits for them)."""
     task = jobnik.report_task(
@@ -76,7 +76,7 @@ def update_task_status(jobnik: JobnikDep, task_id: TaskId, body: TaskStatusChang
         fatal=body.fatal,
         result=body.result,
     )
-    return TaskOut.of(task)
+    return TaskOut.of(task).response()
 
 
 @router.get("/tasks/{taskId}/children")
@@ -85,8 +85,8 @@ def get_children(views: ViewsDep, task_id: TaskId) -> list[ChildJobOut]:
     return [ChildJobOut.of(c) for c in views.children(task_id)]
 
 
-@router.post("/tasks/{taskId}/heartbeat")
-def heartbeat(jobnik: JobnikDep, task_id: TaskId, body: AttemptBody) -> HeartbeatOut:
+@router.post("/tasks/{taskId}/heartbeat", response_model=HeartbeatOut)
+def heartbeat(jobnik: JobnikDep, task_id: TaskId, body: AttemptBody) -> Response:
     """Extend the attempt's lease; `cancelled` turns true when the job was aborted."""
     beat = jobnik.heartbeat(task_id, body.attempt)
     t = beat.task
@@ -95,7 +95,7 @@ def heartbeat(jobnik: JobnikDep, task_id: TaskId, body: AttemptBody) -> Heartbea
         attempt=t.attempt,
         lease_expires_at=t.lease_expires_at,
         cancelled=beat.cancelled,
-    )
+    ).response()
 
 
 @router.post("/tasks/{taskId}/release")

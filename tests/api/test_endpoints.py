@@ -658,3 +658,20 @@ def test_docs_and_openapi(api: Api) -> None:
         "/v1/tasks/{taskId}/status",
     ):
         assert path in paths
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "schema"),
+    [
+        ("patch", "/v1/stages/{stageType}/tasks/dequeue", "TaskOut"),
+        ("put", "/v1/tasks/{taskId}/status", "TaskOut"),
+        ("post", "/v1/tasks/{taskId}/heartbeat", "HeartbeatOut"),
+    ],
+)
+def test_a_hot_route_that_serialises_its_own_answer_still_documents_its_shape(
+    api: Api, method: str, path: str, schema: str
+) -> None:
+    spec = api.http.get("/openapi.json").json()
+
+    answer = spec["paths"][path][method]["responses"]["200"]["content"]["application/json"]
+    assert answer["schema"] == {"$ref": f"#/components/schemas/{schema}"}
