@@ -65,8 +65,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
-import httpx
 import psycopg
+import urllib3
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import (
@@ -338,8 +338,8 @@ def server(url: str, log: Path) -> Iterator[str]:
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/liveness", timeout=2).status_code == 200:
+            with contextlib.suppress(urllib3.exceptions.HTTPError):
+                if urllib3.request("GET", f"{base}/liveness", timeout=2).status == 200:
                     break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"server not ready:\n{log.read_text()[-3000:]}")

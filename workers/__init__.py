@@ -9,7 +9,7 @@ from jobnik.workers.backoff import Backoff
 from jobnik.workers.client import JobnikClient
 from jobnik.workers.consumer import Consumer
 from jobnik.workers.context import TaskContext
-from jobnik.workers.errors import ApiError, FatalTaskError
+from jobnik.workers.errors import ApiError, FatalTaskError, TransportError
 from jobnik.workers.loop import Handler, Worker, WorkerStats
 from jobnik.workers.models import DELEGATED, ChildJob, Delegated, Heartbeat, Job, Stage, Task
 from jobnik.workers.producer import Producer
@@ -30,6 +30,7 @@ __all__ = [
     "Stage",
     "Task",
     "TaskContext",
+    "TransportError",
     "Worker",
     "WorkerStats",
 ]

@@ -11,5 +11,14 @@ class ApiError(Exception):
         self.status, self.code, self.message = status, code, message
 
 
+class TransportError(Exception):
+    """The request got no HTTP answer. `sent` is False when it surely never reached the server
+    (the connection failed), True when the server may have acted on it (the answer was lost)."""
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
 class FatalTaskError(Exception):
     """Raise from a handler to fail the task without retry (SMILA's failedWithoutRetry)."""

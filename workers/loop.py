@@ -12,13 +12,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from jobnik.workers.backoff import Backoff
 from jobnik.workers.client import JobnikClient
 from jobnik.workers.consumer import Consumer
 from jobnik.workers.context import TaskContext
-from jobnik.workers.errors import ApiError, FatalTaskError
+from jobnik.workers.errors import ApiError, FatalTaskError, TransportError
 from jobnik.workers.models import Delegated, Task
 from jobnik.workers.producer import Producer
 
@@ -87,7 +85,7 @@ class Worker:
         if client is None:
             if base_url is None:
                 raise ValueError("give base_url or client")
-            client = JobnikClient(base_url)
+            client = JobnikClient(base_url, pool_size=concurrency + 2)  # + heartbeats
         self.stage_type = stage_type
         self.handler = handler
         self.concurrency = concurrency
@@ -156,7 +154,7 @@ class Worker:
         while not self._stop.is_set():
             try:
                 task = self.consumer.dequeue(self.stage_type, self.lease_seconds)
-            except (ApiError, httpx.HTTPError) as exc:
+            except (ApiError, TransportError) as exc:
                 log.warning("dequeue failed: %s", exc, extra={"action": "dequeue_failed"})
                 task = None
             if task is None:
@@ -209,7 +207,7 @@ class Worker:
                 log.info(
                     "task reported", extra={"action": "task_reported", "outcome": outcome, **extra}
                 )
-            except (ApiError, httpx.HTTPError) as exc:  # e.g. 409: the lease was lost meanwhile
+            except (ApiError, TransportError) as exc:  # e.g. 409: the lease was lost meanwhile
                 with self._lock:
                     self.stats.refused += 1
                 log.warning("report refused: %s", exc, extra={"action": "report_refused", **extra})
@@ -237,7 +235,7 @@ class Worker:
         except ApiError as exc:
             if exc.status in (404, 409):
                 attempt.context.cancel("lease lost")
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             log.warning("heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
 
     def _hand_back(self) -> None:
@@ -254,7 +252,7 @@ class Worker:
                 log.info(
                     "task handed back", extra={"action": "task_handed_back", "task_id": task.id}
                 )
-            except (ApiError, httpx.HTTPError) as exc:
+            except (ApiError, TransportError) as exc:
                 log.warning("hand-back failed: %s", exc, extra={"action": "hand_back_failed"})
 
 

@@ -1,4 +1,4 @@
-"""An in-memory stand-in for the jobnik API, behind `httpx.MockTransport` (no sockets, no server).
+"""An in-memory stand-in for the jobnik API, as the SDK's transport (no sockets, no server).
 
 It serves just what the worker runtime calls: dequeue (from a queue the test fills), the stage and
 job a TaskContext fetches, status reports, heartbeats, hand-backs and log lines. Every request is
@@ -13,9 +13,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
-
-import httpx
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from jobnik.workers import JobnikClient
 
@@ -47,8 +45,11 @@ def task_json(n: int, *, attempt: int = 1, data: dict[str, Any] | None = None) -
     }
 
 
-def _error(status: int, code: str, message: str = "") -> httpx.Response:
-    return httpx.Response(status, json={"code": code, "message": message or code})
+Answer = tuple[int, Any]
+
+
+def _error(status: int, code: str, message: str = "") -> Answer:
+    return status, {"code": code, "message": message or code}
 
 
 @dataclass
@@ -69,8 +70,10 @@ class FakeApi:
             self.queue.extend(tasks)
 
     def client(self) -> JobnikClient:
-        http = httpx.Client(transport=httpx.MockTransport(self.handle), base_url=BASE_URL)
-        return JobnikClient(BASE_URL, http=http, retries=0)
+        return JobnikClient(BASE_URL, transport=self, retries=0)
+
+    def close(self) -> None:
+        pass
 
     def seen(self, method: str, suffix: str) -> list[Seen]:
         with self.lock:
@@ -92,20 +95,21 @@ class FakeApi:
     def releases(self) -> list[Seen]:
         return self.seen("POST", "/release")
 
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        path = unquote(request.url.path)
-        body = json.loads(request.content) if request.content else None
+    def __call__(self, method: str, target: str, content: bytes | None) -> tuple[int, bytes]:
+        """The SDK's `Transport`: one request in, its status and JSON body out."""
+        url = urlsplit(target)
+        path, params = unquote(url.path), dict(parse_qsl(url.query))
+        body = json.loads(content) if content else None
         if self.heartbeat_gate is not None and path.endswith("/heartbeat"):
             with self.lock:
                 self.heartbeats_held += 1
             self.heartbeat_gate.wait()
         with self.lock:
-            self.requests.append(
-                Seen(time.monotonic(), request.method, path, dict(request.url.params), body)
-            )
-            return self._answer(request.method, path, body)
+            self.requests.append(Seen(time.monotonic(), method, path, params, body))
+            status, answer = self._answer(method, path, body)
+        return status, json.dumps(answer).encode()
 
-    def _answer(self, method: str, path: str, body: Any) -> httpx.Response:
+    def _answer(self, method: str, path: str, body: Any) -> Answer:
         parts = path.strip("/").split("/")
         if method == "PATCH" and path.endswith("/tasks/dequeue"):
             if self.failing_dequeues > 0:
@@ -113,11 +117,11 @@ class FakeApi:
                 return _error(500, "INTERNAL_SERVER_ERROR")
             if not self.queue:
                 return _error(404, "TASK_NOT_FOUND")
-            return httpx.Response(200, json=self.queue.popleft())
+            return (200, self.queue.popleft())
         if method == "GET" and parts[:2] == ["v1", "stages"]:
-            return httpx.Response(
+            return (
                 200,
-                json={
+                {
                     "id": parts[2],
                     "jobId": JOB_ID,
                     "type": "tiles",
@@ -130,9 +134,9 @@ class FakeApi:
                 },
             )
         if method == "GET" and parts[:2] == ["v1", "jobs"]:
-            return httpx.Response(
+            return (
                 200,
-                json={
+                {
                     "id": parts[2],
                     "name": "create-map",
                     "status": "IN_PROGRESS",
@@ -145,15 +149,13 @@ class FakeApi:
         if method == "PUT" and parts[-1] == "status":
             if parts[2] in self.refuse_reports_of:
                 return _error(409, "STALE_ATTEMPT", "attempt is no longer current")
-            return httpx.Response(
-                200, json={**task_json(0), "id": parts[2], "status": body["status"]}
-            )
+            return (200, {**task_json(0), "id": parts[2], "status": body["status"]})
         if method == "POST" and parts[-1] == "heartbeat":
             if self.heartbeat_status != 200:
                 return _error(self.heartbeat_status, "STALE_ATTEMPT")
-            return httpx.Response(
+            return (
                 200,
-                json={
+                {
                     "status": "IN_PROGRESS",
                     "attempt": body["attempt"],
                     "leaseExpiresAt": "2030-01-01T00:00:00Z",
@@ -161,7 +163,7 @@ class FakeApi:
                 },
             )
         if method == "POST" and parts[-1] == "release":
-            return httpx.Response(200, json={**task_json(0), "id": parts[2], "status": "PENDING"})
+            return (200, {**task_json(0), "id": parts[2], "status": "PENDING"})
         if method == "POST" and parts[-1] == "logs":
-            return httpx.Response(201, json={"appended": len(body["lines"])})
+            return (201, {"appended": len(body["lines"])})
         return _error(404, "NOT_FOUND", f"{method} {path}")

@@ -1,18 +1,41 @@
 from __future__ import annotations
 
+import json
+import socket
+import threading
 import warnings
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
-import httpx
 import pytest
 
-from jobnik.workers import ApiError, JobnikClient
+from jobnik.workers import ApiError, JobnikClient, TransportError
 
 from .fake_api import BASE_URL
 
 
-def _client(answer: httpx.Response) -> JobnikClient:
-    http = httpx.Client(transport=httpx.MockTransport(lambda _: answer), base_url=BASE_URL)
-    return JobnikClient(BASE_URL, http=http, retries=0)
+class Fake:
+    """A transport that answers every request with `answer`, or raises it; keeps the calls."""
+
+    def __init__(self, answer: tuple[int, Any] | Exception) -> None:
+        self.answer = answer
+        self.calls: list[tuple[str, str, Any]] = []
+
+    def __call__(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
+        self.calls.append((method, path, json.loads(body) if body else None))
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        status, content = self.answer
+        return status, json.dumps(content).encode()
+
+    def close(self) -> None:
+        pass
+
+
+def _client(answer: tuple[int, Any] | Exception, retries: int = 0) -> tuple[JobnikClient, Fake]:
+    fake = Fake(answer)
+    return JobnikClient(BASE_URL, transport=fake, retries=retries), fake
 
 
 def test_building_a_client_raises_no_deprecation_warning() -> None:
@@ -24,8 +47,17 @@ def test_building_a_client_raises_no_deprecation_warning() -> None:
     assert [str(w.message) for w in caught] == []
 
 
+def test_a_request_sends_its_body_as_json_and_its_params_in_the_query() -> None:
+    client, fake = _client((200, {"ok": True}))
+
+    answer = client.patch("/v1/stages/tiles/tasks/dequeue", {"a": 1}, params={"lease_seconds": 9})
+
+    assert answer == {"ok": True}
+    assert fake.calls == [("PATCH", "/v1/stages/tiles/tasks/dequeue?lease_seconds=9", {"a": 1})]
+
+
 def test_an_error_answer_raises_api_error_with_its_status_code_and_message() -> None:
-    client = _client(httpx.Response(409, json={"code": "STALE_ATTEMPT", "message": "old"}))
+    client, _ = _client((409, {"code": "STALE_ATTEMPT", "message": "old"}))
 
     with pytest.raises(ApiError) as raised:
         client.put("/v1/tasks/t/status", {"status": "COMPLETED"})
@@ -38,50 +70,157 @@ def test_an_error_answer_raises_api_error_with_its_status_code_and_message() -> 
 
 
 def test_a_404_is_none_when_the_caller_allows_it() -> None:
-    client = _client(httpx.Response(404, json={"code": "TASK_NOT_FOUND", "message": "none"}))
+    client, _ = _client((404, {"code": "TASK_NOT_FOUND", "message": "none"}))
 
     body = client.patch("/v1/stages/tiles/tasks/dequeue", ok_404=True)
 
     assert body is None
 
 
-def _client_failing_with(exc: Exception, calls: list[str]) -> JobnikClient:
-    def handle(request: httpx.Request) -> httpx.Response:
-        calls.append(request.method)
-        raise exc
-
-    transport = httpx.MockTransport(handle)
-    return JobnikClient(
-        BASE_URL, http=httpx.Client(transport=transport, base_url=BASE_URL), retries=2
-    )
-
-
 @pytest.mark.parametrize("method", ["POST", "PATCH", "PUT"])
 def test_a_write_whose_answer_was_lost_is_not_sent_again(method: str) -> None:
-    calls: list[str] = []
-    client = _client_failing_with(httpx.ReadTimeout("lost"), calls)
+    client, fake = _client(TransportError("lost", sent=True), retries=2)
 
-    with pytest.raises(httpx.ReadTimeout):
+    with pytest.raises(TransportError):
         client.request(method, "/v1/stages/tiles/tasks/dequeue")
 
-    assert calls == [method]
+    assert [c[0] for c in fake.calls] == [method]
 
 
 def test_a_write_that_never_reached_the_server_is_retried() -> None:
-    calls: list[str] = []
-    client = _client_failing_with(httpx.ConnectError("refused"), calls)
+    client, fake = _client(TransportError("refused", sent=False), retries=2)
 
-    with pytest.raises(httpx.ConnectError):
+    with pytest.raises(TransportError):
         client.request("PATCH", "/v1/stages/tiles/tasks/dequeue")
 
-    assert calls == ["PATCH"] * 3
+    assert [c[0] for c in fake.calls] == ["PATCH"] * 3
 
 
 def test_a_read_is_retried_on_any_transport_fault() -> None:
-    calls: list[str] = []
-    client = _client_failing_with(httpx.ReadTimeout("slow"), calls)
+    client, fake = _client(TransportError("slow", sent=True), retries=2)
 
-    with pytest.raises(httpx.ReadTimeout):
+    with pytest.raises(TransportError):
         client.get("/v1/jobs")
 
-    assert calls == ["GET"] * 3
+    assert [c[0] for c in fake.calls] == ["GET"] * 3
+
+
+def test_a_read_is_retried_on_a_503_and_a_write_is_not() -> None:
+    client, fake = _client((503, {"code": "UNAVAILABLE", "message": "later"}), retries=2)
+
+    with pytest.raises(ApiError) as read:
+        client.get("/v1/jobs")
+    with pytest.raises(ApiError) as write:
+        client.post("/v1/jobs", {})
+
+    assert (read.value.status, write.value.status) == (503, 503)
+    assert [c[0] for c in fake.calls] == ["GET"] * 3 + ["POST"]
+
+
+# -- the default transport (urllib3) over real sockets -------------------------------------------
+
+
+@pytest.fixture
+def server() -> Iterator[Callable[[Callable[[BaseHTTPRequestHandler], None]], str]]:
+    """Serve with a handler function on a free local port; its base URL (with a path prefix)."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def serve(handle: Callable[[BaseHTTPRequestHandler], None]) -> str:
+        class Handler(BaseHTTPRequestHandler):
+            def do_any(self) -> None:
+                handle(self)
+
+            do_GET = do_PATCH = do_PUT = do_POST = do_any
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        s = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        s.daemon_threads = True
+        servers.append(s)
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{s.server_address[1]}/api"
+
+    yield serve
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def _echo(request: BaseHTTPRequestHandler) -> None:
+    length = int(request.headers.get("Content-Length") or 0)
+    sent = json.loads(request.rfile.read(length)) if length else None
+    answer = json.dumps(
+        {"path": request.path, "body": sent, "type": request.headers.get("Content-Type")}
+    ).encode()
+    request.send_response(200)
+    request.send_header("Content-Type", "application/json")
+    request.send_header("Content-Length", str(len(answer)))
+    request.end_headers()
+    request.wfile.write(answer)
+
+
+def test_the_default_transport_sends_json_under_the_base_urls_path(server: Any) -> None:
+    with JobnikClient(server(_echo)) as client:
+        answers = [client.put("/v1/tasks/t/status", {"status": "COMPLETED"}) for _ in range(3)]
+        bodiless = client.post("/v1/jobs/j/finish", None)
+
+    assert (
+        answers
+        == [
+            {
+                "path": "/api/v1/tasks/t/status",
+                "body": {"status": "COMPLETED"},
+                "type": "application/json",
+            }
+        ]
+        * 3
+    )
+    assert bodiless == {"path": "/api/v1/jobs/j/finish", "body": None, "type": None}
+
+
+def test_a_refused_connection_is_a_write_that_never_left() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = JobnikClient(f"http://127.0.0.1:{port}", retries=1)
+
+    with pytest.raises(TransportError) as raised:
+        client.put("/v1/tasks/t/status", {"status": "COMPLETED"})
+
+    assert raised.value.sent is False
+
+
+def test_an_answer_that_never_came_is_a_write_that_may_have_been_acted_on(server: Any) -> None:
+    seen: list[str] = []
+
+    def hang_up(request: BaseHTTPRequestHandler) -> None:
+        seen.append(request.path)
+        request.close_connection = True  # read the request, answer nothing
+
+    client = JobnikClient(server(hang_up), retries=2)
+
+    with pytest.raises(TransportError) as raised:
+        client.put("/v1/tasks/t/status", {"status": "COMPLETED"})
+
+    assert raised.value.sent is True
+    assert seen == ["/api/v1/tasks/t/status"]  # not sent again
+
+
+def test_a_read_that_timed_out_is_retried(server: Any) -> None:
+    seen: list[str] = []
+    release = threading.Event()
+
+    def too_slow(request: BaseHTTPRequestHandler) -> None:
+        seen.append(request.path)
+        release.wait(5)
+
+    client = JobnikClient(server(too_slow), timeout=0.2, retries=1)
+    try:
+        with pytest.raises(TransportError) as raised:
+            client.get("/v1/jobs")
+    finally:
+        release.set()
+
+    assert raised.value.sent is True
+    assert seen == ["/api/v1/jobs", "/api/v1/jobs"]
