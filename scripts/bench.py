@@ -7,7 +7,8 @@ Figures (`--only NAME,...`; all by default), per backend:
            until the stage is drained. tasks/s. Floor: the raw SQL lifecycle (scripts/bench_floor:
            claim with FOR UPDATE SKIP LOCKED + mark IN_PROGRESS + an event row in one
            transaction, mark COMPLETED + an event row in another), K threads, same database.
-  http     HTTP lifecycle: `uvicorn jobnik.scripts.asgi:create` as a subprocess and K worker
+  http     HTTP lifecycle: `uvicorn jobnik.scripts.asgi:create` as a subprocess (one process per
+           core, `--api-processes N`; one on SQLite) and K worker
            processes using the SDK (`Consumer.dequeue`, `Consumer.complete`). tasks/s, and p50/p99
            of dequeue and of complete. Floor: the raw lifecycle with K threads (its claim and done
            transactions' latencies for the latency lines).
@@ -33,6 +34,7 @@ better). Then one goal line per target. Lines starting with '#' are progress.
 Usage:
   python scripts/bench.py [--quick] [--backend postgres|sqlite|both] [--only engine,bulk]
       [--json PATH] [--pg-url postgresql://postgres@127.0.0.1:5432] [--tasks N]
+      [--api-processes N]
   jobnik bench ...   (the same options)
 
 --quick (about a minute on PostgreSQL) shrinks every size; figures at quick sizes are noisier.
@@ -129,6 +131,7 @@ class Ctx:
     pg_url: str
     tmp: Path
     url: str | None = None  # the database every figure but depth and rebuild runs in
+    api_processes: int = 1  # uvicorn processes of the HTTP figure (PostgreSQL)
     logs: dict[int, str] = field(default_factory=dict)  # rebuild logs by size, across backends
     figures: list[Figure] = field(default_factory=list)
     goals: list[Goal] = field(default_factory=list)
@@ -321,13 +324,15 @@ def free_port() -> int:
 
 
 @contextmanager
-def server(url: str, log: Path) -> Iterator[str]:
-    """`uvicorn jobnik.scripts.asgi:create` on a free port (one process); its base URL."""
+def server(url: str, log: Path, processes: int = 1) -> Iterator[str]:
+    """`uvicorn jobnik.scripts.asgi:create` on a free port (`processes` worker processes, as
+    `jobnik serve --workers`); its base URL once every process has started."""
     port = free_port()
     env = {**os.environ, "JOBNIK_DATABASE_URL": url}
     cmd = [sys.executable, "-m", "uvicorn", "jobnik.scripts.asgi:create", "--factory"]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
-    cmd += ["--no-access-log"]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "info"]
+    cmd += ["--no-access-log", "--workers", str(processes)]
+    log.write_bytes(b"")
     with log.open("ab") as out:
         proc = subprocess.Popen(
             cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -335,15 +340,13 @@ def server(url: str, log: Path) -> Iterator[str]:
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
-        while True:
+        while log.read_text().count(STARTED) < processes:
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-            with contextlib.suppress(urllib3.exceptions.HTTPError):
-                if urllib3.request("GET", f"{base}/liveness", timeout=2).status == 200:
-                    break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"server not ready:\n{log.read_text()[-3000:]}")
             time.sleep(0.05)
+        check(urllib3.request("GET", f"{base}/liveness", timeout=5).status == 200, "liveness")
         yield base
     finally:
         if proc.poll() is None:
@@ -353,6 +356,9 @@ def server(url: str, log: Path) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+STARTED = "Application startup complete"
 
 
 def quantile(xs: Sequence[float], q: float) -> float:
@@ -374,7 +380,8 @@ def fig_http(ctx: Ctx) -> None:
         raw = bench_floor.RawLifecycle(url)
         raw.setup()
         ratio_at: dict[int, float] = {}
-        with server(url, ctx.tmp / "server.log") as base:
+        processes = ctx.api_processes if ctx.backend == "postgres" else 1  # (SQLite: one writer)
+        with server(url, ctx.tmp / "server.log", processes) as base:
             for k in ctx.sizes.http_ks:
                 start, results = mp.Barrier(k + 1, timeout=120), mp.Queue()
                 procs = [
@@ -401,7 +408,7 @@ def fig_http(ctx: Ctx) -> None:
                     floor.rate,
                     "tasks/s",
                     floor_name=f"raw SQL lifecycle, {k} threads",
-                    note=f"{n:,} tasks, {k} SDK processes, 1 uvicorn process",
+                    note=f"{n:,} tasks, {k} SDK processes, {processes} uvicorn processes",
                 )
                 ratio_at[k] = f.ratio or 0.0
                 for q in (0.5, 0.99):
@@ -650,6 +657,7 @@ def run_suite(
     sizes: Sizes = FULL,
     pg_url: str = PG_URL,
     database_url: str | None = None,
+    api_processes: int = 1,
 ) -> tuple[list[Figure], list[Goal]]:
     """Measure the chosen figures on each backend; progress lines as it goes.
 
@@ -664,7 +672,7 @@ def run_suite(
                 url = database_url or stack.enter_context(
                     suite_database(backend, pg_url, Path(tmp))
                 )
-                ctx = Ctx(backend, sizes, pg_url, Path(tmp), url, logs)
+                ctx = Ctx(backend, sizes, pg_url, Path(tmp), url, api_processes, logs)
                 for name in only:
                     t0 = time.perf_counter()
                     FIGURES[name](ctx)
@@ -690,6 +698,12 @@ def main(
     parser.add_argument(
         "--tasks", type=int, default=None, help="tasks per lifecycle, HTTP and hot-stage run"
     )
+    parser.add_argument(
+        "--api-processes",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="uvicorn processes serving the HTTP figure on PostgreSQL (default: one per core)",
+    )
     args = parser.parse_args(argv)
     only = [x.strip() for x in args.only.split(",") if x.strip()]
     unknown = sorted(set(only) - set(NAMES))
@@ -702,7 +716,9 @@ def main(
         )
     backends = ("postgres", "sqlite") if args.backend == "both" else (args.backend,)
     started = time.perf_counter()
-    figures, goals = run_suite(backends, only, sizes, args.pg_url)
+    figures, goals = run_suite(
+        backends, only, sizes, args.pg_url, api_processes=max(1, args.api_processes)
+    )
     say()
     print_figures(figures, say)
     say()

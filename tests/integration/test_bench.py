@@ -15,7 +15,8 @@ def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: s
 
     with ThreadPoolExecutor(2) as pool:  # concurrently, to keep the test short: values are noisy
         runs = [
-            pool.submit(run_suite, [backend], names, TINY, server, database_url)
+            # two API processes on PostgreSQL: the suite's default on this 2-core machine
+            pool.submit(run_suite, [backend], names, TINY, server, database_url, api_processes=2)
             for names in (IN_DATABASE, OWN_DATABASES)
         ]
         results = [run.result() for run in runs]
@@ -32,3 +33,5 @@ def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: s
             assert f.value > 0, f
             assert f.floor > 0, f
     assert len(goals) == 6  # one per goal of the issue
+    http = next(f for f in figures if f.name.startswith("HTTP lifecycle"))
+    assert f"{2 if backend == 'postgres' else 1} uvicorn processes" in http.note
