@@ -18,9 +18,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
 from typing import Any, Final
+from uuid import UUID
 from weakref import WeakKeyDictionary
 
 import psycopg
@@ -80,6 +82,31 @@ def _closing(sql: str, start: int) -> int:
     raise ValueError(f"unbalanced parentheses in {sql!r}")
 
 
+def _text(value: str) -> str | None:
+    if "\x00" in value:  # PostgreSQL text holds no NUL: psycopg's adapter refuses it
+        return None
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _time(value: datetime) -> str | None:
+    # UTC only (jobnik's own times): an offset in seconds or microseconds is not PostgreSQL input
+    return f"'{value.isoformat()}'::timestamptz" if value.tzinfo is UTC else None
+
+
+# The literals of the types every command sends, rendered directly: psycopg's adapters cost
+# 1.2 µs for a uuid and 1.7 µs for a timestamptz here, about five times these. Valid only under
+# standard_conforming_strings (a backslash is itself inside '...'), which each cursor checks;
+# any other type, or a value these decline (None), goes through psycopg.
+_FAST: Final[dict[type, Callable[[Any], str | None]]] = {
+    UUID: lambda v: f"'{v}'::uuid",
+    str: _text,
+    int: lambda v: str(v) if v >= 0 else f" {v}",  # (a space: `x -%s` must not become `x --1`)
+    bool: lambda v: "true" if v else "false",
+    datetime: _time,
+    bytes: lambda v: f"'\\x{v.hex()}'::bytea",
+}
+
+
 class Sql(str):
     """A SQL expression passed where a value goes: rendered verbatim, not quoted.
 
@@ -117,10 +144,14 @@ class BatchCursor:
         self._preparing: dict[int, str] = {}  # queue index -> name of a PREPARE
         self._tx = Transformer(conn)
         self._encoding = conn.info.encoding
+        self._fast = conn.info.parameter_status("standard_conforming_strings") == "on"
 
     def _literal(self, value: Any) -> str:
         if value is None:
             return "NULL"
+        render = _FAST.get(type(value)) if self._fast else None
+        if render is not None and (text := render(value)) is not None:
+            return text
         if type(value) is Sql:
             return value
         return self._tx.as_literal(value).decode(self._encoding)
