@@ -332,8 +332,7 @@ def server(url: str, log: Path, processes: int = 1) -> Iterator[str]:
     cmd = [sys.executable, "-m", "uvicorn", "jobnik.scripts.asgi:create", "--factory"]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "info"]
     cmd += ["--no-access-log", "--workers", str(processes)]
-    log.write_bytes(b"")
-    with log.open("ab") as out:
+    with log.open("wb") as out:
         proc = subprocess.Popen(
             cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )

@@ -7,7 +7,6 @@ and urllib3's pool costs about half of httpx's per request here (README, Perform
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 from urllib.parse import urlencode, urlsplit
@@ -24,11 +23,9 @@ from urllib3.exceptions import ConnectTimeoutError, EmptyPoolError, NewConnectio
 
 from jobnik.workers.errors import ApiError, TransportError
 
-log = logging.getLogger(__name__)
-
 TRANSIENT_STATUS: Final = frozenset({502, 503, 504})
 IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
-JSON_BODY: Final = {"Content-Type": "application/json"}
+HEADERS: Final = {"Accept": "application/json", "User-Agent": "jobnik-sdk"}
 
 
 class Transport(Protocol):
@@ -55,8 +52,10 @@ class Urllib3Transport:
             maxsize=pool_size,
             timeout=urllib3.Timeout(connect=timeout, read=timeout),
             retries=False,
-            headers={"Accept": "application/json", "User-Agent": "jobnik-sdk"},
+            headers=HEADERS,
         )
+        # (headers given to a request replace the pool's, so a body's are the whole set)
+        self.body_headers = {**HEADERS, "Content-Type": "application/json"}
 
     def __call__(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
         try:
@@ -64,7 +63,7 @@ class Urllib3Transport:
                 method,
                 self.prefix + path,
                 body=body,
-                headers=None if body is None else {**self.pool.headers, **JSON_BODY},
+                headers=None if body is None else self.body_headers,
                 retries=False,
                 redirect=False,
             )
@@ -84,12 +83,12 @@ class _Transient(Exception):
         self.status, self.body = status, body
 
 
-def _retry_safe(method: str) -> Any:
+def _retry_safe(idempotent: bool) -> Any:
     """Reads retry any transport fault or 502/503/504; writes (a dequeue, a report) only when
     the request surely never reached the server, so a lost answer is not acted on twice."""
 
     def decide(exc: BaseException) -> bool:
-        if method in IDEMPOTENT:
+        if idempotent:
             return isinstance(exc, _Transient | TransportError)
         return isinstance(exc, TransportError) and not exc.sent
 
@@ -119,14 +118,14 @@ class JobnikClient:
             self.base_url, timeout=timeout, pool_size=pool_size
         )
         self.retries = retries
-        self._retrying = {
-            kind: Retrying(
-                retry=_retry_safe(kind),
+        self._retrying = {  # by whether the method is idempotent: a read's policy, a write's
+            idempotent: Retrying(
+                retry=_retry_safe(idempotent),
                 stop=stop_after_attempt(retries + 1),
                 wait=wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.1),
                 reraise=True,
             )
-            for kind in ("GET", "POST")  # a read's policy, a write's
+            for idempotent in (True, False)
         }
 
     def close(self) -> None:
@@ -159,7 +158,7 @@ class JobnikClient:
             path = f"{path}?{urlencode(params)}"
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         # (a Retrying keeps its state per thread: one serves every thread)
-        policy = self._retrying["GET" if method in IDEMPOTENT else "POST"]
+        policy = self._retrying[method in IDEMPOTENT]
         try:
             status, content = policy(self._send_once, method, path, data)
         except _Transient as t:
