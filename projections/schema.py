@@ -279,7 +279,9 @@ def ddl_idempotency(backend: str) -> list[str]:
 # of the `expected` aggregates it loaded before the lock still have the version it read, else
 # serialization_failure, and the command runs again. `jobnik_wal_flush`: one row per server
 # backend, updated by the synchronous transaction that follows a write session's asynchronous
-# commit, so that transaction writes WAL and its commit flushes the WAL through both. SQLite
+# commit, so that transaction writes WAL and its commit flushes the WAL through both (unused
+# since: a logical message does it without a row, see BatchCursor.commit; the table stays for
+# processes of an older version during a rolling deploy). SQLite
 # needs neither: its write sessions hold the lock from BEGIN IMMEDIATE and commit synchronously.
 _DDL_FRESHNESS: Final = """
 CREATE OR REPLACE FUNCTION jobnik_assert_fresh(seen bigint, expected bigint) RETURNS void
