@@ -47,9 +47,32 @@ def _error(res: pq.abc.PGresult, encoding: str) -> Exception:
     return DatabaseError(f"database error: {message}")
 
 
-# Statements prepared on each pooled connection (its backend's pid: a new server session
-# after a reconnect has none).
-_PREPARED: WeakKeyDictionary[psycopg.Connection[Any], tuple[int, set[str]]] = WeakKeyDictionary()
+class _Server:
+    """What write sessions keep of their connection's server session, looked up once per
+    session instead of per statement: the statements prepared on it and the adapters'
+    transformer."""
+
+    __slots__ = ("pid", "prepared", "tx")
+
+    def __init__(self, conn: psycopg.Connection[Any], pid: int) -> None:
+        self.pid = pid
+        self.prepared: set[str] = set()
+        self.tx = Transformer(conn)
+
+
+# Per pooled connection; keyed also by its backend's pid: a new server session has prepared
+# nothing.
+_SERVERS: WeakKeyDictionary[psycopg.Connection[Any], _Server] = WeakKeyDictionary()
+
+
+def _server(conn: psycopg.Connection[Any]) -> _Server:
+    pid = conn.pgconn.backend_pid
+    server = _SERVERS.get(conn)
+    if server is None or server.pid != pid:
+        server = _SERVERS[conn] = _Server(conn, pid)
+    return server
+
+
 HOT_ROWS: Final = 4  # statements listing more rows than this are not prepared
 _PLACEHOLDER: Final = re.compile(r"%\((\w+)\)s")
 
@@ -98,7 +121,7 @@ def _time(value: datetime) -> str | None:
 # standard_conforming_strings (a backslash is itself inside '...'), which each cursor checks;
 # any other type, or a value these decline (None), goes through psycopg.
 _FAST: Final[dict[type, Callable[[Any], str | None]]] = {
-    UUID: lambda v: f"'{v}'::uuid",
+    UUID: lambda v: f"'{v.hex}'::uuid",  # (valid uuid input, three times faster than str())
     str: _text,
     int: lambda v: str(v) if v >= 0 else f" {v}",  # (a space: `x -%s` must not become `x --1`)
     bool: lambda v: "true" if v else "false",
@@ -145,9 +168,12 @@ class BatchCursor:
         self._queue: list[str] = []
         self._wanted: dict[int, Later] = {}
         self._preparing: dict[int, str] = {}  # queue index -> name of a PREPARE
-        self._tx = Transformer(conn)
-        self._encoding = conn.info.encoding
-        self._fast = conn.info.parameter_status("standard_conforming_strings") == "on"
+        server = _server(conn)
+        self._prepared = server.prepared
+        self._tx = server.tx
+        info = conn.info  # (settings a session may change: read per transaction)
+        self._encoding = info.encoding
+        self._fast = info.parameter_status("standard_conforming_strings") == "on"
 
     def _literal(self, value: Any) -> str:
         if value is None:
@@ -182,11 +208,7 @@ class BatchCursor:
         self._queue.append(f"EXECUTE {name}({literals})" if names else f"EXECUTE {name}")
 
     def _prepare(self, name: str, text: str) -> None:
-        pid = self.conn.info.backend_pid
-        known = _PREPARED.get(self.conn)
-        if known is None or known[0] != pid:
-            known = _PREPARED[self.conn] = (pid, set())
-        if name not in known[1] and name not in self._preparing.values():
+        if name not in self._prepared and name not in self._preparing.values():
             self._preparing[len(self._queue)] = name
             self._queue.append(f"PREPARE {name} AS {text}")
 
@@ -247,13 +269,13 @@ class BatchCursor:
             statements[:0] = ["BEGIN", *self.first]
             skip, self.began = 1 + len(self.first), True
         results = self._send(";\n".join(statements))
-        failed = next(
-            (i for i, r in enumerate(results) if r.status == pq.ExecStatus.FATAL_ERROR), None
-        )
-        ran = len(results) if failed is None else failed  # statements after an error don't run
-        known = _PREPARED.get(self.conn)
-        if known is not None:  # prepared statements outlive the transaction, even rolled back
-            known[1].update(name for i, name in preparing.items() if i + skip < ran)
+        # A failed statement stops the string: its result is the last one.
+        failed: int | None = len(results) - 1
+        if not results or results[-1].status != pq.ExecStatus.FATAL_ERROR:
+            failed = None
+        ran = len(results) if failed is None else failed
+        # (prepared statements outlive the transaction, even rolled back)
+        self._prepared.update(name for i, name in preparing.items() if i + skip < ran)
         if failed is not None:
             raise _error(results[failed], self._encoding)
         if len(results) != len(statements):
