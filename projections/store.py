@@ -9,6 +9,7 @@ all of it or nothing.
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 import threading
@@ -131,6 +132,31 @@ def _use_wal(path: str, timeout: float = 60.0) -> None:
         time.sleep(0.02)
 
 
+class ParentRows:
+    """The stage and job rows write sessions read ahead with each task, decoded, by id and
+    version: every worker command reads the same few, and they change far less often than
+    their tasks. A row is its aggregate's snapshot at that version (only the aggregate's own
+    events write it), so a cached row is the row; the server still sends it (as text, which
+    costs the client nothing to receive), and only a new version is decoded. The rows are
+    shared, read-only: aggregates restored from them replace attributes, never mutate them."""
+
+    LIMIT: Final = 4096
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self._rows: dict[UUID, tuple[int, dict[str, Any]]] = {}
+
+    def row(self, key: UUID, version: int, text: str) -> dict[str, Any]:
+        cached = self._rows.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        row = self.dialect.load_jsonb(json.loads(text))
+        if len(self._rows) >= self.LIMIT:
+            self._rows.clear()
+        self._rows[key] = (version, row)
+        return row
+
+
 class SqlStore:
     """Sessions over the event log and the inline read models, on PostgreSQL or SQLite."""
 
@@ -154,6 +180,7 @@ class SqlStore:
         self.events_table = recorder.events_table_name
         self._writer_pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._writers_lock = threading.Lock()
+        self.parents = ParentRows(self.dialect)
         # Called with the log position each write session committed (wakes catch-up runners).
         self.on_commit: list[Callable[[int], None]] = []
 
@@ -519,7 +546,9 @@ class SqlSession:
             else "%(v)s::uuid"
         )
         sql = (
-            "SELECT to_jsonb(t) AS task, to_jsonb(s) AS stage, to_jsonb(j) AS job, "
+            "SELECT to_jsonb(t) AS task, s.id AS stage_id, s.version AS stage_version, "
+            "to_jsonb(s)::text AS stage, j.id AS job_id, j.version AS job_version, "
+            "to_jsonb(j)::text AS job, "
             f"to_jsonb(sm) AS summary FROM {TASKS} t JOIN {STAGES} s ON s.id = t.stage_id "
             f"JOIN {JOBS} j ON j.id = t.job_id LEFT JOIN {SUMMARIES} sm ON sm.stage_id = s.id "
             f"WHERE t.id = {where}"
@@ -533,10 +562,12 @@ class SqlSession:
         if not rows:
             return None
         row = rows[0]
-        for parent in (row["stage"], row["job"]):
-            key = UUID(parent["id"])
-            if key not in self.loaded:
-                self._fetched.setdefault(key, self.d.load_jsonb(parent))
+        for kind in ("stage", "job"):
+            key = row[f"{kind}_id"]
+            if key not in self.loaded and key not in self._fetched:
+                self._fetched[key] = self.store.parents.row(
+                    key, row[f"{kind}_version"], row[kind]
+                )
         if row["summary"] is not None and not self._sent_events():
             self._summary_seen.setdefault(UUID(row["summary"]["stage_id"]), row["summary"])
         return self.d.load_jsonb(row["task"])

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from uuid import uuid4
 
 import pytest
 
@@ -384,3 +385,31 @@ def test_a_command_that_changes_a_jobs_queue_rows_waits_for_a_claim_without_the_
         "parent abort": JobStatus.ABORTED,
     }
     assert job_now.status == expected[command]
+
+
+def test_a_parent_row_read_ahead_is_decoded_once_per_version(pg: SqlStore) -> None:
+    """Write sessions keep the stage and job rows they read ahead, by version: the same version
+    is not decoded again (the text sent is then not even parsed), a new one is."""
+    rows = pg.parents
+    key = uuid4()
+    first = rows.row(key, 3, '{"id": "%s", "version": 3, "name": "a"}' % key)
+    assert first["id"] == key and first["name"] == "a"
+    assert rows.row(key, 3, "not json: the cached row is used") is first
+    newer = rows.row(key, 4, '{"id": "%s", "version": 4, "name": "b"}' % key)
+    assert newer["name"] == "b" and rows.row(key, 4, "") is newer
+
+
+def test_a_command_after_a_jobs_change_sees_the_new_job_not_the_kept_row(pg: SqlStore) -> None:
+    jobnik = Jobnik(pg)
+    job, stage = one_task_job(jobnik)
+    jobnik.add_tasks(stage.id, [NewTask(data={})])
+    task = jobnik.dequeue("opt")  # read the job before it started it
+    jobnik.dequeue("opt")  # read (and kept) the started job
+    with pg.session(write=False) as r:
+        version = r.job(job.id).version
+    assert pg.parents.row(job.id, version, "")["status"] == JobStatus.IN_PROGRESS  # kept
+    jobnik.set_job_status(job.id, JobStatus.ABORTED)
+    before = conflicts_retried()
+    done = jobnik.report_task(task.id, TaskStatus.COMPLETED, attempt=task.attempt)
+    assert done.status == TaskStatus.ABORTED  # the late report path: the job is aborted
+    assert conflicts_retried() == before
