@@ -138,22 +138,27 @@ class ParentRows:
     their tasks. A row is its aggregate's snapshot at that version (only the aggregate's own
     events write it), so a cached row is the row; the server still sends it (as text, which
     costs the client nothing to receive), and only a new version is decoded. The rows are
-    shared, read-only: aggregates restored from them replace attributes, never mutate them."""
+    shared, read-only: aggregates restored from them replace attributes, never mutate them.
+    Bounded by rows and by the size of their text (a job's data may be large): when either
+    is reached, everything kept is dropped and the hot rows come back with the next commands."""
 
-    LIMIT: Final = 4096
+    ROWS: Final = 1024
+    CHARS: Final = 16 * 1024 * 1024
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         self._rows: dict[UUID, tuple[int, dict[str, Any]]] = {}
+        self._chars = 0
 
     def row(self, key: UUID, version: int, text: str) -> dict[str, Any]:
         cached = self._rows.get(key)
         if cached is not None and cached[0] == version:
             return cached[1]
         row = self.dialect.load_jsonb(json.loads(text))
-        if len(self._rows) >= self.LIMIT:
-            self._rows.clear()
+        if len(self._rows) >= self.ROWS or self._chars + len(text) > self.CHARS:
+            self._rows, self._chars = {}, 0
         self._rows[key] = (version, row)
+        self._chars += len(text)
         return row
 
 
@@ -565,9 +570,7 @@ class SqlSession:
         for kind in ("stage", "job"):
             key = row[f"{kind}_id"]
             if key not in self.loaded and key not in self._fetched:
-                self._fetched[key] = self.store.parents.row(
-                    key, row[f"{kind}_version"], row[kind]
-                )
+                self._fetched[key] = self.store.parents.row(key, row[f"{kind}_version"], row[kind])
         if row["summary"] is not None and not self._sent_events():
             self._summary_seen.setdefault(UUID(row["summary"]["stage_id"]), row["summary"])
         return self.d.load_jsonb(row["task"])

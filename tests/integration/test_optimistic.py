@@ -5,6 +5,7 @@ command runs again on fresh state (the outcome is the one of running the two com
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -390,13 +391,19 @@ def test_a_command_that_changes_a_jobs_queue_rows_waits_for_a_claim_without_the_
 def test_a_parent_row_read_ahead_is_decoded_once_per_version(pg: SqlStore) -> None:
     """Write sessions keep the stage and job rows they read ahead, by version: the same version
     is not decoded again (the text sent is then not even parsed), a new one is."""
-    rows = pg.parents
-    key = uuid4()
-    first = rows.row(key, 3, '{"id": "%s", "version": 3, "name": "a"}' % key)
-    assert first["id"] == key and first["name"] == "a"
+    rows, key = pg.parents, uuid4()
+    first = rows.row(key, 3, json.dumps({"id": str(key), "version": 3, "name": "a"}))
+    assert first["id"] == key
+    assert first["name"] == "a"
     assert rows.row(key, 3, "not json: the cached row is used") is first
-    newer = rows.row(key, 4, '{"id": "%s", "version": 4, "name": "b"}' % key)
-    assert newer["name"] == "b" and rows.row(key, 4, "") is newer
+    newer = rows.row(key, 4, json.dumps({"id": str(key), "version": 4, "name": "b"}))
+    assert newer["name"] == "b"
+    assert rows.row(key, 4, "") is newer
+    # Bounded by the text kept: a large row makes room for itself by dropping the others.
+    big = uuid4()
+    rows.row(big, 1, json.dumps({"id": str(big), "data": "x" * rows.CHARS}))
+    with pytest.raises(json.JSONDecodeError, match="Expecting value"):  # decoded again
+        rows.row(key, 4, "")
 
 
 def test_a_command_after_a_jobs_change_sees_the_new_job_not_the_kept_row(pg: SqlStore) -> None:
