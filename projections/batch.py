@@ -270,14 +270,12 @@ class BatchCursor:
             skip, self.began = 1 + len(self.first), True
         results = self._send(";\n".join(statements))
         # A failed statement stops the string: its result is the last one.
-        failed: int | None = len(results) - 1
-        if not results or results[-1].status != pq.ExecStatus.FATAL_ERROR:
-            failed = None
-        ran = len(results) if failed is None else failed
+        error = results[-1] if results and results[-1].status == pq.ExecStatus.FATAL_ERROR else None
+        ran = len(results) if error is None else len(results) - 1  # (the failed one did not)
         # (prepared statements outlive the transaction, even rolled back)
         self._prepared.update(name for i, name in preparing.items() if i + skip < ran)
-        if failed is not None:
-            raise _error(results[failed], self._encoding)
+        if error is not None:
+            raise _error(error, self._encoding)
         if len(results) != len(statements):
             raise DatabaseError(f"expected {len(statements)} results, got {len(results)}")
         for i, later in wanted.items():

@@ -572,7 +572,7 @@ class SqlSession:
             if key not in self.loaded and key not in self._fetched:
                 self._fetched[key] = self.store.parents.row(key, row[f"{kind}_version"], row[kind])
         if row["summary"] is not None and not self._sent_events():
-            self._summary_seen.setdefault(UUID(row["summary"]["stage_id"]), row["summary"])
+            self._summary_seen.setdefault(row["stage_id"], row["summary"])
         return self.d.load_jsonb(row["task"])
 
     def _remember(self, aggregate: Entity) -> Entity:
