@@ -80,6 +80,9 @@ class CatchUpProjection(ABC):
     keys: ClassVar[dict[str, tuple[str, ...]]]  # primary key of each table (verify pairs rows)
     events: ClassVar[tuple[type, ...]]  # the event classes it reads
     ddl: ClassVar[str]  # CREATE statements with {uuid}/{json}/{time}/{bool} placeholders
+    # Every row belongs to one job and only its events write it: a rebuild may replay the
+    # events of different jobs in different processes (parallel.py).
+    per_job: ClassVar[bool] = False
 
     @property
     def topics(self) -> tuple[str, ...]:

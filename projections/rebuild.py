@@ -34,7 +34,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import Notification
 
-from jobnik.projections import tracking
+from jobnik.projections import parallel, tracking
 from jobnik.projections.catchup import Batch, CatchUpProjection, catch_up
 from jobnik.projections.leader import LeaderLock
 from jobnik.projections.readahead import read_ahead
@@ -89,18 +89,24 @@ def _pages(
     stop: int | None,
     topics: Sequence[str],
     cur: Cursor | None = None,
+    route: parallel.Route | None = None,
 ) -> Iterator[Sequence[Notification]]:
     """Pages of notifications after `after`: through the library's recorder, or, inside a write
     transaction, through that transaction's cursor `cur`. (The library's SQLite pool queues
     every request behind a writer waiting for the writer lock, so a second connection asked for
-    while holding the writer connection can wait for a writer that waits for us.)"""
+    while holding the writer connection can wait for a writer that waits for us.) `route`: only
+    the events of one part of the jobs (parallel.py)."""
     while True:
-        if cur is None:
+        notes: Sequence[Notification]
+        if cur is not None:
+            notes = _select(cur, store, after, page, stop, topics)
+        elif route is not None:
+            with store.cursor(write=False) as read:
+                notes = _select(read, store, after, page, stop, topics, route)
+        else:
             notes = store.recorder.select_notifications(
                 after, page, stop=stop, topics=topics, inclusive_of_start=False
             )
-        else:
-            notes = _select(cur, store, after, page, stop, topics)
         if not notes:
             return
         yield notes
@@ -116,21 +122,23 @@ def _select(
     limit: int,
     stop: int | None,
     topics: Sequence[str],
+    route: parallel.Route | None = None,
 ) -> list[Notification]:
     p = cur.dialect.param
-    position = "notification_id" if store.backend == "postgres" else "rowid"
-    params: dict[str, Any] = {"after": after, "limit": limit}
+    position = "e.notification_id" if store.backend == "postgres" else "e.rowid"
+    join, params = parallel.route_join("e", route)
+    params.update(after=after, limit=limit)
     where = [f"{position} > {p('after')}"]
     if stop is not None:
         where.append(f"{position} <= {p('stop')}")
         params["stop"] = stop
     if topics:
         names = {f"t{i}": t for i, t in enumerate(topics)}
-        where.append(f"topic IN ({', '.join(p(n) for n in names)})")
+        where.append(f"e.topic IN ({', '.join(p(n) for n in names)})")
         params.update(names)
     rows = cur.raw_all(
-        f"SELECT {position} AS id, originator_id, originator_version, topic, state "
-        f"FROM {store.events_table} WHERE {' AND '.join(where)} ORDER BY {position} "
+        f"SELECT {position} AS id, e.originator_id, e.originator_version, e.topic, e.state "
+        f"FROM {store.events_table} e{join} WHERE {' AND '.join(where)} ORDER BY {position} "
         f"LIMIT {p('limit')}",
         params,
     )
@@ -205,16 +213,25 @@ class _Pass:
     """Shadows of some projections, fed from one pass over the log."""
 
     def __init__(
-        self, store: SqlStore, projections: Sequence[Projection], progress: Progress | None
+        self,
+        store: SqlStore,
+        projections: Sequence[Projection],
+        progress: Progress | None,
+        shadows: Sequence[_Shadow] | None = None,
     ):
         self.store = store
-        self.shadows = []
-        for p in projections:
-            rename = Renamer(p.tables)
-            self.shadows.append(_Shadow(p, rename, applier(store, p, rename), preparer(p, rename)))
-        everything = any(not p.topics for p in projections)
+        self.shadows = list(shadows) if shadows is not None else []
+        if shadows is None:
+            for p in projections:
+                rename = Renamer(p.tables)
+                self.shadows.append(
+                    _Shadow(p, rename, applier(store, p, rename), preparer(p, rename))
+                )
+        everything = any(not s.projection.topics for s in self.shadows)
         self.topics: tuple[str, ...] = (
-            () if everything else tuple(sorted({t for p in projections for t in p.topics}))
+            ()
+            if everything
+            else tuple(sorted({t for s in self.shadows for t in s.projection.topics}))
         )
         self.progress = progress
         self.position = 0
@@ -235,11 +252,13 @@ class _Pass:
     def head(self) -> int:
         return int(self.store.recorder.max_notification_id() or 0)
 
-    def build(self, near: int | None = None) -> None:
+    def build(self, near: int | None = None, processes: int = 1) -> None:
         """Feed the shadows until they are within `near` (a page) of the head (no lock held),
         or until a round no longer shrinks the distance (writers outpace the replay: the rest
-        is then applied under the write lock, a longer pause but a finite one)."""
+        is then applied under the write lock, a longer pause but a finite one). The first
+        round runs in `processes` processes where that pays (parallel.py)."""
         lag = None
+        self._parallel(processes)
         with self._writers() as writers:
             while True:
                 head = self.head()
@@ -249,12 +268,63 @@ class _Pass:
                     return
                 lag = head - self.position
                 pages = _pages(self.store, self.position, PAGE, head, self.topics)
-                for page in read_ahead(self._decoded(pages)):
-                    if writers is None:
-                        with self.store.cursor(write=True, lock=False) as cur:
-                            self._apply(page, head, self._sharing(cur))
-                    else:
-                        self._apply(page, head, [w.page() for w in writers])
+                self._feed(pages, head, writers)
+
+    def _feed(
+        self, pages: Iterable[Sequence[Notification]], head: int, writers: list[Writer] | None
+    ) -> None:
+        for page in read_ahead(self._decoded(pages)):
+            if writers is None:
+                with self.store.cursor(write=True, lock=False) as cur:
+                    self._apply(page, head, self._sharing(cur))
+            else:
+                self._apply(page, head, [w.page() for w in writers])
+
+    def feed_part(self, route: parallel.Route, after: int, head: int) -> None:
+        """A part's share of the events after `after` up to `head` (in a part's process)."""
+        with self._writers() as writers:
+            self._feed(_pages(self.store, after, PAGE, head, (), route=route), head, writers)
+
+    def _parallel(self, processes: int) -> None:
+        """Replay the log up to its head with the per-job shadows fed by `processes` processes,
+        the others by this one meanwhile, when the log is long enough to pay for starting them
+        (PostgreSQL only: SQLite has one writer)."""
+        head = self.head()
+        per_job = [s for s in self.shadows if s.projection.per_job]
+        if (
+            processes < 2
+            or self.store.pg is None
+            or not per_job
+            or head - self.position < parallel.MIN_EVENTS
+        ):
+            return
+        rest = _Pass(self.store, (), None, [s for s in self.shadows if s not in per_job])
+        start, total = self.applied, self.applied + head - self.position
+
+        def meanwhile() -> None:
+            if rest.shadows:
+                with rest._writers() as writers:
+                    pages = _pages(self.store, self.position, PAGE, head, rest.topics)
+                    rest._feed(pages, head, writers)
+
+        def progress(applied: int) -> None:
+            if self.progress is not None:
+                self.progress(start + applied, max(total, start + applied))
+
+        applied = parallel.run_parts(
+            self.store,
+            _feed_part,
+            [s.projection.name for s in per_job],
+            processes,
+            self.position,
+            head,
+            meanwhile,
+            progress,
+        )
+        if applied is None:  # not routed: the one-process rounds do it all
+            return
+        self.applied += applied
+        self.position = head
 
     @contextmanager
     def _writers(self) -> Iterator[list[Writer] | None]:
@@ -307,6 +377,20 @@ class _Pass:
         return max(0, head - self.position) if not self.topics else 0
 
 
+def _feed_part(
+    store: SqlStore,
+    names: Sequence[str],
+    route: parallel.Route,
+    after: int,
+    head: int,
+    applied: Callable[[int], None],
+) -> None:
+    """What a part's process runs (parallel.run_parts): its jobs' events into the shadows."""
+    with fewer_collections():
+        work = _Pass(store, by_name(names), lambda n, _: applied(n))
+        work.feed_part(route, after, head)
+
+
 def rebuild(
     store: SqlStore,
     progress: Progress | None = None,
@@ -314,11 +398,13 @@ def rebuild(
     names: Sequence[str] | None = None,
     wait: float = 0.0,
     only_outdated: bool = False,
+    processes: int | None = None,
 ) -> int:
     """Rebuild projections `names` (all when None) blue/green; returns the events replayed.
 
     `only_outdated`: only those whose rows an older version built, judged once the rebuild lock
     is held (so processes starting together rebuild once). `wait`: seconds to wait for the lock.
+    `processes`: how many replay the log on PostgreSQL (default `parallel.processes()`).
     """
     projections = by_name(names)
     with rebuild_lock(store, wait=wait), fewer_collections():
@@ -329,7 +415,7 @@ def rebuild(
         work = _Pass(store, projections, progress)
         work.create()
         try:
-            work.build()
+            work.build(processes=processes or parallel.processes())
             with store.cursor(write=True, swap=True) as cur:  # writers wait until the commit
                 _lock_entries(cur, projections)
                 head = work.finish(cur)
@@ -367,6 +453,7 @@ def verify(
     *,
     names: Sequence[str] | None = None,
     wait: float = 0.0,
+    processes: int | None = None,
 ) -> list[Difference]:
     """Replay projections `names` (all when None) into shadows and list every row that differs
     from the live tables at the same log position. The live tables are not changed, except that
@@ -376,7 +463,7 @@ def verify(
         work = _Pass(store, projections, progress)
         work.create()
         try:
-            work.build()
+            work.build(processes=processes or parallel.processes())
             with _frozen(store, work, projections) as cur:
                 return [
                     d

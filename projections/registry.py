@@ -41,6 +41,9 @@ class InlineProjection:
     tables: tuple[str, ...] = TABLES
     keys: Final = {t: tuple(c.strip() for c in PRIMARY_KEYS[t].split(",")) for t in TABLES}
     topics: tuple[str, ...] = ()  # every event
+    # Every row is of one job, written by that job's events alone; the rows an Enqueue reads are
+    # of its own job (parallel.py replays different jobs in different processes).
+    per_job = True
 
     def create(self, backend: str) -> list[str]:
         """The migrations' statements that concern these tables, in order: a shadow built from

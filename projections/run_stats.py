@@ -215,6 +215,7 @@ class RunStats(CatchUpProjection):
 
     name = "run_stats"
     version = 1
+    per_job = True  # rows per job and per stage, written by that job's events alone
     tables = (JOBS, STAGES)
     keys = {JOBS: ("job_id",), STAGES: ("stage_id",)}
     events = EVENTS

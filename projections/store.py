@@ -166,6 +166,7 @@ class SqlStore:
     """Sessions over the event log and the inline read models, on PostgreSQL or SQLite."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
+        self.env: Final = dict(env)  # the library's settings (a rebuild's parts open their own)
         self.log_app = EventLog(env={**env, "CREATE_TABLE": "n"})
         recorder = self.log_app.recorder
         self.recorder = recorder

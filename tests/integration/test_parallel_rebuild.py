@@ -1,0 +1,157 @@
+"""Rebuilds whose per-job projections are replayed by several processes (projections/parallel.py).
+
+On PostgreSQL the parts really run in their own processes; SQLite has one writer, so there the
+same calls replay in one process, and the rows must be the same either way."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.domain.errors import DatabaseError
+from jobnik.domain.statuses import TaskStatus
+from jobnik.projections import parallel, tracking
+from jobnik.projections import rebuild as rebuild_module
+from jobnik.projections.rebuild import rebuild, verify
+from jobnik.projections.store import SqlStore
+from tests.integration.test_rebuild import busy_workload, snapshot
+
+
+@pytest.fixture
+def everything_in_parallel(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Parallel replay for any log, however short; records the events each run's parts applied."""
+    monkeypatch.setattr(parallel, "MIN_EVENTS", 0)
+    monkeypatch.setattr(rebuild_module, "PAGE", 7)  # many pages per part
+    applied: list[int] = []
+    run = parallel.run_parts
+
+    def recorded(*args: object, **kwargs: object) -> int | None:
+        n = run(*args, **kwargs)  # type: ignore[arg-type]
+        applied.append(-1 if n is None else n)
+        return n
+
+    monkeypatch.setattr(parallel, "run_parts", recorded)
+    return applied
+
+
+def delegating_workload(jobnik: Jobnik) -> None:
+    """A parent task delegating to child jobs (rows of two jobs tied by the parent's task)."""
+    parent = jobnik.create_job(NewJob(name="parent", data={}))
+    stage = jobnik.add_stage(parent.id, NewStage(type="split", data={}))
+    jobnik.add_tasks(stage.id, [NewTask(data={}, max_attempts=2)])
+    task = jobnik.dequeue("split")
+    for i in range(2):
+        child = jobnik.create_job(NewJob(name="child", data={"i": i}, parent_task_id=task.id))
+        child_stage = jobnik.add_stage(child.id, NewStage(type="leaf", data={}))
+        jobnik.add_tasks(child_stage.id, [NewTask(data={"i": i}, max_attempts=1)])
+    jobnik.report_task(task.id, TaskStatus.DELEGATED, attempt=task.attempt)
+    for _ in range(2):
+        leaf = jobnik.dequeue("leaf")
+        jobnik.report_task(leaf.id, TaskStatus.COMPLETED, attempt=leaf.attempt)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_a_rebuild_in_parts_writes_exactly_the_live_rows(
+    store: SqlStore, jobnik: Jobnik, everything_in_parallel: list[int], seed: int
+) -> None:
+    busy_workload(jobnik, random.Random(seed), 400)
+    delegating_workload(jobnik)
+    live = snapshot(store)
+    head = int(store.recorder.max_notification_id() or 0)
+
+    replayed = rebuild(store, processes=3)
+
+    assert snapshot(store) == live
+    assert replayed >= head
+    assert verify(store, processes=2) == []
+    if store.pg is not None:  # every event of the log went to exactly one part
+        assert everything_in_parallel == [head, head]
+    else:
+        assert everything_in_parallel == []  # SQLite: one process, never the parts
+    with store.cursor(write=False) as cur:
+        assert tracking.get(cur, "inline") is not None
+
+
+def test_a_part_that_fails_fails_the_rebuild_and_changes_no_live_row(
+    store: SqlStore, jobnik: Jobnik, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    busy_workload(jobnik, random.Random(5), 150)
+    live = snapshot(store)
+    monkeypatch.setattr(parallel, "MIN_EVENTS", 0)
+    monkeypatch.setattr(rebuild_module, "_feed_part", _failing_part)
+
+    if store.pg is None:
+        rebuild(store, processes=2)  # SQLite never starts parts
+    else:
+        with pytest.raises(DatabaseError, match=r"(?s)rebuild part 1 failed:.*part 1 breaks"):
+            rebuild(store, processes=2)
+
+    assert snapshot(store) == live
+    assert leftovers(store) == []
+    assert rebuild(store, processes=1) > 0
+    assert snapshot(store) == live
+
+
+def leftovers(store: SqlStore) -> list[str]:
+    """Shadow and route tables still in the database."""
+    if store.pg is None:
+        sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '%%__next'"
+    else:
+        sql = (
+            "SELECT table_name AS name FROM information_schema.tables "
+            "WHERE table_schema = 'public' AND (table_name LIKE '%%\\_\\_next' "
+            f"OR table_name = '{parallel.ROUTES}')"
+        )
+    with store.cursor(write=False) as cur:
+        return [r["name"] for r in cur.all(sql)]
+
+
+def _failing_part(store: SqlStore, names: object, route: tuple[int, int], *rest: object) -> None:
+    """A part that writes some of its rows and then breaks (in part 1)."""
+    if route[0] == 1:
+        raise RuntimeError("part 1 breaks")
+    rebuild_module._Pass(store, rebuild_module.by_name(list(names)), None).feed_part(  # type: ignore[call-overload]
+        route, *rest[:2]
+    )
+
+
+@pytest.mark.parametrize("why", ["unreadable", "incomplete"])
+def test_a_log_that_cannot_be_routed_is_replayed_in_one_process(
+    store: SqlStore,
+    jobnik: Jobnik,
+    everything_in_parallel: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+    why: str,
+) -> None:
+    busy_workload(jobnik, random.Random(6), 100)
+    live = snapshot(store)
+    if why == "unreadable":  # the routes statement fails (a job id it cannot find)
+        read = parallel._job_hex
+        monkeypatch.setattr(parallel, "_job_hex", lambda job, events: read("no_such", events))
+    else:  # stages' events have no route
+        monkeypatch.setattr(
+            parallel, "KIND", {c: k for c, k in parallel.KIND.items() if k != "stage"}
+        )
+
+    rebuild(store, processes=2)
+
+    assert snapshot(store) == live
+    assert leftovers(store) == []
+    assert everything_in_parallel == ([-1] if store.pg is not None else [])
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", 1), ("3", 3), (" 2 ", 2)])
+def test_the_number_of_processes_is_read_from_the_environment(value: str, expected: int) -> None:
+    assert parallel.processes({"JOBNIK_REBUILD_PROCESSES": value}) == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_a_bad_number_of_processes_is_refused_naming_the_setting(value: str) -> None:
+    with pytest.raises(ValueError, match="JOBNIK_REBUILD_PROCESSES"):
+        parallel.processes({"JOBNIK_REBUILD_PROCESSES": value})
+
+
+def test_by_default_a_rebuild_uses_each_cpu() -> None:
+    assert 1 <= parallel.processes({}) <= parallel.MAX_PROCESSES
