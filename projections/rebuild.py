@@ -206,27 +206,24 @@ class _Shadow:
     prepare: Prepare | None
 
 
+def _shadows(store: SqlStore, projections: Sequence[Projection]) -> list[_Shadow]:
+    """A shadow of each projection, with its applier (and its state) for a pass."""
+    out = []
+    for p in projections:
+        rename = Renamer(p.tables)
+        out.append(_Shadow(p, rename, applier(store, p, rename), preparer(p, rename)))
+    return out
+
+
 Page = tuple[Batch, list[Any]]  # decoded events, and what each shadow's `prepare` made of them
 
 
 class _Pass:
     """Shadows of some projections, fed from one pass over the log."""
 
-    def __init__(
-        self,
-        store: SqlStore,
-        projections: Sequence[Projection],
-        progress: Progress | None,
-        shadows: Sequence[_Shadow] | None = None,
-    ):
+    def __init__(self, store: SqlStore, shadows: Sequence[_Shadow], progress: Progress | None):
         self.store = store
-        self.shadows = list(shadows) if shadows is not None else []
-        if shadows is None:
-            for p in projections:
-                rename = Renamer(p.tables)
-                self.shadows.append(
-                    _Shadow(p, rename, applier(store, p, rename), preparer(p, rename))
-                )
+        self.shadows = list(shadows)
         everything = any(not s.projection.topics for s in self.shadows)
         self.topics: tuple[str, ...] = (
             ()
@@ -280,10 +277,10 @@ class _Pass:
             else:
                 self._apply(page, head, [w.page() for w in writers])
 
-    def feed_part(self, route: parallel.Route, after: int, head: int) -> None:
-        """A part's share of the events after `after` up to `head` (in a part's process)."""
+    def replay(self, pages: Iterable[Sequence[Notification]], head: int) -> None:
+        """Feed `pages` (up to `head`) through writers of their own: one round."""
         with self._writers() as writers:
-            self._feed(_pages(self.store, after, PAGE, head, (), route=route), head, writers)
+            self._feed(pages, head, writers)
 
     def _parallel(self, processes: int) -> None:
         """Replay the log up to its head with the per-job shadows fed by `processes` processes,
@@ -298,14 +295,12 @@ class _Pass:
             or head - self.position < parallel.MIN_EVENTS
         ):
             return
-        rest = _Pass(self.store, (), None, [s for s in self.shadows if s not in per_job])
+        rest = _Pass(self.store, [s for s in self.shadows if s not in per_job], None)
         start, total = self.applied, self.applied + head - self.position
 
         def meanwhile() -> None:
             if rest.shadows:
-                with rest._writers() as writers:
-                    pages = _pages(self.store, self.position, PAGE, head, rest.topics)
-                    rest._feed(pages, head, writers)
+                rest.replay(_pages(self.store, self.position, PAGE, head, rest.topics), head)
 
         def progress(applied: int) -> None:
             if self.progress is not None:
@@ -387,8 +382,8 @@ def _feed_part(
 ) -> None:
     """What a part's process runs (parallel.run_parts): its jobs' events into the shadows."""
     with fewer_collections():
-        work = _Pass(store, by_name(names), lambda n, _: applied(n))
-        work.feed_part(route, after, head)
+        work = _Pass(store, _shadows(store, by_name(names)), lambda n, _: applied(n))
+        work.replay(_pages(store, after, PAGE, head, (), route=route), head)
 
 
 def rebuild(
@@ -412,7 +407,7 @@ def rebuild(
             projections = outdated(store, projections)
             if not projections:
                 return 0
-        work = _Pass(store, projections, progress)
+        work = _Pass(store, _shadows(store, projections), progress)
         work.create()
         try:
             work.build(processes=processes or parallel.processes())
@@ -460,7 +455,7 @@ def verify(
     catch-up projections are first brought up to the head (as their runner would)."""
     projections = by_name(names)
     with rebuild_lock(store, wait=wait), fewer_collections():
-        work = _Pass(store, projections, progress)
+        work = _Pass(store, _shadows(store, projections), progress)
         work.create()
         try:
             work.build(processes=processes or parallel.processes())

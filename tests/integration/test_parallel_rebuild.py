@@ -6,6 +6,7 @@ same calls replay in one process, and the rows must be the same either way."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -108,13 +109,19 @@ def leftovers(store: SqlStore) -> list[str]:
         return [r["name"] for r in cur.all(sql)]
 
 
-def _failing_part(store: SqlStore, names: object, route: tuple[int, int], *rest: object) -> None:
-    """A part that writes some of its rows and then breaks (in part 1)."""
+def _failing_part(
+    store: SqlStore,
+    names: Sequence[str],
+    route: tuple[int, int],
+    after: int,
+    head: int,
+    applied: Callable[[int], None],
+) -> None:
+    """Part 1 breaks at once; the others write their rows as usual (this runs in a part's own
+    process, where `_feed_part` is the real one: only the test's process patched it)."""
     if route[0] == 1:
         raise RuntimeError("part 1 breaks")
-    rebuild_module._Pass(store, rebuild_module.by_name(list(names)), None).feed_part(  # type: ignore[call-overload]
-        route, *rest[:2]
-    )
+    rebuild_module._feed_part(store, names, route, after, head, applied)
 
 
 @pytest.mark.parametrize("why", ["unreadable", "incomplete"])
