@@ -339,13 +339,14 @@ def server(url: str, log: Path, processes: int = 1) -> Iterator[str]:
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
-        while log.read_text().count(STARTED) < processes:
+        # Every process started, and /liveness answers: one uvicorn process logs its start-up
+        # before it binds the socket, so the first request can still be refused.
+        while log.read_text().count(STARTED) < processes or not _answers(f"{base}/liveness"):
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"server not ready:\n{log.read_text()[-3000:]}")
             time.sleep(0.05)
-        check(urllib3.request("GET", f"{base}/liveness", timeout=5).status == 200, "liveness")
         yield base
     finally:
         if proc.poll() is None:
@@ -358,6 +359,13 @@ def server(url: str, log: Path, processes: int = 1) -> Iterator[str]:
 
 
 STARTED = "Application startup complete"
+
+
+def _answers(url: str) -> bool:
+    """GET `url` answers 200 (False while nothing listens yet)."""
+    with contextlib.suppress(urllib3.exceptions.HTTPError):
+        return urllib3.request("GET", url, timeout=2, retries=False).status == 200
+    return False
 
 
 def quantile(xs: Sequence[float], q: float) -> float:
