@@ -83,6 +83,8 @@ class CatchUpProjection(ABC):
     # Every row belongs to one job and only its events write it: a rebuild may replay the
     # events of different jobs in different processes (parallel.py).
     per_job: ClassVar[bool] = False
+    # Indexes a rebuild may build after the bulk of its replay (no replay statement uses them).
+    late_indexes: ClassVar[frozenset[str]] = frozenset()
 
     @property
     def topics(self) -> tuple[str, ...]:

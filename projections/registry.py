@@ -44,6 +44,21 @@ class InlineProjection:
     # Every row is of one job, written by that job's events alone; the rows an Enqueue reads are
     # of its own job (parallel.py replays different jobs in different processes).
     per_job = True
+    # Indexes no replay statement reads through (the API's lookups: by name, time, type, the
+    # claim's, the sweeper's): a rebuild builds them once after the bulk of the replay instead
+    # of updating them row by row (the indexes by job and stage stay: barriers delete and
+    # update through them).
+    late_indexes: frozenset[str] = frozenset(
+        {
+            "jobs_v1_name",
+            "jobs_v1_creation_time",
+            "stages_v1_type",
+            "tasks_v1_type_status",
+            "queue_v1_next",
+            "tasks_v1_lease",
+            "tasks_v1_delegated",
+        }
+    )
 
     def create(self, backend: str) -> list[str]:
         """The migrations' statements that concern these tables, in order: a shadow built from
