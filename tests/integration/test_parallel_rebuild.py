@@ -6,7 +6,7 @@ same calls replay in one process, and the rows must be the same either way."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
@@ -15,8 +15,10 @@ from jobnik.domain.errors import DatabaseError
 from jobnik.domain.statuses import TaskStatus
 from jobnik.projections import parallel, tracking
 from jobnik.projections import rebuild as rebuild_module
+from jobnik.projections.config import library_env
 from jobnik.projections.rebuild import rebuild, verify
 from jobnik.projections.store import SqlStore
+from tests.conftest import _reset
 from tests.integration.test_rebuild import busy_workload, snapshot
 
 
@@ -103,7 +105,7 @@ def leftovers(store: SqlStore) -> list[str]:
         sql = (
             "SELECT table_name AS name FROM information_schema.tables "
             "WHERE table_schema = 'public' AND (table_name LIKE '%%\\_\\_next' "
-            f"OR table_name = '{parallel.ROUTES}')"
+            f"OR table_name IN ('{parallel.ROUTES}', '{parallel._JOBS}'))"
         )
     with store.cursor(write=False) as cur:
         return [r["name"] for r in cur.all(sql)]
@@ -134,7 +136,7 @@ def test_a_log_that_cannot_be_routed_is_replayed_in_one_process(
 ) -> None:
     busy_workload(jobnik, random.Random(6), 100)
     live = snapshot(store)
-    if why == "unreadable":  # the routes statement fails (a job id it cannot find)
+    if why == "unreadable":  # the routes statement finds no job in the creation events
         read = parallel._job_hex
         monkeypatch.setattr(parallel, "_job_hex", lambda job, events: read("no_such", events))
     else:  # stages' events have no route
@@ -162,3 +164,36 @@ def test_a_bad_number_of_processes_is_refused_naming_the_setting(value: str) -> 
 
 def test_by_default_a_rebuild_uses_each_cpu() -> None:
     assert 1 <= parallel.processes({}) <= parallel.MAX_PROCESSES
+
+
+@pytest.fixture
+def pg(pg_database_url: str) -> Iterator[SqlStore]:
+    _reset(pg_database_url)
+    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": pg_database_url}))
+    try:
+        store.migrate()
+        yield store
+    finally:
+        store.close()
+
+
+def test_routes_give_the_parts_equal_work_and_keep_each_job_whole(pg: SqlStore) -> None:
+    """Jobs dealt largest first in a snake: stages and tasks of sizes 14, 13, 12, 11, 4, 4 (a job,
+    a stage and its tasks) make two parts of 29, where a split by job id might give any sums."""
+    jobnik = Jobnik(pg)
+    jobs = {}
+    for i, tasks in enumerate([12, 11, 10, 9, 2, 2]):
+        job = jobnik.create_job(NewJob(name=f"j{i}", data={}))
+        stage = jobnik.add_stage(job.id, NewStage(type="t", data={}))
+        added = jobnik.add_tasks(stage.id, [NewTask(data={}) for _ in range(tasks)])
+        jobs[job.id] = {job.id, stage.id, *(t.id for t in added)}
+    head = int(pg.recorder.max_notification_id() or 0)
+
+    with parallel.routes(pg, 2, head) as complete, pg.cursor(write=False) as cur:
+        part = {r["originator_id"]: r["part"] for r in cur.all(f"SELECT * FROM {parallel.ROUTES}")}
+
+    assert complete
+    assert part.keys() == set().union(*jobs.values())
+    assert all(len({part[a] for a in aggregates}) == 1 for aggregates in jobs.values())
+    assert sorted(list(part.values()).count(p) for p in (0, 1)) == [29, 29]
+    assert leftovers(pg) == []

@@ -169,8 +169,8 @@ def schema_of(store: SqlStore) -> dict[str, Any]:
 def test_a_rebuild_leaves_the_tables_and_indexes_the_migrations_made(
     store: SqlStore, jobnik: Jobnik, processes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The replay fills lean shadows (UNLOGGED on PostgreSQL, the late indexes missing); what is
-    swapped in is logged and has every index, defined as before."""
+    """The replay fills shadows that lack the late indexes; what is swapped in has every index,
+    defined as before (and on PostgreSQL is logged)."""
     monkeypatch.setattr(parallel, "MIN_EVENTS", 0)  # two processes: the parts' path too
     random_workload(jobnik, random.Random(3), 150)
     before = schema_of(store)
