@@ -288,5 +288,17 @@ def store(env: dict[str, str]) -> Iterator[SqlStore]:
 
 
 @pytest.fixture
+def pg_store(pg_database_url: str) -> Iterator[SqlStore]:
+    """A migrated store on a fresh PostgreSQL database (tests of PostgreSQL-only code)."""
+    _reset(pg_database_url)
+    s = SqlStore(library_env({"JOBNIK_DATABASE_URL": pg_database_url}))
+    try:
+        s.migrate()
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
 def jobnik(store: SqlStore) -> Jobnik:
     return Jobnik(store)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
@@ -20,23 +20,15 @@ from jobnik.domain.errors import ConcurrencyConflict
 from jobnik.domain.statuses import Actor, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.work import conflicts_retried
 from jobnik.projections.batch import batch_transaction
-from jobnik.projections.config import library_env
 from jobnik.projections.store import SqlSession, SqlStore
-from tests.conftest import _reset
 
 # SQLite write sessions hold the lock from BEGIN IMMEDIATE, so nothing they read goes stale:
 # these tests are about PostgreSQL's optimistic start (test_positions_match_the_log runs on both).
 
 
 @pytest.fixture
-def pg(pg_database_url: str) -> Iterator[SqlStore]:
-    _reset(pg_database_url)
-    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": pg_database_url}))
-    store.migrate()
-    try:
-        yield store
-    finally:
-        store.close()
+def pg(pg_store: SqlStore) -> SqlStore:
+    return pg_store
 
 
 def one_task_job(app: Jobnik, stage_type: str = "opt") -> tuple[Any, Any]:

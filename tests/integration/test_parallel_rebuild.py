@@ -6,7 +6,7 @@ same calls replay in one process, and the rows must be the same either way."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -15,10 +15,8 @@ from jobnik.domain.errors import DatabaseError
 from jobnik.domain.statuses import TaskStatus
 from jobnik.projections import parallel, tracking
 from jobnik.projections import rebuild as rebuild_module
-from jobnik.projections.config import library_env
 from jobnik.projections.rebuild import rebuild, verify
 from jobnik.projections.store import SqlStore
-from tests.conftest import _reset
 from tests.integration.test_rebuild import busy_workload, snapshot
 
 
@@ -166,21 +164,10 @@ def test_by_default_a_rebuild_uses_each_cpu() -> None:
     assert 1 <= parallel.processes({}) <= parallel.MAX_PROCESSES
 
 
-@pytest.fixture
-def pg(pg_database_url: str) -> Iterator[SqlStore]:
-    _reset(pg_database_url)
-    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": pg_database_url}))
-    try:
-        store.migrate()
-        yield store
-    finally:
-        store.close()
-
-
-def test_routes_give_the_parts_equal_work_and_keep_each_job_whole(pg: SqlStore) -> None:
+def test_routes_give_the_parts_equal_work_and_keep_each_job_whole(pg_store: SqlStore) -> None:
     """Jobs dealt largest first in a snake: stages and tasks of sizes 14, 13, 12, 11, 4, 4 (a job,
     a stage and its tasks) make two parts of 29, where a split by job id might give any sums."""
-    jobnik = Jobnik(pg)
+    pg, jobnik = pg_store, Jobnik(pg_store)
     jobs = {}
     for i, tasks in enumerate([12, 11, 10, 9, 2, 2]):
         job = jobnik.create_job(NewJob(name=f"j{i}", data={}))

@@ -12,25 +12,17 @@ import pytest
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import DatabaseError
 from jobnik.projections import run_stats
-from jobnik.projections.config import library_env
 from jobnik.projections.readahead import read_ahead
 from jobnik.projections.rebuild import rebuild
 from jobnik.projections.store import Cursor, SqlStore
 from jobnik.projections.writer import Writer, run
-from tests.conftest import _reset
 
 
 @pytest.fixture
-def pg(pg_database_url: str) -> Iterator[SqlStore]:
-    _reset(pg_database_url)
-    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": pg_database_url}))
-    try:
-        store.migrate()
-        with store.cursor(write=True) as cur:
-            cur.execute("CREATE TABLE w (n INTEGER PRIMARY KEY)")
-        yield store
-    finally:
-        store.close()
+def pg(pg_store: SqlStore) -> SqlStore:
+    with pg_store.cursor(write=True) as cur:
+        cur.execute("CREATE TABLE w (n INTEGER PRIMARY KEY)")
+    return pg_store
 
 
 def numbers(store: SqlStore) -> list[int]:
