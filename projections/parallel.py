@@ -135,12 +135,16 @@ def _complete(cur: Cursor, store: SqlStore, head: int) -> bool:
     return row is not None and not row["missing"]
 
 
-def route_join(events: str, route: Route | None) -> tuple[str, dict[str, Any]]:
-    """The JOIN that keeps the events of one part (nothing when `route` is None)."""
+def route_join(
+    events: str, route: Route | None, param: Callable[[str], str]
+) -> tuple[str, dict[str, Any]]:
+    """The JOIN that keeps the events of one part (nothing when `route` is None); `param`: the
+    dialect's placeholder."""
     if route is None:
         return "", {}
     return (
-        f" JOIN {ROUTES} r ON r.originator_id = {events}.originator_id AND r.part = %(part)s",
+        f" JOIN {ROUTES} r ON r.originator_id = {events}.originator_id "
+        f"AND r.part = {param('part')}",
         {"part": route[0]},
     )
 

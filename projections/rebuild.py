@@ -129,7 +129,7 @@ def _select(
 ) -> list[Notification]:
     p = cur.dialect.param
     position = "e.notification_id" if store.backend == "postgres" else "e.rowid"
-    join, params = parallel.route_join("e", route)
+    join, params = parallel.route_join("e", route, p)
     params.update(after=after, limit=limit)
     where = [f"{position} > {p('after')}"]
     if stop is not None:
