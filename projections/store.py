@@ -43,6 +43,7 @@ from jobnik.projections.migrations import migrate
 from jobnik.projections.positions import note_written
 from jobnik.projections.rows import job_from_row, stage_from_row, summary_from_row, task_from_row
 from jobnik.projections.schema import JOBS, QUEUE, STAGES, SUMMARIES, TASKS
+from jobnik.projections.written import RecentWrites, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,7 @@ class SqlStore:
         self._writer_pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._writers_lock = threading.Lock()
         self.parents = ParentRows(self.dialect)
+        self.written = RecentWrites()
         # Called with the log position each write session committed (wakes catch-up runners).
         self.on_commit: list[Callable[[int], None]] = []
 
@@ -271,6 +273,8 @@ class SqlStore:
             finally:
                 if token is not None:
                     _AMBIENT.reset(token)
+        if isinstance(session.cur, BatchCursor):  # committed
+            self.written.note(session.loaded, session.summaries())
         if session.position is not None:  # committed: the response's X-Jobnik-Position
             note_written(session.position)
             for listener in self.on_commit:
@@ -424,7 +428,8 @@ class SqlSession:
         self.locked = locked
         self.loaded: dict[UUID, Entity] = {}
         self._seen: dict[UUID, tuple[str, int]] = {}  # loaded before the lock: table, version
-        self._fetched: dict[UUID, dict[str, Any]] = {}  # rows read ahead, not used yet
+        # rows read ahead, or snapshots of this process's own last writes, not used yet
+        self._fetched: dict[UUID, dict[str, Any] | Snapshot] = {}
         self._ids: list[Later] = []  # the events' ids, as the batches that insert them return
         self._position: int | None = None
         # Stage summaries read ahead before this session sent any write, the deltas its saves
@@ -525,16 +530,20 @@ class SqlSession:
         if key in self.loaded:
             return self.loaded[key]
         row = self._fetched.pop(key, None)
-        if row is None:
-            row = self.cur.one(
-                f"SELECT * FROM {table} WHERE id = {self.p('id')}", {"id": self.d.dump("id", key)}
-            )
-        if row is None:
-            raise missing
-        aggregate = convert(row)
+        if isinstance(row, Snapshot) and row.table == table:
+            aggregate, version = row.restore(), row.version
+        else:
+            if not isinstance(row, dict):
+                row = self.cur.one(
+                    f"SELECT * FROM {table} WHERE id = {self.p('id')}",
+                    {"id": self.d.dump("id", key)},
+                )
+            if row is None:
+                raise missing
+            aggregate, version = convert(row), row["version"]
         self.loaded[key] = aggregate
         if not self.locked and self.write:
-            self._seen[key] = (table, row["version"])
+            self._seen[key] = (table, version)
         return aggregate
 
     def _read_ahead(self, value: Any, *, claim: bool) -> dict[str, Any] | None:
@@ -586,11 +595,40 @@ class SqlSession:
         return cast(Stage, self._load(STAGES, stage_id, stage_from_row, StageNotFound))
 
     def task(self, task_id: UUID) -> Task:
-        if task_id not in self.loaded and task_id not in self._fetched and self.write:
+        if (
+            task_id not in self.loaded
+            and task_id not in self._fetched
+            and self.write
+            and not self._recall(task_id)
+        ):
             row = self._read_ahead(task_id, claim=False)
             if row is not None:
                 self._fetched[task_id] = row
         return cast(Task, self._load(TASKS, task_id, task_from_row, TaskNotFound))
+
+    def _recall(self, task_id: UUID) -> bool:
+        """Start from this process's last write of the task, its stage and job (`written`), if
+        any: only before the writer lock, whose freshness check then covers them."""
+        if self.locked or not isinstance(self.cur, BatchCursor) or self._sent_events():
+            return False
+        entry = self.store.written.take(task_id)
+        if entry is None:
+            return False
+        for snapshot in (entry.task, entry.stage, entry.job):
+            if snapshot.id not in self.loaded:
+                self._fetched.setdefault(snapshot.id, snapshot)
+        if entry.summary is not None:
+            self._summary_seen.setdefault(entry.task.state["stage_id"], dict(entry.summary))
+        return True
+
+    def summaries(self) -> dict[UUID, dict[str, int]]:
+        """The stage summaries' counts this session saw, with its own changes: after its commit,
+        what it knows of them (`written`)."""
+        out = {}
+        for stage_id, seen in self._summary_seen.items():
+            delta = self._deltas.get(stage_id, {})
+            out[stage_id] = {c: int(seen[c]) + delta.get(c, 0) for c in ("completed", "total")}
+        return out
 
     def claim(self, stage_type: str) -> Task | None:
         row = self._read_ahead(stage_type, claim=True)

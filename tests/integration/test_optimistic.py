@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
@@ -16,11 +16,14 @@ from uuid import uuid4
 import pytest
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
-from jobnik.domain.errors import ConcurrencyConflict
+from jobnik.domain.errors import ConcurrencyConflict, StaleAttempt
 from jobnik.domain.statuses import Actor, JobStatus, Priority, StageStatus, TaskStatus
+from jobnik.domain.tasks import Task
 from jobnik.domain.work import conflicts_retried
-from jobnik.projections.batch import batch_transaction
+from jobnik.projections.batch import BatchCursor, batch_transaction
+from jobnik.projections.config import library_env
 from jobnik.projections.store import SqlSession, SqlStore
+from jobnik.projections.written import RecentWrites
 
 # SQLite write sessions hold the lock from BEGIN IMMEDIATE, so nothing they read goes stale:
 # these tests are about PostgreSQL's optimistic start (test_positions_match_the_log runs on both).
@@ -412,3 +415,154 @@ def test_a_command_after_a_jobs_change_sees_the_new_job_not_the_kept_row(pg: Sql
     done = jobnik.report_task(task.id, TaskStatus.COMPLETED, attempt=task.attempt)
     assert done.status == TaskStatus.ABORTED  # the late report path: the job is aborted
     assert conflicts_retried() == before
+
+
+@pytest.fixture
+def other(pg_database_url: str) -> Iterator[SqlStore]:
+    """A second store on the same database: another server process, with its own memory."""
+    s = SqlStore(library_env({"JOBNIK_DATABASE_URL": pg_database_url}))
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The strings write sessions send from now on."""
+    sent: list[str] = []
+    original = BatchCursor._send
+
+    def send(self: BatchCursor, query: str) -> Any:
+        sent.append(query)
+        return original(self, query)
+
+    monkeypatch.setattr(BatchCursor, "_send", send)
+    return sent
+
+
+def test_a_report_after_its_dequeue_here_is_one_round_trip(
+    pg: SqlStore, other: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report starts from the rows the dequeue committed in this process (their versions
+    still checked under the lock), so its reads, checks and writes travel as one string; in a
+    process that did not dequeue the task it reads them first, and both come out the same."""
+    here, there = Jobnik(pg), Jobnik(other)
+    job = here.create_job(NewJob(name="recall", data={}))
+    stage = here.add_stage(job.id, NewStage(type="recall", data={}))
+    here.add_tasks(stage.id, [NewTask(data={"i": i}) for i in range(3)])
+    a, b = here.dequeue("recall"), here.dequeue("recall")
+    sent = round_trips(monkeypatch)
+    done_a = here.report_task(a.id, TaskStatus.COMPLETED, attempt=a.attempt, result={"r": 1})
+    assert len(sent) == 1
+    assert "jobnik_assert_fresh" in sent[0]  # the remembered versions, checked
+    del sent[:]
+    done_b = there.report_task(b.id, TaskStatus.COMPLETED, attempt=b.attempt, result={"r": 1})
+    assert len(sent) == 2  # read ahead, then the writes
+    assert (done_a.status, done_a.result, done_a.version) == (
+        done_b.status,
+        done_b.result,
+        done_b.version,
+    )
+    with pg.session(write=False) as r:
+        assert r.task(a.id).result == {"r": 1}
+        assert r.summary(stage.id).completed == 2
+    c = here.dequeue("recall")
+    here.report_task(c.id, TaskStatus.COMPLETED, attempt=c.attempt)
+    with pg.session(write=False) as r:
+        assert r.stage(stage.id).status == StageStatus.COMPLETED
+        assert r.job(job.id).status == JobStatus.COMPLETED
+
+
+def test_a_report_from_memory_that_another_process_made_stale_runs_again(
+    pg: SqlStore, other: SqlStore
+) -> None:
+    """Another process aborts the job between this process's dequeue and its report: the
+    remembered rows fail the check under the lock, and the command runs again on the rows."""
+    here, there = Jobnik(pg), Jobnik(other)
+    job, stage = one_task_job(here)
+    task = here.dequeue("opt")
+    there.set_job_status(job.id, JobStatus.ABORTED)
+    before = conflicts_retried()
+    done = here.report_task(task.id, TaskStatus.COMPLETED, attempt=task.attempt)
+    assert done.status == TaskStatus.ABORTED  # the late report after the abort
+    assert conflicts_retried() == before + 1
+    with pg.session(write=False) as r:
+        assert r.summary(stage.id).completed == 0
+        assert r.summary(stage.id).aborted == 1
+
+
+def test_a_stale_attempt_remembered_here_is_refused_after_another_process_swept_it(
+    pg: SqlStore, other: SqlStore
+) -> None:
+    now = [datetime.now(UTC)]
+    here, there = Jobnik(pg, clock=lambda: now[0]), Jobnik(other, clock=lambda: now[0])
+    job = here.create_job(NewJob(name="swept", data={}))
+    stage = here.add_stage(job.id, NewStage(type="swept", data={}))
+    here.add_tasks(stage.id, [NewTask(data={}, max_attempts=3)])
+    task = here.dequeue("swept", lease_seconds=30)
+    now[0] += timedelta(seconds=31)
+    assert there.sweep() == 1
+    before = conflicts_retried()
+    with pytest.raises(StaleAttempt):
+        here.report_task(task.id, TaskStatus.COMPLETED, attempt=task.attempt)
+    assert conflicts_retried() == before + 1
+    with pg.session(write=False) as r:
+        assert r.task(task.id).status == TaskStatus.RETRIED
+    events = pg.recorder.select_events(task.id)
+    assert type(pg.mapper.to_domain_event(events[-1])).__name__ == "TaskAttemptRefused"
+
+
+def test_a_summary_remembered_here_that_went_stale_still_completes_the_stage_once(
+    pg: SqlStore, other: SqlStore
+) -> None:
+    """This process remembers the stage's counts from its dequeue (nothing completed of two);
+    another completes the other task meanwhile. The report predicts 'not done', which the
+    check at commit finds false: it runs again and completes the stage and the job."""
+    here, there = Jobnik(pg), Jobnik(other)
+    job = here.create_job(NewJob(name="counts", data={}))
+    stage = here.add_stage(job.id, NewStage(type="counts", data={}))
+    here.add_tasks(stage.id, [NewTask(data={}), NewTask(data={})])
+    a, b = here.dequeue("counts"), there.dequeue("counts")
+    there.report_task(b.id, TaskStatus.COMPLETED, attempt=b.attempt)
+    before = conflicts_retried()
+    here.report_task(a.id, TaskStatus.COMPLETED, attempt=a.attempt)
+    assert conflicts_retried() == before + 1
+    with pg.session(write=False) as r:
+        assert r.stage(stage.id).status == StageStatus.COMPLETED
+        assert r.job(job.id).status == JobStatus.COMPLETED
+    history = [pg.mapper.to_domain_event(e) for e in pg.recorder.select_events(stage.id)]
+    assert [type(e).__name__ for e in history].count("StageCompleted") == 1
+
+
+def test_what_a_process_remembers_is_bounded_and_keeps_the_latest_version(pg: SqlStore) -> None:
+    jobnik = Jobnik(pg)
+    job, stage = one_task_job(jobnik)
+    task = jobnik.dequeue("opt")
+    with pg.session(write=False) as r:
+        parents = {stage.id: r.stage(stage.id), job.id: r.job(job.id)}
+
+    def version(n: int, key: Any = None) -> Task:
+        return Task.restore(key or task.id, n, task.created_on, task.modified_on, task.state())
+
+    written = RecentWrites()
+    written.note({task.id: version(task.version), **parents}, {stage.id: {"completed": 0}})
+    written.note({task.id: version(task.version - 1), **parents}, {})  # an older commit, late
+    entry = written.take(task.id)
+    assert entry is not None
+    assert (entry.task.version, entry.summary) == (task.version, {"completed": 0})
+    assert entry.stage.version == parents[stage.id].version
+    assert written.take(task.id) is None  # taken once
+    alone = RecentWrites()
+    alone.note({task.id: version(task.version)}, {})
+    assert alone.take(task.id) is None  # its stage and job unknown: read all three instead
+    done = version(task.version + 1)
+    done.status = TaskStatus.COMPLETED
+    written.note({task.id: version(task.version)}, {})
+    written.note({task.id: done}, {})
+    assert written.take(task.id) is None  # not leased any more: no report will come for it
+    keys = [uuid4() for _ in range(RecentWrites.LIMIT + 5)]
+    for key in keys:
+        written.note({key: version(1, key), **parents}, {})
+    assert len(written) == RecentWrites.LIMIT
+    assert written.take(keys[4]) is None  # the oldest went first
+    assert written.take(keys[5]) is not None
