@@ -84,9 +84,11 @@ class Written:
 class RecentWrites:
     """Snapshots by id: of tasks leased to a worker (IN_PROGRESS, which a report, heartbeat or
     give-back comes for next), of stages and jobs, at most LIMIT of each; thread-safe (a
-    process's sessions share it)."""
+    process's sessions share it). A process holds as many leased tasks as its workers have in
+    hand, far fewer than LIMIT; past it the oldest go (their reports read the rows), which
+    also bounds the memory that large task payloads can hold here."""
 
-    LIMIT: Final = 4096
+    LIMIT: Final = 1024
 
     def __init__(self) -> None:
         self._tasks: dict[UUID, Snapshot] = {}
