@@ -100,9 +100,17 @@ class RecentWrites:
         self, loaded: Mapping[UUID, Entity], summaries: Mapping[UUID, Mapping[str, int]]
     ) -> None:
         """After a commit: what the session held, and the summaries' counts it knows."""
-        leased = [Snapshot.of(a) for a in loaded.values() if _leased(a)]
-        parents = [Snapshot.of(a) for a in loaded.values() if isinstance(a, Stage | Job)]
-        done = [key for key, a in loaded.items() if isinstance(a, Task) and not _leased(a)]
+        leased: list[Snapshot] = []
+        parents: list[Snapshot] = []
+        done: list[UUID] = []  # tasks no longer leased: no report comes for them
+        for key, a in loaded.items():
+            if isinstance(a, Task):
+                if a.status == TaskStatus.IN_PROGRESS:
+                    leased.append(Snapshot.of(a))
+                else:
+                    done.append(key)
+            elif isinstance(a, Stage | Job):
+                parents.append(Snapshot.of(a))
         with self._lock:
             for key in done:
                 self._tasks.pop(key, None)
@@ -130,10 +138,6 @@ class RecentWrites:
 
     def __len__(self) -> int:
         return len(self._tasks)
-
-
-def _leased(aggregate: Entity) -> bool:
-    return isinstance(aggregate, Task) and aggregate.status == TaskStatus.IN_PROGRESS
 
 
 def _keep_latest(held: dict[UUID, Snapshot], snapshots: Iterable[Snapshot]) -> None:
