@@ -60,6 +60,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -68,7 +69,6 @@ from typing import Any
 from urllib.parse import urlparse, urlunparse
 
 import psycopg
-import urllib3
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import (
@@ -363,8 +363,8 @@ STARTED = "Application startup complete"
 
 def _answers(url: str) -> bool:
     """GET `url` answers 200 (False while nothing listens yet)."""
-    with contextlib.suppress(urllib3.exceptions.HTTPError):
-        return urllib3.request("GET", url, timeout=2, retries=False).status == 200
+    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as answer:
+        return bool(answer.status == 200)
     return False
 
 

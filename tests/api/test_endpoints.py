@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 import pytest
+from fastapi.testclient import TestClient
+from starlette.routing import Match
+
+from jobnik.api.main import WORKER_ROUTES
+from jobnik.api.routes import stages, tasks
 
 from .conftest import (
     EMPTY_SUMMARY,
@@ -675,3 +681,26 @@ def test_a_hot_route_that_serialises_its_own_answer_still_documents_its_shape(
 
     answer = spec["paths"][path][method]["responses"]["200"]["content"]["application/json"]
     assert answer["schema"] == {"$ref": f"#/components/schemas/{schema}"}
+
+
+def test_the_worker_routes_come_first_and_no_other_route_takes_their_requests(
+    client: TestClient,
+) -> None:
+    task = UUID(int=1)
+    samples = {  # each worker route's requests, with path values of every shape it takes
+        stages.dequeue_task: [
+            ("PATCH", "/v1/stages/tiles/tasks/dequeue"),
+            ("PATCH", "/v1/stages/a/b/tasks/dequeue"),  # a type with "/" (%2F)
+        ],
+        tasks.update_task_status: [("PUT", f"/v1/tasks/{task}/status")],
+        tasks.heartbeat: [("POST", f"/v1/tasks/{task}/heartbeat")],
+    }
+    routes = client.app.router.routes  # type: ignore[attr-defined]
+
+    assert {getattr(r, "endpoint", None) for r in routes[: len(WORKER_ROUTES)]} == set(samples)
+    for route in routes:
+        for endpoint, requests in samples.items():
+            for method, path in requests:
+                scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+                full = route.matches(scope)[0] == Match.FULL
+                assert full == (getattr(route, "endpoint", None) is endpoint), (route, path)

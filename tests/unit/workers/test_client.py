@@ -117,16 +117,19 @@ def test_a_read_is_retried_on_a_503_and_a_write_is_not() -> None:
     assert [c[0] for c in fake.calls] == ["GET"] * 3 + ["POST"]
 
 
-# -- the default transport (urllib3) over real sockets -------------------------------------------
+# -- the default transport (http.client, pooled) over real sockets ------------------------------
 
 
 @pytest.fixture
-def server() -> Iterator[Callable[[Callable[[BaseHTTPRequestHandler], None]], str]]:
-    """Serve with a handler function on a free local port; its base URL (with a path prefix)."""
+def server() -> Iterator[Callable[..., str]]:
+    """Serve with a handler function on a free local port; its base URL (with a path prefix).
+    `keep_alive`: answer in HTTP/1.1, keeping connections open between requests."""
     servers: list[ThreadingHTTPServer] = []
 
-    def serve(handle: Callable[[BaseHTTPRequestHandler], None]) -> str:
+    def serve(handle: Callable[[BaseHTTPRequestHandler], None], keep_alive: bool = False) -> str:
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
             def do_any(self) -> None:
                 handle(self)
 
@@ -224,3 +227,48 @@ def test_a_read_that_timed_out_is_retried(server: Any) -> None:
 
     assert raised.value.sent is True
     assert seen == ["/api/v1/jobs", "/api/v1/jobs"]
+
+
+def _connections(handle: Callable[[BaseHTTPRequestHandler], None]) -> tuple[Any, list[int]]:
+    """`handle`, noting each request's client port (one port per connection)."""
+    ports: list[int] = []
+
+    def noted(request: BaseHTTPRequestHandler) -> None:
+        ports.append(request.client_address[1])
+        handle(request)
+
+    return noted, ports
+
+
+def test_requests_share_a_kept_alive_connection(server: Any) -> None:
+    handle, ports = _connections(_echo)
+    with JobnikClient(server(handle, keep_alive=True)) as client:
+        for _ in range(5):
+            client.put("/v1/tasks/t/status", {"status": "COMPLETED"})
+
+    assert len(ports) == 5
+    assert len(set(ports)) == 1
+
+
+def test_an_idle_connection_the_server_closed_is_not_sent_on(server: Any) -> None:
+    def answer_then_hang_up(request: BaseHTTPRequestHandler) -> None:
+        _echo(request)  # a keep-alive answer (HTTP/1.1, no "Connection: close") ...
+        request.close_connection = True  # ... and then the server closes the connection
+
+    handle, ports = _connections(answer_then_hang_up)
+    with JobnikClient(server(handle, keep_alive=True), retries=0) as client:
+        first = client.put("/v1/tasks/t/status", {"status": "COMPLETED"})
+        for _ in range(50):  # until the server's close has reached this side
+            if client.transport._idle and _closed(client.transport._idle[-1]):
+                break
+            threading.Event().wait(0.01)
+        second = client.put("/v1/tasks/t/status", {"status": "COMPLETED"})  # no retry allowed
+
+    assert first == second
+    assert len(set(ports)) == 2  # a new connection, not a failed send on the closed one
+
+
+def _closed(conn: Any) -> bool:
+    from jobnik.workers.client import _readable
+
+    return conn.sock is not None and _readable(conn.sock)
