@@ -126,10 +126,9 @@ def catch_up(
 ) -> int:
     """Apply the next events after the projection's tracking position, exactly once.
 
-    Events are read and decoded before the write transaction; inside it the position is read
-    again under a row lock and the batch is dropped if someone else moved it meanwhile. Returns
-    how far the position moved (0: it was caught up, or another runner got there first).
-    `seen`: the registry entry and log head the caller has just read (saves reading them again).
+    Returns how far the position moved (0: it was caught up, or another runner got there
+    first). `seen`: the registry entry and log head the caller has just read (saves reading
+    them again). `catch_up_together` says how.
     """
     if seen is None:
         with store.cursor(write=False) as cur:
@@ -138,22 +137,49 @@ def catch_up(
             return 0
         seen = found, int(store.recorder.max_notification_id() or 0)
     entry, head = seen
-    if head <= entry.position:
+    return catch_up_together(store, [(projection, entry)], head, limit)
+
+
+def catch_up_together(
+    store: SqlStore,
+    due: Sequence[tuple[CatchUpProjection, tracking.Entry]],
+    head: int,
+    limit: int = BATCH,
+) -> int:
+    """Apply the next events after each projection's tracking position (its `entry`, just read),
+    up to `head`, exactly once; returns how far their positions moved in all.
+
+    The events go through one read of the log (from the lowest position, the projections'
+    topics together; each projection is given the ones after its own position and of its own
+    topics), are decoded before the write transaction and once for all, and are applied in one
+    transaction that moves every position to the same end. Inside it the positions are read
+    again under row locks, and a projection whose position someone else moved meanwhile is
+    left out.
+    """
+    due = [(p, e) for p, e in due if e.position < head]
+    if not due:
         return 0
+    start = min(e.position for _, e in due)
+    topics = sorted({t for p, _ in due for t in p.topics})
     notes = store.recorder.select_notifications(
-        entry.position, limit, stop=head, topics=projection.topics, inclusive_of_start=False
+        start, limit, stop=head, topics=topics, inclusive_of_start=False
     )
     end = notes[-1].id if len(notes) == limit else head  # the filter may skip the rest to head
-    batch = [(n.id, store.mapper.to_domain_event(n)) for n in notes]
+    events = [(n.id, n.topic, store.mapper.to_domain_event(n)) for n in notes]
+    moved = 0
     with store.cursor(write=True, lock=False) as cur:
-        now = tracking.get(cur, projection.name, for_update=True)
-        if now is None or now.position != entry.position:
-            return 0
-        if batch:
-            with pipelined(cur):
-                projection.apply(cur, batch, Sql(store.dialect))
-        tracking.advance(cur, projection.name, end)
-    return end - entry.position
+        now = tracking.locked(cur, [p.name for p, _ in due])
+        for projection, entry in due:
+            if now.get(projection.name) != entry.position:
+                continue
+            mine = frozenset(projection.topics)
+            batch = [(i, e) for i, t, e in events if i > entry.position and t in mine]
+            if batch:
+                with pipelined(cur):
+                    projection.apply(cur, batch, Sql(store.dialect))
+            tracking.advance(cur, projection.name, end)
+            moved += end - entry.position
+    return moved
 
 
 def wait_for(
@@ -235,17 +261,18 @@ class CatchUpRunner:
         with self.store.cursor(write=False) as cur:
             registry = tracking.entries(cur)
         head = int(self.store.recorder.max_notification_id() or 0)
-        moved = 0
+        due = []
         for projection in self.projections:
             if self._stop.is_set():
-                break
+                return 0
             entry = registry.get(projection.name)
             if entry is None or entry.version > projection.version:
                 continue  # not registered yet, or built by a newer version (rolling deploy)
             if entry.version < projection.version and self.rebuild_stale:
                 self._rebuild(projection)
                 continue
-            moved += catch_up(self.store, projection, self.batch, seen=(entry, head))
+            due.append((projection, entry))
+        moved = catch_up_together(self.store, due, head, self.batch)
         self.applied += moved
         return moved
 

@@ -9,6 +9,7 @@ swapped them in.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -44,6 +45,17 @@ def get(cur: Cursor, name: str, *, for_update: bool = False) -> Entry | None:
     lock = " FOR UPDATE" if for_update and cur.dialect.name == "postgres" else ""
     sql = f"SELECT * FROM {TABLE} WHERE name = {cur.dialect.param('n')}{lock}"
     return _entry(cur.one(sql, {"n": name}))
+
+
+def locked(cur: Cursor, names: Sequence[str]) -> dict[str, int]:
+    """The positions of `names`, their rows locked (PostgreSQL) until the transaction ends, in
+    name order (two lockers of the same rows never wait for each other crosswise)."""
+    lock = " ORDER BY name FOR UPDATE" if cur.dialect.name == "postgres" else ""
+    p = cur.dialect.param
+    params = {f"n{i}": name for i, name in enumerate(names)}
+    listed = ", ".join(p(k) for k in params)
+    rows = cur.all(f"SELECT name, position FROM {TABLE} WHERE name IN ({listed}){lock}", params)
+    return {str(r["name"]): int(r["position"]) for r in rows}
 
 
 def entries(cur: Cursor) -> dict[str, Entry]:

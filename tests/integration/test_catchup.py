@@ -237,3 +237,29 @@ def test_only_the_leader_runs_the_catch_up_projections(store: SqlStore, jobnik: 
 
     assert led > 0
     assert followed == 0
+
+
+def test_a_round_reads_the_log_once_for_projections_at_different_positions(
+    store: SqlStore, jobnik: Jobnik
+) -> None:
+    many_tasks(jobnik, 30)
+    ahead = next(p for p in CATCH_UP if p.name == "run_stats")
+    catch_up(store, ahead, 40)  # one projection part-way, the others at 0
+    before = {n: tracking.position_of(store, n) for n in NAMES}
+    reads: list[int] = []
+    select = store.recorder.select_notifications
+
+    def counted(start: int, *args: Any, **kwargs: Any) -> Any:
+        reads.append(start)
+        return select(start, *args, **kwargs)
+
+    store.recorder.select_notifications = counted  # type: ignore[method-assign]
+    runner = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"), batch=10_000)
+    moved = runner.run_once()
+    runner.stop()
+
+    assert reads == [0]  # one read, from the lowest position
+    assert {n: tracking.position_of(store, n) for n in NAMES} == dict.fromkeys(NAMES, head(store))
+    assert 0 < before[ahead.name] < head(store)
+    assert moved == sum(head(store) - p for p in before.values())
+    assert verify(store, names=NAMES) == []  # each projection got its events once
