@@ -476,9 +476,9 @@ def rebuild(
 
 
 def _lock_entries(cur: Cursor, projections: Sequence[Projection]) -> None:
-    """Wait for catch-up batches in flight (they hold their registry row until they commit)."""
-    for p in projections:
-        tracking.get(cur, p.name, for_update=True)
+    """Wait for catch-up batches in flight (they hold their registry rows until they commit);
+    rows locked in name order, as a catch-up round locks them."""
+    tracking.locked(cur, [p.name for p in projections])
 
 
 # -- verify ---------------------------------------------------------------------------------------

@@ -39,17 +39,16 @@ def _entry(row: dict[str, Any] | None) -> Entry | None:
     )
 
 
-def get(cur: Cursor, name: str, *, for_update: bool = False) -> Entry | None:
-    """The registry row of `name`; `for_update` locks it (PostgreSQL) until the transaction ends,
-    which is how a catch-up batch and a rebuild's swap take turns."""
-    lock = " FOR UPDATE" if for_update and cur.dialect.name == "postgres" else ""
-    sql = f"SELECT * FROM {TABLE} WHERE name = {cur.dialect.param('n')}{lock}"
+def get(cur: Cursor, name: str) -> Entry | None:
+    """The registry row of `name`."""
+    sql = f"SELECT * FROM {TABLE} WHERE name = {cur.dialect.param('n')}"
     return _entry(cur.one(sql, {"n": name}))
 
 
 def locked(cur: Cursor, names: Sequence[str]) -> dict[str, int]:
     """The positions of `names`, their rows locked (PostgreSQL) until the transaction ends, in
-    name order (two lockers of the same rows never wait for each other crosswise)."""
+    name order (two lockers of the same rows never wait for each other crosswise): how a
+    catch-up round and a rebuild's swap take turns."""
     lock = " ORDER BY name FOR UPDATE" if cur.dialect.name == "postgres" else ""
     p = cur.dialect.param
     params = {f"n{i}": name for i, name in enumerate(names)}
