@@ -116,7 +116,10 @@ class HttpTransport:
 
 def _readable(sock: Any) -> bool:
     """Whether an idle connection's socket has something to read: an idle keep-alive
-    connection has nothing to read unless the server closed it."""
+    connection has nothing to read unless the server closed it. (poll where there is one: select
+    cannot watch a descriptor past 1023; Windows has select only.)"""
+    if not hasattr(select, "poll"):
+        return bool(select.select([sock], [], [], 0)[0])
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     return bool(poller.poll(0))

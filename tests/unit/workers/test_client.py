@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
 import warnings
@@ -250,7 +251,13 @@ def test_requests_share_a_kept_alive_connection(server: Any) -> None:
     assert len(set(ports)) == 1
 
 
-def test_an_idle_connection_the_server_closed_is_not_sent_on(server: Any) -> None:
+@pytest.mark.parametrize("poll", [True, False], ids=["poll", "select (no poll: Windows)"])
+def test_an_idle_connection_the_server_closed_is_not_sent_on(
+    server: Any, poll: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not poll:
+        monkeypatch.delattr(select, "poll")
+
     def answer_then_hang_up(request: BaseHTTPRequestHandler) -> None:
         _echo(request)  # a keep-alive answer (HTTP/1.1, no "Connection: close") ...
         request.close_connection = True  # ... and then the server closes the connection
