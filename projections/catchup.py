@@ -149,17 +149,30 @@ def catch_up_together(
     """Apply the next events after each projection's tracking position (its `entry`, just read),
     up to `head`, exactly once; returns how far their positions moved in all.
 
-    The events go through one read of the log (from the lowest position, the projections'
-    topics together; each projection is given the ones after its own position and of its own
-    topics), are decoded before the write transaction and once for all, and are applied in one
-    transaction that moves every position to the same end. Inside it the positions are read
-    again under row locks, and a projection whose position someone else moved meanwhile is
-    left out.
+    Projections at the same position go through one read of the log (their topics together;
+    each is given the events of its own topics), decoded before the write transaction and once
+    for all, and applied in one transaction that moves each position to the same end. Inside
+    it the positions are read again under row locks, and a projection whose position someone
+    else moved meanwhile is left out.
     """
-    due = [(p, e) for p, e in due if e.position < head]
-    if not due:
-        return 0
-    start = min(e.position for _, e in due)
+    at: dict[int, list[tuple[CatchUpProjection, tracking.Entry]]] = {}
+    for p, e in due:
+        if e.position < head:
+            at.setdefault(e.position, []).append((p, e))
+    # Projections at the same position (the usual case) share a read; one behind the others
+    # (just registered, or after its rebuild) catches up on its own, so that a page that
+    # ends short of the others' positions never moves them back.
+    return sum(_catch_up_from(store, start, group, head, limit) for start, group in at.items())
+
+
+def _catch_up_from(
+    store: SqlStore,
+    start: int,
+    due: Sequence[tuple[CatchUpProjection, tracking.Entry]],
+    head: int,
+    limit: int,
+) -> int:
+    """`catch_up_together` for projections that are all at position `start`."""
     topics = sorted({t for p, _ in due for t in p.topics})
     notes = store.recorder.select_notifications(
         start, limit, stop=head, topics=topics, inclusive_of_start=False
@@ -173,7 +186,7 @@ def catch_up_together(
             if now.get(projection.name) != entry.position:
                 continue
             mine = frozenset(projection.topics)
-            batch = [(i, e) for i, t, e in events if i > entry.position and t in mine]
+            batch = [(i, e) for i, t, e in events if t in mine]
             if batch:
                 with pipelined(cur):
                     projection.apply(cur, batch, Sql(store.dialect))

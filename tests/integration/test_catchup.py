@@ -239,13 +239,47 @@ def test_only_the_leader_runs_the_catch_up_projections(store: SqlStore, jobnik: 
     assert followed == 0
 
 
-def test_a_round_reads_the_log_once_for_projections_at_different_positions(
+def test_projections_at_one_position_share_a_read_of_the_log(
+    store: SqlStore, jobnik: Jobnik
+) -> None:
+    many_tasks(jobnik, 30)
+    reads = _counted_reads(store)
+    runner = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"), batch=10_000)
+    moved = runner.run_once()
+    runner.stop()
+
+    assert reads == [0]  # one read for all of them
+    assert {n: tracking.position_of(store, n) for n in NAMES} == dict.fromkeys(NAMES, head(store))
+    assert moved == len(NAMES) * head(store)
+    assert verify(store, names=NAMES) == []
+
+
+def test_a_projection_ahead_of_the_others_is_never_moved_back(
     store: SqlStore, jobnik: Jobnik
 ) -> None:
     many_tasks(jobnik, 30)
     ahead = next(p for p in CATCH_UP if p.name == "run_stats")
-    catch_up(store, ahead, 40)  # one projection part-way, the others at 0
+    catch_up(store, ahead, 40)  # more than a page (10) ahead of the others, still at 0
     before = {n: tracking.position_of(store, n) for n in NAMES}
+    reads = _counted_reads(store)
+    runner = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"), batch=10)
+    moved = runner.run_once()
+    first = after = {n: tracking.position_of(store, n) for n in NAMES}
+    while runner.run_once():
+        now = {n: tracking.position_of(store, n) for n in NAMES}
+        assert all(now[n] >= after[n] for n in NAMES)
+        after = now
+    runner.stop()
+
+    assert sorted(reads[:2]) == [0, before[ahead.name]]  # each position read on its own
+    assert all(first[n] > before[n] for n in NAMES)  # every one moved on, none back
+    assert moved == sum(first[n] - before[n] for n in NAMES)
+    assert after == dict.fromkeys(NAMES, head(store))
+    assert verify(store, names=NAMES) == []  # nothing applied twice
+
+
+def _counted_reads(store: SqlStore) -> list[int]:
+    """The start positions of the log reads the store's recorder makes from now on."""
     reads: list[int] = []
     select = store.recorder.select_notifications
 
@@ -254,12 +288,4 @@ def test_a_round_reads_the_log_once_for_projections_at_different_positions(
         return select(start, *args, **kwargs)
 
     store.recorder.select_notifications = counted  # type: ignore[method-assign]
-    runner = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"), batch=10_000)
-    moved = runner.run_once()
-    runner.stop()
-
-    assert reads == [0]  # one read, from the lowest position
-    assert {n: tracking.position_of(store, n) for n in NAMES} == dict.fromkeys(NAMES, head(store))
-    assert 0 < before[ahead.name] < head(store)
-    assert moved == sum(head(store) - p for p in before.values())
-    assert verify(store, names=NAMES) == []  # each projection got its events once
+    return reads
