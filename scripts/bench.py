@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import math
 import multiprocessing
 import os
@@ -60,7 +61,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -363,8 +363,15 @@ STARTED = "Application startup complete"
 
 def _answers(url: str) -> bool:
     """GET `url` answers 200 (False while nothing listens yet)."""
-    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as answer:
-        return bool(answer.status == 200)
+    target = urlparse(url)  # (http.client, not urllib: no proxy from the environment)
+    conn = http.client.HTTPConnection(target.hostname or "", target.port, timeout=2)
+    try:
+        conn.request("GET", target.path)
+        return bool(conn.getresponse().status == 200)
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
     return False
 
 

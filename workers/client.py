@@ -14,7 +14,7 @@ import select
 import threading
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from tenacity import (
     Retrying,
@@ -30,6 +30,7 @@ TRANSIENT_STATUS: Final = frozenset({502, 503, 504})
 IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 HEADERS: Final = {"Accept": "application/json", "User-Agent": "jobnik-sdk"}
 BODY_HEADERS: Final = {**HEADERS, "Content-Type": "application/json"}
+TARGET_SAFE: Final = "/?#[]@!$&'()*+,;=:%~"  # RFC 3986's reserved characters, and "%"
 
 
 class Transport(Protocol):
@@ -58,11 +59,13 @@ class HttpTransport:
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
         self.prefix = url.path.rstrip("/")
-        self.host, self.port, self.timeout = url.hostname, url.port, timeout
         self.https = url.scheme == "https"
-        self.pool_size = pool_size
+        # (a port always: http.client reads a bare IPv6 host's last group as one)
+        self.host, self.port = url.hostname, url.port or (443 if self.https else 80)
+        self.timeout, self.pool_size = timeout, pool_size
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
+        self._closed = False
 
     def _open(self) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
@@ -86,21 +89,27 @@ class HttpTransport:
 
     def _give_back(self, conn: http.client.HTTPConnection) -> None:
         with self._lock:
-            if len(self._idle) < self.pool_size:
+            if not self._closed and len(self._idle) < self.pool_size:
                 self._idle.append(conn)
                 return
         conn.close()
 
     def __call__(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
+        # Characters a request target cannot hold (spaces, non-ASCII) percent-encoded, as
+        # urllib3 did; what is already encoded stays as it is.
+        target = quote(self.prefix + path, safe=TARGET_SAFE)
         conn = self._take()
         try:
             headers = HEADERS if body is None else BODY_HEADERS
-            conn.request(method, self.prefix + path, body, headers)
+            conn.request(method, target, body, headers)
             answer = conn.getresponse()
             content = answer.read()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             raise TransportError(f"{method} {path}: {exc!r}", sent=True) from exc
+        except BaseException:
+            conn.close()  # (half a request on it: never reused)
+            raise
         if answer.will_close:
             conn.close()
         else:
@@ -108,7 +117,9 @@ class HttpTransport:
         return answer.status, content
 
     def close(self) -> None:
+        """Close the idle connections, and those in use as their requests end."""
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()

@@ -279,3 +279,30 @@ def _closed(conn: Any) -> bool:
     from jobnik.workers.client import _readable
 
     return conn.sock is not None and _readable(conn.sock)
+
+
+def test_characters_a_request_target_cannot_hold_are_percent_encoded(server: Any) -> None:
+    with JobnikClient(server(_echo)) as client:
+        spaced = client.get("/v1/jobs/a b/é")
+        encoded = client.get("/v1/stages/a%2Fb/tasks?x=1&y=2")
+
+    assert spaced["path"] == "/api/v1/jobs/a%20b/%C3%A9"
+    assert encoded["path"] == "/api/v1/stages/a%2Fb/tasks?x=1&y=2"  # already encoded: as is
+
+
+def test_a_base_url_without_a_port_gets_the_schemes_port() -> None:
+    from jobnik.workers.client import HttpTransport
+
+    ipv6, https = HttpTransport("http://[::1]/api"), HttpTransport("https://example.org")
+
+    assert (ipv6.host, ipv6.port, ipv6.prefix) == ("::1", 80, "/api")
+    assert (https.host, https.port, https.https) == ("example.org", 443, True)
+
+
+def test_connections_are_not_kept_once_the_client_is_closed(server: Any) -> None:
+    client = JobnikClient(server(_echo, keep_alive=True))
+    client.get("/v1/jobs")
+    client.close()
+    client.get("/v1/jobs")  # still answers, on a connection of its own
+
+    assert client.transport._idle == []  # type: ignore[attr-defined]
