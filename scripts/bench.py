@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import math
 import multiprocessing
 import os
@@ -84,6 +83,8 @@ from jobnik.projections.store import SqlStore
 from jobnik.scripts import bench_floor
 from jobnik.scripts.bench_report import Figure, Goal, print_figures, print_goals, write_json
 from jobnik.scripts.bench_worker import http_worker
+from jobnik.workers.client import HttpTransport
+from jobnik.workers.errors import TransportError
 
 NAMES = ("engine", "http", "bulk", "depth", "rebuild", "hot")
 BATCH = 1_000
@@ -341,7 +342,7 @@ def server(url: str, log: Path, processes: int = 1) -> Iterator[str]:
         deadline = time.monotonic() + 60
         # Every process started, and /liveness answers: one uvicorn process logs its start-up
         # before it binds the socket, so the first request can still be refused.
-        while log.read_text().count(STARTED) < processes or not _answers(f"{base}/liveness"):
+        while log.read_text().count(STARTED) < processes or not _answers(base, "/liveness"):
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
@@ -361,18 +362,16 @@ def server(url: str, log: Path, processes: int = 1) -> Iterator[str]:
 STARTED = "Application startup complete"
 
 
-def _answers(url: str) -> bool:
-    """GET `url` answers 200 (False while nothing listens yet)."""
-    target = urlparse(url)  # (http.client, not urllib: no proxy from the environment)
-    conn = http.client.HTTPConnection(target.hostname or "", target.port, timeout=2)
+def _answers(base: str, path: str) -> bool:
+    """GET `path` of `base` answers 200 (False while nothing listens yet): the SDK's transport,
+    once, no retries."""
+    transport = HttpTransport(base, timeout=2)
     try:
-        conn.request("GET", target.path)
-        return bool(conn.getresponse().status == 200)
-    except (OSError, http.client.HTTPException):
+        return transport("GET", path, None)[0] == 200
+    except TransportError:
         return False
     finally:
-        conn.close()
-    return False
+        transport.close()
 
 
 def quantile(xs: Sequence[float], q: float) -> float:
