@@ -16,10 +16,14 @@ Exactly the rows of the per-event path (`executor.OpExecutor`), by construction:
 - `Enqueue` reads the job and stage rows: one that memory has no word of is read from the
   database when an Enqueue first needs it (nothing in memory changed it: the stored row is the
   row), and followed in memory from there;
-- anything else (an Update or Delete by another column, an Insert of a row the page already holds,
-  an Enqueue whose rows memory has only patched) is a barrier: everything folded so far is
-  written, the operation runs as its own SQL, and memory forgets what the statement may have
-  changed.
+- a Delete by another column (a stage's or job's tasks leaving the queue as it ends) keeps its
+  statement, which the flush runs before every other write of the page, and turns the rows in
+  memory it matches into GONE: the same rows, unless the page moved a row out of the set it
+  names (the stored row may match), where it is a barrier;
+- anything else (an Update by another column, an Insert of a row the page already holds, an
+  Enqueue whose rows memory has only patched or a pending Delete may remove) is a barrier:
+  everything folded so far is written, the operation runs as its own SQL, and memory forgets
+  what the statement may have changed.
 The history index (`IndexEvent`, a lookup in `entity_jobs_v1`) is written by one set-based
 statement after the page's `entity_jobs_v1` rows.
 
@@ -113,6 +117,7 @@ class Fold:
         self.d = executor.d
         self.rename = rename
         self.rows: dict[str, dict[tuple[Any, ...], Row]] = {}
+        self.where: list[Delete] = []  # Deletes by other columns: `flush` runs them first
         self.index: list[tuple[Any, int]] = []  # (entity id, position): IndexEvents to write
         self.indexed: set[Any] = set()  # entity ids in `index`
         self.columns: dict[str, dict[str, Column]] = {}
@@ -177,12 +182,40 @@ class Fold:
         return table, self._pk(table_name, key)
 
     def _delete_op(self, op: Delete) -> None:
-        table, key = self._row(op.table, op.key)
+        try:
+            table, key = self._row(op.table, op.key)
+        except Barrier:
+            self._delete_where(op)  # by another column than the primary key
+            return
         row = table.get(key)
         if row is None or row.state is LOADED or row.state is PATCH:
             table[key] = Row(GONE, replaces=True)
         elif row.state is NEW:
             table[key] = Row(GONE, replaces=row.replaces)
+
+    def _delete_where(self, op: Delete) -> None:
+        """A Delete by other columns (a stage's or job's tasks leaving the queue when it ends):
+        the stored rows go by its statement, which `flush` runs before the page's other writes;
+        the rows in memory are judged here. (Barrier where that order would differ from the
+        log's: a row the page moved out of the set, or one whose column memory does not know.)"""
+        rows = self.rows.get(op.table, {})
+        doomed = []
+        for key, row in rows.items():
+            if row.state is GONE:
+                continue
+            values = row.values
+            if not all(c in values for c in op.key):
+                if row.state is PATCH:
+                    continue  # the patch leaves those columns as stored: the statement decides
+                raise Barrier  # a row inserted with a default memory does not evaluate
+            if all(values[c] == v for c, v in op.key.items()):
+                doomed.append(key)
+            elif row.state is PATCH or (row.state is LOADED and not row.dirty.isdisjoint(op.key)):
+                raise Barrier  # the page moved the row out of the set: the stored row may match
+        for key in doomed:
+            row = rows[key]
+            rows[key] = Row(GONE, replaces=row.replaces or row.state is not NEW)
+        self.where.append(op)
 
     def _update_op(self, op: Update) -> None:
         table, key = self._row(op.table, op.key)
@@ -270,6 +303,8 @@ class Fold:
         database when memory has no word of it: then the stored row is the row as it is."""
         row = self.rows.get(table, {}).get((key,))
         if row is None:
+            if any(op.table == table for op in self.where):
+                raise Barrier  # the stored row may be one a pending Delete removes
             self._load(self.cur, table, {key})
             row = self.rows[table][(key,)]
         if row.state == PATCH:
@@ -347,6 +382,9 @@ class Fold:
     def flush(self, cur: Cursor, *, keep: bool) -> None:
         """Write everything folded so far; with `keep`, memory then holds what it still knows
         (whole rows as LOADED, absent ones as GONE), else it is emptied."""
+        for op in self.where:  # before every other write: they came before them in the log
+            cur.execute(*self.executor.statement(op))
+        self.where.clear()
         for table, rows in self.rows.items():
             doomed = [k for k, r in rows.items() if r.replaces]
             if doomed:
