@@ -318,6 +318,11 @@ class _Pass:
                     self._apply(page, head, self._sharing(cur))
             else:
                 self._apply(page, head, [w.page() for w in writers])
+        if writers is None:
+            with self.store.cursor(write=True, lock=False) as cur:
+                self._drain(self._sharing(cur))
+        else:
+            self._drain([w.page() for w in writers])
 
     def replay(self, pages: Iterable[Sequence[Notification]], head: int) -> None:
         """Feed `pages` (up to `head`) through writers of their own: one round."""
@@ -381,6 +386,7 @@ class _Pass:
         pages = _pages(self.store, self.position, PAGE, head, self.topics, cur)
         for page in self._decoded(pages):
             self._apply(page, head, self._sharing(cur))
+        self._drain(self._sharing(cur))
         self.position = head
         return head
 
@@ -409,6 +415,13 @@ class _Pass:
         self.position = batch[-1][0] if len(batch) == PAGE else head
         if self.progress is not None:
             self.progress(self.applied, self.applied + self._left(head))
+
+    def _drain(self, cursors: Sequence[AbstractContextManager[Cursor]]) -> None:
+        """An empty page for each shadow: it writes the rows its applier carried over from
+        the last page for the page after it (fold.py), before anything reads the shadows."""
+        for s, cursor in zip(self.shadows, cursors, strict=True):
+            with cursor as cur:
+                s.apply(cur, [], None)
 
     def _left(self, head: int) -> int:
         return max(0, head - self.position) if not self.topics else 0

@@ -12,7 +12,7 @@ import pytest
 from jobnik.projections.entities import Add, Delete, Insert, Op, Update
 from jobnik.projections.executor import OpExecutor
 from jobnik.projections.fold import Fold
-from jobnik.projections.schema import SUMMARIES
+from jobnik.projections.schema import PRIMARY_KEYS, QUEUE, SUMMARIES
 from jobnik.projections.shadow import identity
 from jobnik.projections.store import SqlStore
 
@@ -23,9 +23,11 @@ class _Undo(Exception):
     pass
 
 
-def summaries(store: SqlStore, pages: list[list[Op]], *, folded: bool) -> list[dict[str, Any]]:
-    """`pages` applied to summaries_v1, folded a page at a time or op by op; the rows then
-    (rolled back)."""
+def rows_after(
+    store: SqlStore, pages: list[list[Op]], *, folded: bool, table: str = SUMMARIES
+) -> list[dict[str, Any]]:
+    """`pages` applied, folded a page at a time (then an empty page, as a rebuild's pass ends)
+    or op by op; the rows of `table` then (rolled back)."""
     executor = OpExecutor(store.dialect, None)
     fold = Fold(executor, identity)
     rows: list[dict[str, Any]] = []
@@ -37,7 +39,9 @@ def summaries(store: SqlStore, pages: list[list[Op]], *, folded: bool) -> list[d
                 else:
                     for op in page:
                         cur.execute(*executor.statement(op))
-            rows = cur.all(f"SELECT * FROM {SUMMARIES} ORDER BY stage_id")
+            if folded:
+                fold.apply(cur, [])
+            rows = cur.all(f"SELECT * FROM {table} ORDER BY {PRIMARY_KEYS[table]}")
             raise _Undo
     except _Undo:
         pass
@@ -107,7 +111,47 @@ def test_a_delete_by_another_column_folds_to_the_rows_of_the_op_by_op_path(
     store: SqlStore, case: str
 ) -> None:
     pages = cases()[case]
-    expected = summaries(store, pages, folded=False)
+    expected = rows_after(store, pages, folded=False)
 
-    assert summaries(store, pages, folded=True) == expected
+    assert rows_after(store, pages, folded=True) == expected
     assert expected  # (something is left to compare)
+
+
+def queued(n: int, stage_id: UUID, seq: int) -> Insert:
+    return Insert(
+        QUEUE,
+        {
+            "task_id": UUID(int=1000 + n),
+            "job_id": JOB,
+            "stage_id": stage_id,
+            "stage_type": "t",
+            "priority_rank": 3,
+            "seq": seq,
+            "stage_open": True,
+            "job_open": True,
+        },
+    )
+
+
+def test_queue_rows_carried_to_the_next_page_end_as_the_op_by_op_path_leaves_them(
+    store: SqlStore,
+) -> None:
+    """A page's new queue rows wait for the next page (fold.CARRIED): there they are deleted
+    by key, by stage, or kept; a row carried once is written with the page after; the empty
+    page at the end writes the last page's."""
+    a, b = stage(1), stage(2)
+    pages: list[list[Op]] = [
+        [queued(i, a if i % 2 else b, i) for i in range(8)],
+        [
+            Delete(QUEUE, {"task_id": UUID(int=1000)}),
+            Delete(QUEUE, {"stage_id": a}),
+            queued(20, a, 20),
+            queued(21, b, 21),
+        ],
+        [Delete(QUEUE, {"task_id": UUID(int=1002)}), queued(30, b, 30)],
+        [Delete(QUEUE, {"task_id": UUID(int=1021)}), queued(40, a, 40)],
+    ]
+    expected = rows_after(store, pages, folded=False, table=QUEUE)
+
+    assert rows_after(store, pages, folded=True, table=QUEUE) == expected
+    assert {r["task_id"].int - 1000 for r in expected} == {4, 6, 20, 30, 40}
