@@ -407,10 +407,17 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
 
 def project(event: DomainEventProtocol[Any], position: int) -> list[Op]:
     """The row operations `event`, stored at log `position`, makes to the inline read models."""
+    ops = project_rows(event, position)
+    ops.append(IndexEvent(event.originator_id, position))  # the history index (history.py)
+    return ops
+
+
+def project_rows(event: DomainEventProtocol[Any], position: int) -> list[Op]:
+    """`project` but for the event's IndexEvent: the rebuild's fold files a page's events
+    together (fold.py)."""
     handler = PROJECT.get(type(event))
     ops = handler(event, position) if handler else []  # a new list: ours to extend
     entity = entity_row(event)  # the history index (history.py)
     if entity is not None:
         ops.append(Insert(ENTITY_JOBS, entity))
-    ops.append(IndexEvent(event.originator_id, position))
     return ops

@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol
 
 from jobnik.projections import tracking
 from jobnik.projections.catchup import Batch, CatchUpProjection, Sql, pipelined
-from jobnik.projections.entities import Op, project
+from jobnik.projections.entities import Op, project_rows
 from jobnik.projections.executor import OpExecutor
 from jobnik.projections.fold import Fold
 from jobnik.projections.last_status import LastStatus
@@ -75,8 +75,9 @@ class InlineProjection:
         if self.preparer(rename) is not None:
             folder = Fold(executor, rename, store.events_table if store.pg is not None else None)
 
-            def fold(cur: Cursor, batch: Batch, ops: Any = None) -> None:
-                folder.apply(cur, ops if ops is not None else ops_of(batch))
+            def fold(cur: Cursor, batch: Batch, prepared: Any = None) -> None:
+                ops, index = prepared if prepared is not None else fold_ops(batch)
+                folder.apply(cur, ops, index)
 
             return fold
 
@@ -87,13 +88,16 @@ class InlineProjection:
         return apply
 
     def preparer(self, rename: Callable[[str], str]) -> Prepare | None:
-        """The folded path's pure part: a batch's row operations (`entities.project`)."""
-        return ops_of if rename is not identity and FOLD else None
+        """The folded path's pure part: a batch's row operations and its history index
+        (`fold_ops`)."""
+        return fold_ops if rename is not identity and FOLD else None
 
 
-def ops_of(batch: Batch) -> list[list[Op]]:
-    """Each event's row operations (`entities.project`), in log order."""
-    return [project(e, p) for p, e in batch]
+def fold_ops(batch: Batch) -> tuple[list[list[Op]], list[tuple[Any, int]]]:
+    """Each event's row operations (`entities.project_rows`), in log order, and the
+    (aggregate, position) of each event, which the fold files in the history index for the
+    page as a whole (fold.py)."""
+    return [project_rows(e, p) for p, e in batch], [(e.originator_id, p) for p, e in batch]
 
 
 class Applier(Protocol):

@@ -11,7 +11,7 @@ import pytest
 
 from jobnik.projections.entities import Add, Delete, Insert, Op, Update
 from jobnik.projections.executor import OpExecutor
-from jobnik.projections.fold import Fold
+from jobnik.projections.fold import PK1, Fold
 from jobnik.projections.schema import PRIMARY_KEYS, QUEUE, SUMMARIES
 from jobnik.projections.shadow import identity
 from jobnik.projections.store import SqlStore
@@ -155,3 +155,15 @@ def test_queue_rows_carried_to_the_next_page_end_as_the_op_by_op_path_leaves_the
 
     assert rows_after(store, pages, folded=True, table=QUEUE) == expected
     assert {r["task_id"].int - 1000 for r in expected} == {4, 6, 20, 30, 40}
+
+
+def test_every_one_column_primary_key_the_fold_keys_by_integer_is_a_uuid(
+    pg_store: SqlStore,
+) -> None:
+    """fold._memo keys rows by a UUID's integer and fold._stored turns it back into a UUID."""
+    fold = Fold(OpExecutor(pg_store.dialect, None), identity)
+    with pg_store.cursor(write=False) as cur:
+        types = {table: fold._types(cur, table)[column].type for table, column in PK1.items()}
+
+    assert set(types.values()) == {"uuid"}
+    assert set(PK1) >= {SUMMARIES, QUEUE}
