@@ -139,12 +139,13 @@ def _select(
         names = {f"t{i}": t for i, t in enumerate(topics)}
         where.append(f"e.topic IN ({', '.join(p(n) for n in names)})")
         params.update(names)
-    rows = cur.raw_all(
+    cur.execute(
         f"SELECT {position} AS id, e.originator_id, e.originator_version, e.topic, e.state "
         f"FROM {store.events_table} e{join} WHERE {' AND '.join(where)} ORDER BY {position} "
         f"LIMIT {p('limit')}",
         params,
     )
+    rows = cur.raw.fetchall()  # (the driver's rows as they are: no copy into dicts of our own)
     return [
         Notification(
             id=r["id"],
