@@ -278,19 +278,18 @@ class Fold:
                 else:
                     adds[c] = adds.get(c, 0) + delta
             return
+        added = {}  # every column worked out before any changes: a Barrier leaves the row as it was
         for c, delta in op.deltas.items():
-            if row.state is PATCH and c not in row.values:
-                row.adds[c] = row.adds.get(c, 0) + delta
-                continue
             if c in row.values:
                 now = row.values[c]
             elif row.state is NEW:
                 now = self._default(op.table, c)
             else:
                 raise Barrier
-            row.values[c] = None if now is None else now + delta
-            if row.state is LOADED:
-                row.dirty.add(c)
+            added[c] = None if now is None else now + delta
+        row.values.update(added)
+        if row.state is LOADED:
+            row.dirty.update(added)
 
     def _pk(self, table: str, key: Mapping[str, Any], *, row: bool = False) -> Any:
         """The primary key `key` names (of a whole `row`), or Barrier if it names another set."""

@@ -11,7 +11,7 @@ import pytest
 
 from jobnik.projections.entities import Add, Delete, Insert, Op, Update
 from jobnik.projections.executor import OpExecutor
-from jobnik.projections.fold import PK1, Fold
+from jobnik.projections.fold import PK1, Column, Fold
 from jobnik.projections.schema import PRIMARY_KEYS, QUEUE, SUMMARIES
 from jobnik.projections.shadow import identity
 from jobnik.projections.store import SqlStore
@@ -167,3 +167,26 @@ def test_every_one_column_primary_key_the_fold_keys_by_integer_is_a_uuid(
 
     assert set(types.values()) == {"uuid"}
     assert set(PK1) >= {SUMMARIES, QUEUE}
+
+
+def test_an_add_the_fold_cannot_finish_leaves_the_row_to_its_statement(store: SqlStore) -> None:
+    """An Add to a new row naming a column whose default memory does not know is a barrier:
+    its statement then adds every delta once, none of them also folded into the row."""
+    executor = OpExecutor(store.dialect, None)
+    fold = Fold(executor, identity)
+    page: list[Op] = [
+        insert(1),
+        Add(SUMMARIES, {"stage_id": stage(1)}, {"pending": 1, "failed": 2}),
+    ]
+    rows: list[dict[str, Any]] = []
+    try:
+        with store.cursor(write=True) as cur:
+            failed = fold._types(cur, SUMMARIES)["failed"]
+            fold.columns[SUMMARIES]["failed"] = Column(failed.type, None, True, failed.oid)
+            fold.apply(cur, [[op] for op in page])
+            rows = cur.all(f"SELECT pending, failed FROM {SUMMARIES}")
+            raise _Undo
+    except _Undo:
+        pass
+
+    assert rows == [{"pending": 1, "failed": 2}]
