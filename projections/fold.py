@@ -24,11 +24,11 @@ Exactly the rows of the per-event path (`executor.OpExecutor`), by construction:
   Enqueue whose rows memory has only patched or a pending Delete may remove) is a barrier:
   everything folded so far is written, the operation runs as its own SQL, and memory forgets
   what the statement may have changed.
-The history index (`IndexEvent`, a lookup in `entity_jobs_v1`) is written by one set-based
-statement after the page's `entity_jobs_v1` rows. A rebuild's pages come without IndexEvents
-(`registry.fold_ops`): the page's (aggregate, position) pairs are filed together, which files
-the same events, since an aggregate's first event is its creation, the one that makes its
-`entity_jobs_v1` row, and nothing deletes those rows.
+The history index (an `IndexEvent` per event on the per-event path, a lookup in
+`entity_jobs_v1`) is not folded: pages come without IndexEvents (`registry.fold_ops`), and the
+page's (aggregate, position) pairs are filed by one set-based statement after the page's
+`entity_jobs_v1` rows. That files the same events, since an aggregate's first event is its
+creation, the one that makes its `entity_jobs_v1` row, and nothing deletes those rows.
 
 Memory keys a row by its primary key: a one-column key (always a uuid) by the UUID's integer,
 which is hashed and compared in C (`_memo`).
@@ -138,14 +138,11 @@ class Fold:
         self.rename = rename
         self.rows: dict[str, dict[Any, Row]] = {}
         self.where: list[Delete] = []  # Deletes by other columns: `flush` runs them first
-        self.index: list[tuple[Any, int]] = []  # (entity id, position): IndexEvents to write
-        self.indexed: set[Any] = set()  # entity ids in `index`
         self.columns: dict[str, dict[str, Column]] = {}
         self.kept: dict[str, dict[Any, Row]] = {}  # (`_retain`)
         self.carried: dict[str, dict[Any, Row]] = {}  # (`_carry`)
         self.cur: Cursor | None = None  # the page's, while `apply` folds it
         self._fold: dict[type, Callable[[Any], None]] = {
-            IndexEvent: self._index_event,
             Enqueue: self._enqueue,
             Insert: self._insert_op,
             Update: self._update_op,
@@ -158,10 +155,9 @@ class Fold:
     def apply(
         self, cur: Cursor, page: Sequence[list[Op]], index: Sequence[tuple[Any, int]] = ()
     ) -> None:
-        """Apply one page of op lists (an event's each, in log order) and write the result;
-        `index`: the (aggregate, position) of the page's events to file in the history index
-        besides its IndexEvents (after the page's entity_jobs rows: an aggregate's creation,
-        which makes its row, is its first event, so that files the same events)."""
+        """Apply one page of op lists (an event's each, in log order, without IndexEvents) and
+        write the result; `index`: the (aggregate, position) of the page's events, filed in the
+        history index after the page's entity_jobs rows."""
         for table in PK:
             self._types(cur, table)
         if self.d.name == "postgres":
@@ -179,21 +175,16 @@ class Fold:
                     self.flush(cur, keep=True)
                     cur.execute(*self.executor.statement(op))
                     self.forget(op)
-        self.index += index
         self.flush(cur, keep=False)
+        if index:
+            self._index(cur, index)
         self._retain()
         self.cur = None
-
-    def _index_event(self, op: IndexEvent) -> None:
-        self.index.append((op.originator_id, op.position))
-        self.indexed.add(op.originator_id)
 
     def _enqueue(self, op: Enqueue) -> None:
         self._insert(QUEUE, self._enqueued(op))
 
     def _insert_op(self, op: Insert) -> None:
-        if op.table == ENTITY_JOBS and op.row["entity_id"] in self.indexed:
-            raise Barrier  # its IndexEvents came first: they must not see it
         self._insert(op.table, dict(op.row))
 
     def _row(self, table_name: str, key: Mapping[str, Any]) -> tuple[dict[Any, Row], Any]:
@@ -438,8 +429,6 @@ class Fold:
                 )
             for (set_cols, add_cols), items in patches.items():
                 self._update(cur, table, set_cols, add_cols, items)
-        if self.index:
-            self._index(cur)
         if not keep:
             self.kept = {t: rows for t in KEPT if len(rows := self.rows.get(t, {})) <= KEEP}
             self.rows.clear()
@@ -604,10 +593,11 @@ class Fold:
             ],
         )
 
-    def _index(self, cur: Cursor) -> None:
-        """The page's IndexEvents: each event filed under its aggregate's job, if it has one."""
-        first, last = self.index[0][1], self.index[-1][1]
-        if self.events is not None and last - first + 1 == len(self.index):
+    def _index(self, cur: Cursor, index: Sequence[tuple[Any, int]]) -> None:
+        """The page's events (aggregate, position): each filed under its aggregate's job, if it
+        has one."""
+        first, last = index[0][1], index[-1][1]
+        if self.events is not None and last - first + 1 == len(index):
             # Every event from `first` to `last` is here (the usual case): the server joins
             # them from the log itself, no ids to send.
             cur.execute(
@@ -626,16 +616,14 @@ class Fold:
                     "FROM unnest(%(ids)b::uuid[], %(positions)b::bigint[]) AS v(id, position) "
                     f"JOIN {ENTITY_JOBS} e ON e.entity_id = v.id"
                 ),
-                {"ids": [i for i, _ in self.index], "positions": [p for _, p in self.index]},
+                {"ids": [i for i, _ in index], "positions": [p for _, p in index]},
             )
         else:
-            statement = self.executor.statement(IndexEvent(self.index[0][0], 0))[0]
+            statement = self.executor.statement(IndexEvent(index[0][0], 0))[0]
             cur.executemany(
                 statement,
-                [{"entity_id": self.d.dump("entity_id", i), "position": p} for i, p in self.index],
+                [{"entity_id": self.d.dump("entity_id", i), "position": p} for i, p in index],
             )
-        self.index.clear()
-        self.indexed.clear()
 
 
 def _memo(value: Any) -> Any:
