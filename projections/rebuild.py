@@ -314,16 +314,20 @@ class _Pass:
         self, pages: Iterable[Sequence[Notification]], head: int, writers: list[Writer] | None
     ) -> None:
         for page in read_ahead(self._decoded(pages)):
-            if writers is None:
-                with self.store.cursor(write=True, lock=False) as cur:
-                    self._apply(page, head, self._sharing(cur))
-            else:
-                self._apply(page, head, [w.page() for w in writers])
+            with self._page(writers) as cursors:
+                self._apply(page, head, cursors)
+        with self._page(writers) as cursors:
+            self._drain(cursors)
+
+    @contextmanager
+    def _page(self, writers: list[Writer] | None) -> Iterator[list[AbstractContextManager[Cursor]]]:
+        """The cursors a page goes through: a writer's page each (PostgreSQL), else one
+        transaction shared by every shadow."""
         if writers is None:
             with self.store.cursor(write=True, lock=False) as cur:
-                self._drain(self._sharing(cur))
+                yield self._sharing(cur)
         else:
-            self._drain([w.page() for w in writers])
+            yield [w.page() for w in writers]
 
     def replay(self, pages: Iterable[Sequence[Notification]], head: int) -> None:
         """Feed `pages` (up to `head`) through writers of their own: one round."""
