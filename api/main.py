@@ -8,21 +8,17 @@ from contextlib import asynccontextmanager
 from typing import Any, Final
 
 from fastapi import FastAPI
-from starlette.datastructures import MutableHeaders
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobnik.api import errors
+from jobnik.api.middleware import BodyLimit, RequestIds, RequestPositions
 from jobnik.api.routes import catchup, health, history, jobs, stages, tasks
+from jobnik.api.settings import Settings
 from jobnik.api.sweeper import Sweeper
 from jobnik.domain.application import Jobnik
-from jobnik.domain.errors import PayloadTooLarge
-from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS
-from jobnik.projections import positions
 from jobnik.projections.audit import Audit
 from jobnik.projections.catchup import CatchUpRunner
-from jobnik.projections.catchup_views import DEFAULT_WAIT, CatchUpViews
-from jobnik.projections.config import library_env
-from jobnik.projections.idempotency import DEFAULT_TTL, IdempotencyKeys
+from jobnik.projections.catchup_views import CatchUpViews
+from jobnik.projections.idempotency import IdempotencyKeys
 from jobnik.projections.leader import LeaderLock
 from jobnik.projections.rebuild import rebuild
 from jobnik.projections.registry import CATCH_UP, INLINE, outdated, status
@@ -31,72 +27,7 @@ from jobnik.projections.views import Views
 
 log = logging.getLogger(__name__)
 
-MAX_BODY: Final = 1024 * 1024  # rules §2: request bodies ≤ 1 MB
 WORKER_ROUTES: Final = (stages.dequeue_task, tasks.update_task_status, tasks.heartbeat)
-
-
-class BodyLimit:
-    """Refuse request bodies over `limit` bytes, declared or streamed (413 with a JSON body)."""
-
-    def __init__(self, app: ASGIApp, limit: int = MAX_BODY) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await errors.error_response(413, _too_large(self.limit), "PAYLOAD_TOO_LARGE")(
-                scope, receive, send
-            )
-            return
-        seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise PayloadTooLarge(_too_large(self.limit))
-            return message
-
-        await self.app(scope, counted, send)
-
-
-def _too_large(limit: int) -> str:
-    return f"request body is larger than {limit} bytes"
-
-
-class RequestPositions:
-    """Put the log positions a request reached on its response: `X-Jobnik-Position` (the last
-    event its writes committed) and `X-Jobnik-Projection-Position` (the tracking position of the
-    catch-up projection it read). The store and the catch-up reads note them in a dict this
-    middleware puts in a ContextVar (projections/positions.py), error responses included."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        box: dict[str, int] = {}
-        token = positions.REQUEST_POSITIONS.set(box)
-
-        async def send_with_positions(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                if positions.WRITTEN in box:
-                    headers["X-Jobnik-Position"] = str(box[positions.WRITTEN])
-                if positions.SERVED in box:
-                    headers["X-Jobnik-Projection-Position"] = str(box[positions.SERVED])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_positions)
-        finally:
-            positions.REQUEST_POSITIONS.reset(token)
 
 
 def create_app(
@@ -131,13 +62,11 @@ def create_app(
     app.router.routes.sort(key=lambda r: getattr(r, "endpoint", None) not in WORKER_ROUTES)
     app.add_middleware(BodyLimit)
     app.add_middleware(RequestPositions)
+    app.add_middleware(RequestIds)
     return app
 
 
-REBUILD_MODES: Final = ("auto", "off")
-
-
-def projections_at_start(store: SqlStore, env: Mapping[str, str]) -> CatchUpRunner | None:
+def projections_at_start(store: SqlStore, settings: Settings) -> CatchUpRunner | None:
     """Detect projections an older version built and, with JOBNIK_REBUILD_ON_START=auto (the
     default), rebuild them blue/green: the inline read models now, before this process serves
     (processes already serving keep serving the old tables until the swap), the catch-up ones
@@ -146,9 +75,7 @@ def projections_at_start(store: SqlStore, env: Mapping[str, str]) -> CatchUpRunn
     Returns the catch-up runner for the lifespan to start (None with JOBNIK_CATCHUP_INTERVAL=0:
     this process then runs no catch-up projection; another process must).
     """
-    mode = env.get("JOBNIK_REBUILD_ON_START", "auto").strip().lower() or "auto"
-    if mode not in REBUILD_MODES:
-        raise ValueError(f"JOBNIK_REBUILD_ON_START must be one of {REBUILD_MODES}, not {mode!r}")
+    mode = settings.rebuild_on_start
     for s in status(store):
         if s.stale:
             log.warning(
@@ -161,34 +88,36 @@ def projections_at_start(store: SqlStore, env: Mapping[str, str]) -> CatchUpRunn
             )
     if mode == "auto" and outdated(store, [INLINE]):  # re-checked under the rebuild lock
         rebuild(store, names=[INLINE.name], only_outdated=True, wait=3600)
-    interval = float(env.get("JOBNIK_CATCHUP_INTERVAL", "0.2"))
-    if interval <= 0:
+    if settings.catchup_interval <= 0:
         return None
     return CatchUpRunner(
         store,
         CATCH_UP,
         LeaderLock(store, "catchup"),
-        interval=interval,
+        interval=settings.catchup_interval,
         rebuild_stale=mode == "auto",
     )
 
 
 def app_from_env(env: Mapping[str, str]) -> FastAPI:
+    """`app_from_settings` with the settings `env` holds."""
+    return app_from_settings(Settings.from_env(env))
+
+
+def app_from_settings(settings: Settings) -> FastAPI:
     """Open the configured store, migrate it, and serve it."""
-    store = SqlStore(library_env(env))
+    store = SqlStore(settings.library_env())
     store.migrate()
-    jobnik = Jobnik(
-        store, lease_seconds=int(env.get("JOBNIK_LEASE_SECONDS", DEFAULT_LEASE_SECONDS))
-    )
-    keys = IdempotencyKeys(store, float(env.get("JOBNIK_IDEMPOTENCY_TTL", DEFAULT_TTL)))
-    interval = float(env.get("JOBNIK_SWEEP_INTERVAL", "5"))
+    jobnik = Jobnik(store, lease_seconds=settings.lease_seconds)
+    keys = IdempotencyKeys(store, settings.idempotency_ttl)
+    interval = settings.sweep_interval
     sweeper = (
         Sweeper(jobnik, LeaderLock(store, "sweeper"), interval, purge=keys.purge)
         if interval > 0
         else None
     )
-    runner = projections_at_start(store, env)
-    wait = float(env.get("JOBNIK_MIN_POSITION_WAIT", DEFAULT_WAIT))
+    runner = projections_at_start(store, settings)
+    wait = settings.min_position_wait
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -211,4 +140,5 @@ def app_from_env(env: Mapping[str, str]) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.store, app.state.sweeper, app.state.catchup_runner = store, sweeper, runner
+    app.state.settings = settings
     return app

@@ -1,13 +1,12 @@
-"""The ASGI factory uvicorn imports (`--factory`): configuration from the environment."""
+"""The ASGI factory uvicorn imports (`--factory`): settings from the environment."""
 
 from __future__ import annotations
 
-import os
-
 from fastapi import FastAPI
 
-from jobnik.api.main import app_from_env
+from jobnik.api.main import app_from_settings
+from jobnik.api.settings import Settings
 
 
 def create() -> FastAPI:
-    return app_from_env(os.environ)
+    return app_from_settings(Settings())

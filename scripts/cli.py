@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from jobnik.scripts.projections_cli import projections
+from jobnik.scripts.projections_cli import open_store, projections
 
 if TYPE_CHECKING:
     from jobnik.projections.audit import Entry
-    from jobnik.projections.store import SqlStore
 
 app = typer.Typer(
     help="jobnik: an event-sourced workflow engine speaking Jobnik's v1 API.", no_args_is_help=True
@@ -52,7 +51,7 @@ def jobs_redispatch(
     (seed 001's safety net; it should normally find nothing)."""
     from jobnik.domain.application import Jobnik
 
-    store = _store()
+    store = open_store()
     try:
         found = Jobnik(store).redispatch_stale(parse_duration(stale_after))
     finally:
@@ -64,15 +63,6 @@ def jobs_redispatch(
     typer.echo(f"{len(found)} task(s) re-dispatched")
 
 
-def _store() -> SqlStore:
-    from jobnik.projections.config import library_env
-    from jobnik.projections.store import SqlStore
-
-    store = SqlStore(library_env(os.environ))
-    store.migrate()
-    return store
-
-
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
@@ -82,7 +72,7 @@ def serve(
     """Start the HTTP API (SQLite file ./jobnik.db unless JOBNIK_DATABASE_URL is set)."""
     import uvicorn
 
-    _store().close()  # create or upgrade the schema once, before any worker starts
+    open_store().close()  # create or upgrade the schema once, before any worker starts
     uvicorn.run(
         "jobnik.scripts.asgi:create",
         factory=True,
@@ -107,7 +97,7 @@ def bench(ctx: typer.Context) -> None:
 @app.command()
 def migrate() -> None:
     """Create or upgrade the database schema."""
-    _store().close()
+    open_store().close()
     typer.echo("schema is up to date")
 
 
@@ -151,7 +141,7 @@ def _entries(job_id: str) -> Iterator[Entry]:
 
     from jobnik.projections.audit import Audit
 
-    store = _store()
+    store = open_store()
     audit, after = Audit(store), 0
     try:
         while True:

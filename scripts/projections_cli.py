@@ -3,7 +3,6 @@ rebuilds and verification, with a progress bar (events/s, ETA) on stderr."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,11 +27,12 @@ Name = Annotated[
 ]
 
 
-def _store() -> SqlStore:
-    from jobnik.projections.config import library_env
+def open_store() -> SqlStore:
+    """The store the environment's settings name, migrated."""
+    from jobnik.api.settings import Settings
     from jobnik.projections.store import SqlStore
 
-    store = SqlStore(library_env(os.environ))
+    store = SqlStore(Settings().library_env())
     store.migrate()
     return store
 
@@ -92,7 +92,7 @@ def status_command() -> None:
     """Each projection: code version, version its rows were built by, position, lag."""
     from jobnik.projections.registry import status
 
-    store = _store()
+    store = open_store()
     try:
         lines = status(store)
     finally:
@@ -126,7 +126,7 @@ def rebuild_command(name: Name = None) -> None:
     from jobnik.projections.rebuild import RebuildBusy, rebuild
 
     names = _names(name)
-    store = _store()
+    store = open_store()
     started = time.perf_counter()
     try:
         with _progress("rebuild") as show:
@@ -149,7 +149,7 @@ def verify_command(name: Name = None) -> None:
     from jobnik.projections.rebuild import RebuildBusy, verify
 
     names = _names(name)
-    store = _store()
+    store = open_store()
     try:
         with _progress("verify") as show:
             differences = verify(store, show, names=names)

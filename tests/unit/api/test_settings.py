@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from jobnik.api.settings import Settings
+
+
+def test_settings_from_a_mapping_read_only_that_mapping(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBNIK_POOL_SIZE", "9")
+
+    settings = Settings.from_env({"JOBNIK_SWEEP_INTERVAL": "0", "JOBNIK_LEASE_SECONDS": " 60 "})
+
+    assert (settings.sweep_interval, settings.lease_seconds, settings.pool_size) == (0, 60, 5)
+
+
+def test_settings_from_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBNIK_POOL_SIZE", "9")
+
+    assert Settings().pool_size == 9
+
+
+def test_a_bad_setting_is_refused_naming_it() -> None:
+    with pytest.raises(ValidationError, match="rebuild_on_start"):
+        Settings.from_env({"JOBNIK_REBUILD_ON_START": "sometimes"})
+
+
+def test_settings_round_trip_through_variables() -> None:
+    settings = Settings.from_env({"JOBNIK_DATABASE_URL": "sqlite:///x.db", "JOBNIK_POOL_SIZE": "3"})
+
+    assert Settings.from_env(settings.as_env()) == settings
+    assert settings.library_env()["SQLITE_DBNAME"] == "x.db"
