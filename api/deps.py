@@ -102,7 +102,7 @@ IDEMPOTENCY_KEY_RE: Final = r"^[\x21-\x7e]{1,255}$"  # printable ASCII, no space
 
 
 class Once:
-    """Runs a creating route's command at most once per `Idempotency-Key` (so1).
+    """Runs a creating route's command at most once per `Idempotency-Key`.
 
     Without a key it just calls the command. With one, the command, the rendering of its
     response and the key's record share one transaction (projections/idempotency.py); a retry
@@ -142,7 +142,7 @@ async def once(
         Header(
             alias="Idempotency-Key",
             pattern=IDEMPOTENCY_KEY_RE,
-            description="so1: a retry with the same key and body returns the first answer and "
+            description="a retry with the same key and body returns the first answer and "
             "creates nothing; the key with another body or endpoint is refused (422)",
         ),
     ] = None,

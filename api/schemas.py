@@ -73,12 +73,12 @@ class CreateJob(Traced):
     user_metadata: Payload = Field(default_factory=dict)
     mode: JobMode = Field(
         default=JobMode.RUN_ONCE,
-        description="jobnik (seed 004): runOnce completes with its stages; standard stays open "
+        description="jobnik: runOnce completes with its stages; standard stays open "
         "for new stages until POST /v1/jobs/{jobId}/finish",
     )
     parent_task_id: UUID | None = Field(
         default=None,
-        description="jobnik (seed 001): the running task this child job is delegated from",
+        description="jobnik: the running task this child job is delegated from",
     )
 
 
@@ -92,12 +92,12 @@ class CreateStage(Traced):
     start_as_waiting: bool = False
     completion: bool = Field(
         default=False,
-        description="jobnik (seed 004): held until every normal stage completed, then runs "
+        description="jobnik: held until every normal stage completed, then runs "
         "while the job is COMPLETING",
     )
     failure_patterns: Annotated[list[FailurePattern], Field(max_length=20)] = Field(
         default_factory=list,
-        description="jobnik (seed 001): regular expressions; a COMPLETED report whose result "
+        description="jobnik: regular expressions; a COMPLETED report whose result "
         "has a matching string is recorded as a failure",
     )
 
@@ -118,7 +118,7 @@ class StageStatusChange(ApiModel):
 
 class TaskStatusChange(ApiModel):
     status: Literal[TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.DELEGATED] = Field(
-        description="DELEGATED (jobnik, seed 001): the task created child jobs and waits for them"
+        description="DELEGATED (jobnik): the task created child jobs and waits for them"
     )
     result: Payload | None = Field(
         default=None, description="jobnik: the task's result, with COMPLETED"
@@ -300,7 +300,7 @@ class JobOut(OutModel):
     traceparent: str
     tracestate: str | None = None
     stages: list[StageOut] | None = None
-    mode: JobMode = Field(default=JobMode.RUN_ONCE, description="jobnik: seed 004's job mode")
+    mode: JobMode = Field(default=JobMode.RUN_ONCE, description="jobnik: runOnce or standard")
     parent_task_id: UUID | None = Field(default=None, description="jobnik: the delegating task")
     parent_job_id: UUID | None = Field(default=None, description="jobnik: that task's job")
     finish_time: datetime | None = Field(default=None, description="jobnik: when it was finished")
@@ -351,10 +351,10 @@ class JobDefinitionOut(OutModel):
     counts: dict[str, int]
     job_status_counts: dict[str, int]
     source_job: JobLinkOut | None = Field(
-        default=None, description="seed 001: the parent job of the last job (walk up)"
+        default=None, description="the parent job of the last job (walk up)"
     )
     child_jobs: list[JobLinkOut] = Field(
-        default_factory=list, description="seed 001: the child jobs of the last job (walk down)"
+        default_factory=list, description="the child jobs of the last job (walk down)"
     )
 
     @classmethod
@@ -373,7 +373,7 @@ class JobDefinitionOut(OutModel):
 
 
 class TaskCountsOut(OutModel):
-    """seed 004's task counters."""
+    """A job's or stage's task counters."""
 
     created_task_count: int
     successful_task_count: int
@@ -442,8 +442,8 @@ class JobStatisticsOut(TaskCountsOut, _JobHead):
 
 
 class JobRunOut(OutModel):
-    """A job as a SMILA job run (seed 004): `tasks` are its counters, `worker` one entry per
-    stage, keyed `<order - 1>_<stage type>` as SMILA keys its workers."""
+    """A job as a run: `tasks` are its counters, `worker` one entry per stage, keyed
+    `<order - 1>_<stage type>` (the job-run vocabulary of Eclipse SMILA)."""
 
     job_id: UUID
     name: str
@@ -483,7 +483,7 @@ class ChildResultOut(OutModel):
 
 
 class ChildJobOut(OutModel):
-    """A child job of a delegated task (seed 001): its outcome and its tasks' results."""
+    """A child job of a delegated task: its outcome and its tasks' results."""
 
     id: UUID
     name: str

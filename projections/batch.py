@@ -1,10 +1,10 @@
 """PostgreSQL write sessions in few round trips: statements queue up and travel as one string.
 
 A write command is a handful of reads and a dozen small writes. Sent one by one, each costs a
-round trip and, on this machine, more client CPU in the driver than the domain work itself (see
-README, Performance). Here writes are rendered client-side (psycopg's adapters) and queued; a
-read, or the commit, sends everything queued as one multi-statement string, and the results come
-back as that many result sets, in order. `BEGIN` rides with the first string and
+round trip and, on this machine, more client CPU in the driver than the domain work itself.
+Here writes are rendered client-side (psycopg's adapters) and queued; a read, or the commit,
+sends everything queued as one multi-statement string, and the results come back as that many
+result sets, in order. `BEGIN` rides with the first string and
 `COMMIT` with the last, on a connection in autocommit mode, so a write command that reads once is
 two round trips.
 

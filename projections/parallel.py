@@ -2,7 +2,7 @@
 shadows with the events of its jobs.
 
 One rebuild process is bound by its own CPU: the read-ahead, fold and writer threads share one
-GIL, and the database's work runs beside them on another core (README, Performance). Every row
+GIL, and the database's work runs beside them on another core (docs/performance.md). Every row
 of the per-job projections (`per_job`: the inline read models and run_stats) belongs to one job
 and is written only by the events of that job, its stages and its tasks; the rows a fold reads
 back (the job and stage rows an Enqueue needs) are of the same job. So the events of different

@@ -41,7 +41,7 @@ MinPosition = Annotated[
 def get_job_definition(
     catchup: CatchUpDep, name: Annotated[str, Path()], min_position: MinPosition = None
 ) -> JobDefinitionOut:
-    """lastStatus of the latest job of this name (seed 001), lastInteraction, counts by status."""
+    """lastStatus of the latest job of this name, lastInteraction, and job counts by status."""
     return JobDefinitionOut.of(catchup.job_definition(name, min_position))
 
 
@@ -51,7 +51,7 @@ def get_job_statistics(
     job_id: Annotated[UUID, Path(alias="jobId")],
     min_position: MinPosition = None,
 ) -> JobStatisticsOut:
-    """The job's run statistics (seed 004), per stage and in all; kept after the job is deleted."""
+    """The job's task counters, per stage and in all; kept after the job is deleted."""
     return JobStatisticsOut.of(catchup.job_statistics(job_id, min_position))
 
 
@@ -62,7 +62,7 @@ def get_job_run(
     job_id: Annotated[UUID, Path(alias="jobId")],
     min_position: MinPosition = None,
 ) -> JobRunOut:
-    """The job as a SMILA job run (seed 004): state, mode, times, run counters per stage."""
+    """The job as a run: its state (PREPARING … SUCCEEDED), mode, times, counters per stage."""
     job = views.job(job_id).job
     held = views.held_by_workers(job_id)
     try:
