@@ -14,8 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from jobnik.api.main import app_from_env
-from jobnik.projections.catchup import catch_up
-from jobnik.projections.registry import CATCH_UP
+from jobnik.projections.catchup.registry import CATCH_UP
+from jobnik.projections.catchup.runner import catch_up
 
 from .conftest import SpawnServer
 

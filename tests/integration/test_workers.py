@@ -39,8 +39,8 @@ import httpx
 import psycopg
 import pytest
 
-from jobnik.projections.config import library_env
-from jobnik.projections.store import SqlStore
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.config import library_env
 from jobnik.workers import ApiError, Consumer, JobnikClient, Producer, Task
 
 ROOT = Path(__file__).resolve().parents[2]
