@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rich.progress import Task
     from rich.text import Text
 
-    from jobnik.projections.store import SqlStore
+    from jobnik.projections.store.base import SqlStore
 
 projections = typer.Typer(
     help="Read models (projections of the event log): versions and lag, blue/green rebuilds, "
@@ -31,7 +31,7 @@ Name = Annotated[
 def open_store() -> SqlStore:
     """The store the environment's settings name, migrated."""
     from jobnik.api.settings import Settings
-    from jobnik.projections.store import SqlStore
+    from jobnik.projections.store.base import SqlStore
 
     store = SqlStore(Settings().library_env())
     store.migrate()
@@ -39,7 +39,7 @@ def open_store() -> SqlStore:
 
 
 def _names(name: str | None) -> list[str] | None:
-    from jobnik.projections.registry import ALL
+    from jobnik.projections.catchup.registry import ALL
 
     if name is None:
         return None
@@ -92,7 +92,7 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
 def status_command() -> None:
     """Show each read model's code version, the version that built its rows, its log position
     and its lag."""
-    from jobnik.projections.registry import status
+    from jobnik.projections.catchup.registry import status
 
     store = open_store()
     try:
@@ -128,7 +128,7 @@ def rebuild_command(name: Name = None) -> None:
     Fresh tables are filled from the log while the API keeps serving the old ones, then swapped
     in by one transaction; writers wait only for the swap. Exit status 3: another rebuild or
     verify is running."""
-    from jobnik.projections.rebuild import RebuildBusy, rebuild
+    from jobnik.projections.rebuild.bluegreen import RebuildBusy, rebuild
 
     names = _names(name)
     store = open_store()
@@ -153,7 +153,8 @@ def verify_command(name: Name = None) -> None:
     """Replay the log into fresh tables and list every row that differs from the live one.
 
     Exit status 1 when a row differs, 3 when another rebuild or verify is running."""
-    from jobnik.projections.rebuild import RebuildBusy, verify
+    from jobnik.projections.rebuild.bluegreen import RebuildBusy
+    from jobnik.projections.rebuild.verify import verify
 
     names = _names(name)
     store = open_store()
