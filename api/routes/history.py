@@ -12,10 +12,15 @@ from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from jobnik.api.deps import AuditDep, reject_unknown_query
+from jobnik.api.permissions import authorize, needs
 from jobnik.api.schemas import EventOut, EventPage
+from jobnik.domain.principals import Permission
 from jobnik.projections.queries.audit import TOPICS, Page
 
-router = APIRouter(prefix="/v1", tags=["history"], dependencies=[Depends(reject_unknown_query)])
+P = Permission
+router = APIRouter(
+    prefix="/v1", tags=["history"], dependencies=[Depends(authorize), Depends(reject_unknown_query)]
+)
 
 JobId = Annotated[UUID, Path(alias="jobId")]
 After = Annotated[int, Query(ge=0, description="the last position seen (cursor)")]
@@ -33,13 +38,13 @@ def _types(types: list[str] | None) -> list[str]:
     return types or []
 
 
-@router.get("/jobs/{jobId}/history")
+@router.get("/jobs/{jobId}/history", openapi_extra=needs(P.READ))
 def job_history(audit: AuditDep, job_id: JobId, after: After = 0, limit: Limit = 100) -> EventPage:
     """Every event of the job, its stages and its tasks, in order; kept after deletion."""
     return EventPage.of(audit.job_history(job_id, after, limit))
 
 
-@router.get("/events")
+@router.get("/events", openapi_extra=needs(P.READ))
 def events(
     audit: AuditDep,
     after: After = 0,
@@ -73,7 +78,7 @@ async def _stream(
             await asyncio.sleep(POLL_SECONDS)
 
 
-@router.get("/jobs/{jobId}/stream", response_class=EventSourceResponse)
+@router.get("/jobs/{jobId}/stream", response_class=EventSourceResponse, openapi_extra=needs(P.READ))
 async def job_stream(
     request: Request,
     audit: AuditDep,
@@ -89,7 +94,7 @@ async def job_stream(
     )
 
 
-@router.get("/events/stream", response_class=EventSourceResponse)
+@router.get("/events/stream", response_class=EventSourceResponse, openapi_extra=needs(P.READ))
 async def events_stream(
     request: Request, audit: AuditDep, last_event_id: LastEventId = None, after: After = 0
 ) -> EventSourceResponse:
