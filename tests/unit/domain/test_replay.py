@@ -54,7 +54,8 @@ def drive(aggregate: Entity, steps: list[Step]) -> Run:
         events = aggregate.collect_events()
         assert len(events) == len(step.reasons), step
         run.log += [
-            Logged(e, at(minute), step.actor.name, r) for e, r in zip(events, step.reasons, strict=True)
+            Logged(e, at(minute), step.actor.name, r)
+            for e, r in zip(events, step.reasons, strict=True)
         ]
         run.states.append((len(run.log), copy.deepcopy(aggregate.state())))
     return run
