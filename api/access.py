@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Final
 
-from jobnik.domain.errors import JobnikError, Unauthenticated
+from jobnik.domain.errors import Exposed, Unauthenticated
 from jobnik.domain.principals import Principal, token_principal
 from jobnik.domain.tokens import secret_matches, split_bearer
 from jobnik.projections.queries.tokens import TokenRow
@@ -28,12 +28,6 @@ from jobnik.projections.queries.tokens import TokenRow
 REFRESH_SECONDS: Final = 0.5  # at most this old: a revocation is seen within a second
 # Paths served without a token: liveness probes and the API's own description.
 PUBLIC_PATHS: Final = frozenset({"/liveness", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
-
-
-class Exposed(JobnikError):
-    """refusing to serve without access control on a non-loopback address"""
-
-    code = "EXPOSED_WITHOUT_AUTH"
 
 
 def is_loopback(host: str) -> bool:

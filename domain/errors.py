@@ -186,3 +186,9 @@ class TokenExists(JobnikError):
     """a token of this name exists or existed: names are never reused"""
 
     code = "TOKEN_EXISTS"
+
+
+class Exposed(JobnikError):
+    """refusing to serve without access control on a non-loopback address"""
+
+    code = "EXPOSED_WITHOUT_AUTH"

@@ -68,8 +68,9 @@ def serve(
     Off loopback it refuses to run open: create a token first, or set JOBNIK_AUTH=off."""
     import uvicorn
 
-    from jobnik.api.access import Exposed, check_exposure
+    from jobnik.api.access import check_exposure
     from jobnik.api.settings import Settings
+    from jobnik.domain.errors import Exposed
     from jobnik.projections.queries.tokens import TokenViews
 
     if (ssl_certfile is None) != (ssl_keyfile is None):

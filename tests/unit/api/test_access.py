@@ -4,8 +4,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobnik.api.access import Access, Exposed, TokenTable, check_exposure
-from jobnik.domain.errors import Unauthenticated
+from jobnik.api.access import Access, TokenTable, check_exposure
+from jobnik.domain.errors import Exposed, Unauthenticated
 from jobnik.domain.tokens import hash_secret
 from jobnik.projections.queries.tokens import TokenRow
 
