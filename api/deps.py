@@ -48,7 +48,7 @@ ViewsDep = Annotated[Views, Depends(get_views)]
 
 
 async def incoming_trace(request: Request) -> tuple[str, str | None]:
-    """The caller's W3C trace context, used when the body names none (rules §15)."""
+    """The caller's W3C trace context, used when the body names none."""
     parent = request.headers.get("traceparent")
     if parent is None or not TRACEPARENT_RE.match(parent):
         return NO_TRACE, None
@@ -88,7 +88,7 @@ def _known_query(route: Any) -> frozenset[str]:
 
 
 async def reject_unknown_query(request: Request) -> None:
-    """Unknown query parameters are refused, as the manager's validator does (rules §2)."""
+    """Unknown query parameters are refused, as Jobnik's manager refuses them."""
     if not request.scope.get("query_string"):
         return
     route = request.scope.get("route")

@@ -1,4 +1,4 @@
-"""so1's Idempotency-Key: a creating command runs at most once per key.
+"""Idempotency-Key: a creating command runs at most once per key.
 
 The key's row is written in the write transaction of the command it guards (a nested
 `SqlStore.session(write=True)` joins the open one), so a crash leaves both or neither. That

@@ -60,7 +60,7 @@ class Traced(ApiModel):
     tracestate: Tracestate | None = None
 
     def trace(self, incoming: tuple[str, str | None]) -> dict[str, str | None]:
-        """The body's trace context, else the caller's (rules §15)."""
+        """The body's trace context, else the caller's."""
         if self.traceparent is not None:
             return {"traceparent": self.traceparent, "tracestate": self.tracestate}
         return {"traceparent": incoming[0], "tracestate": incoming[1]}
@@ -518,6 +518,9 @@ class EventOut(ApiModel):
     version: int
     time: datetime
     actor: str
+    actor_role: str | None = Field(
+        None, description="the role of the token `actor` names; absent for api, worker, system"
+    )
     reason: str | None = None
     payload: dict[str, Any]
 
@@ -531,6 +534,7 @@ class EventOut(ApiModel):
             version=e.version,
             time=e.time,
             actor=e.actor,
+            actor_role=e.actor_role,
             reason=e.reason,
             payload=jsonable_encoder({to_camel(k): v for k, v in e.payload.items()}),
         )

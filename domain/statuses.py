@@ -59,14 +59,6 @@ class Priority(StrEnum):
         return PRIORITY_RANK[self]
 
 
-class Actor(StrEnum):
-    """Who caused an event."""
-
-    API = "api"
-    WORKER = "worker"
-    SYSTEM = "system"
-
-
 PRIORITY_RANK: Final[Mapping[Priority, int]] = {p: i for i, p in enumerate(Priority)}
 
 J, S, T = JobStatus, StageStatus, TaskStatus
@@ -75,7 +67,7 @@ JOB_TRANSITIONS: Final[Mapping[JobStatus, frozenset[JobStatus]]] = {
     J.CREATED: frozenset({J.PENDING, J.PAUSED, J.ABORTED}),
     # PENDING → COMPLETED: a finished job with no work left (seed 004's finish).
     J.PENDING: frozenset({J.IN_PROGRESS, J.PAUSED, J.COMPLETED, J.ABORTED}),
-    # COMPLETED/FAILED from PAUSED: a paused job still completes (jobnik-rules §20 #3).
+    # COMPLETED/FAILED from PAUSED: a paused job still completes (reports are facts).
     J.IN_PROGRESS: frozenset({J.PAUSED, J.COMPLETED, J.FAILED, J.ABORTED}),
     J.PAUSED: frozenset({J.PENDING, J.IN_PROGRESS, J.COMPLETED, J.FAILED, J.ABORTED}),
     J.COMPLETED: frozenset(),
