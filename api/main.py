@@ -10,7 +10,8 @@ from typing import Any, Final
 from fastapi import FastAPI
 
 from jobnik.api import errors
-from jobnik.api.middleware import BodyLimit, RequestIds, RequestPositions
+from jobnik.api.limits import InputGate, Limits
+from jobnik.api.middleware import RequestIds, RequestPositions
 from jobnik.api.routes import catchup, health, history, jobs, stages, tasks
 from jobnik.api.settings import Settings
 from jobnik.api.sweeper import Sweeper
@@ -36,16 +37,18 @@ def create_app(
     audit: Audit | None = None,
     catchup_views: CatchUpViews | None = None,
     idempotency: IdempotencyKeys | None = None,
+    settings: Settings | None = None,
     **fastapi: Any,
 ) -> FastAPI:
-    """The v1 API over `jobnik` (commands) and `views` (queries)."""
+    """The v1 API over `jobnik` (commands) and `views` (queries), limited by `settings`."""
+    settings = settings if settings is not None else Settings.from_env({})
     app = FastAPI(
         title="jobnik",
         version="0.1.0",
         description="Event-sourced workflow engine speaking Jobnik's v1 API.",
         **fastapi,
     )
-    app.state.jobnik, app.state.views = jobnik, views
+    app.state.jobnik, app.state.views, app.state.settings = jobnik, views, settings
     app.state.audit = audit if audit is not None else Audit(views.store)
     app.state.catchup = catchup_views if catchup_views is not None else CatchUpViews(views.store)
     app.state.idempotency = idempotency if idempotency is not None else IdempotencyKeys(views.store)
@@ -60,7 +63,7 @@ def create_app(
     # these carry most requests. No other route matches their paths and methods
     # (tests/api/test_endpoints.py), so the order changes nothing else.
     app.router.routes.sort(key=lambda r: getattr(r, "endpoint", None) not in WORKER_ROUTES)
-    app.add_middleware(BodyLimit)
+    app.add_middleware(InputGate, limits=Limits.of(settings))
     app.add_middleware(RequestPositions)
     app.add_middleware(RequestIds)
     return app
@@ -137,8 +140,8 @@ def app_from_settings(settings: Settings) -> FastAPI:
         Views(store),
         catchup_views=CatchUpViews(store, wait),
         idempotency=keys,
+        settings=settings,
         lifespan=lifespan,
     )
     app.state.store, app.state.sweeper, app.state.catchup_runner = store, sweeper, runner
-    app.state.settings = settings
     return app

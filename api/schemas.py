@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import Response
 from fastapi.encoders import jsonable_encoder
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from jobnik.api.deps import TRACEPARENT_RE, TRACESTATE_RE
 from jobnik.domain.jobs import Job
@@ -30,6 +41,28 @@ StageType = Annotated[str, Field(min_length=1, max_length=50)]
 Traceparent = Annotated[str, Field(pattern=TRACEPARENT)]
 Tracestate = Annotated[str, Field(pattern=TRACESTATE)]
 Payload = dict[str, Any]
+INT32_MAX = 2**31 - 1  # the stores' INTEGER columns (attempts, counters)
+INT64_MAX = 2**63 - 1  # log positions (BIGINT)
+Attempt = Annotated[int, Field(ge=1, le=INT32_MAX)]
+_ISO_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def _iso_text(value: Any) -> Any:
+    """Only ISO 8601 text is a date-time here (pydantic alone also takes Unix seconds)."""
+    if not isinstance(value, str) or not _ISO_DATE_TIME.match(value):
+        raise PydanticCustomError("datetime_parsing", "not an ISO 8601 date-time")
+    return value
+
+
+def _in_utc_range(value: datetime) -> datetime:
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise PydanticCustomError("datetime_parsing", "out of range in UTC") from None
+    return value
+
+
+DateTimeQuery = Annotated[AwareDatetime, BeforeValidator(_iso_text), AfterValidator(_in_utc_range)]
 
 
 class ApiModel(BaseModel):
@@ -105,7 +138,7 @@ class CreateStage(Traced):
 class CreateTask(Traced):
     data: Payload
     user_metadata: Payload = Field(default_factory=dict)
-    max_attempts: Annotated[int, Field(ge=1)] = 3
+    max_attempts: Annotated[int, Field(ge=1, le=INT32_MAX)] = 3
 
 
 class JobStatusChange(ApiModel):
@@ -123,7 +156,7 @@ class TaskStatusChange(ApiModel):
     result: Payload | None = Field(
         default=None, description="jobnik: the task's result, with COMPLETED"
     )
-    attempt: Annotated[int, Field(ge=1)] | None = Field(
+    attempt: Attempt | None = Field(
         default=None, description="jobnik: the reporting attempt; a stale one gets 409"
     )
     reason: Annotated[str, Field(max_length=2000)] | None = Field(
@@ -133,7 +166,7 @@ class TaskStatusChange(ApiModel):
 
 
 class AttemptBody(ApiModel):
-    attempt: Annotated[int, Field(ge=1)]
+    attempt: Attempt
 
 
 class GiveBack(AttemptBody):
@@ -142,7 +175,7 @@ class GiveBack(AttemptBody):
 
 class LogLines(ApiModel):
     lines: Annotated[list[Annotated[str, Field(max_length=10_000)]], Field(min_length=1)]
-    attempt: Annotated[int, Field(ge=1)] | None = None
+    attempt: Attempt | None = None
 
 
 class HeartbeatOut(OutModel):

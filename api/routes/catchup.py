@@ -13,7 +13,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Path, Query, Request
 
 from jobnik.api.deps import ViewsDep, reject_unknown_query
-from jobnik.api.schemas import JobDefinitionOut, JobRunOut, JobStatisticsOut
+from jobnik.api.schemas import INT64_MAX, JobDefinitionOut, JobRunOut, JobStatisticsOut
 from jobnik.domain.errors import JobNotFound
 from jobnik.domain.runs import run_state
 from jobnik.projections.catchup_views import CatchUpViews
@@ -31,6 +31,7 @@ MinPosition = Annotated[
     int | None,
     Query(
         ge=0,
+        le=INT64_MAX,
         description="jobnik: wait (a few seconds at most) until the projection has applied this "
         "log position, e.g. a write's X-Jobnik-Position",
     ),

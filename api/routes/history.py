@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 from uuid import UUID
@@ -12,16 +13,17 @@ from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from jobnik.api.deps import AuditDep, reject_unknown_query
-from jobnik.api.schemas import EventOut, EventPage
+from jobnik.api.schemas import INT64_MAX, EventOut, EventPage
 from jobnik.projections.audit import TOPICS, Page
 
 router = APIRouter(prefix="/v1", tags=["history"], dependencies=[Depends(reject_unknown_query)])
 
 JobId = Annotated[UUID, Path(alias="jobId")]
-After = Annotated[int, Query(ge=0, description="the last position seen (cursor)")]
+After = Annotated[int, Query(ge=0, le=INT64_MAX, description="the last position seen (cursor)")]
 Limit = Annotated[int, Query(ge=1, le=1000)]
 LastEventId = Annotated[str | None, Header(alias="Last-Event-ID")]
 POLL_SECONDS = 0.25
+_POSITION = re.compile("[0-9]{1,19}")
 
 
 def _types(types: list[str] | None) -> list[str]:
@@ -52,8 +54,9 @@ def events(
 
 
 def _start(after: int, last_event_id: str | None) -> int:
-    if last_event_id and last_event_id.strip().isdigit():
-        return max(after, int(last_event_id.strip()))
+    text = (last_event_id or "").strip()
+    if _POSITION.fullmatch(text) and int(text) <= INT64_MAX:
+        return max(after, int(text))
     return after
 
 

@@ -6,7 +6,6 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
-from pydantic import AwareDatetime
 
 from jobnik.api.deps import (
     AsOfQuery,
@@ -19,6 +18,7 @@ from jobnik.api.deps import (
 from jobnik.api.schemas import (
     CreateJob,
     CreateStage,
+    DateTimeQuery,
     JobName,
     JobOut,
     JobStatusChange,
@@ -43,8 +43,8 @@ def find_jobs(
     views: ViewsDep,
     job_name: Annotated[JobName | None, Query()] = None,
     priority: Priority | None = None,
-    from_date: AwareDatetime | None = None,
-    end_date: AwareDatetime | None = None,
+    from_date: DateTimeQuery | None = None,
+    end_date: DateTimeQuery | None = None,
     should_return_stages: ReturnStages = False,
     parent_task_id: Annotated[
         UUID | None, Query(description="jobnik: the child jobs of this task (seed 001)")

@@ -6,13 +6,13 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
-from pydantic import AwareDatetime
 
 from jobnik.api.deps import AsOfQuery, JobnikDep, ViewsDep, reject_unknown_query
 from jobnik.api.schemas import (
     Appended,
     AttemptBody,
     ChildJobOut,
+    DateTimeQuery,
     GiveBack,
     HeartbeatOut,
     LogLineOut,
@@ -34,8 +34,8 @@ def get_tasks_by_criteria(
     views: ViewsDep,
     stage_id: UUID | None = None,
     stage_type: Annotated[StageType | None, Query()] = None,
-    from_date: AwareDatetime | None = None,
-    end_date: AwareDatetime | None = None,
+    from_date: DateTimeQuery | None = None,
+    end_date: DateTimeQuery | None = None,
     status: TaskStatus | None = None,
 ) -> list[TaskOut]:
     """Tasks matching stage, type, creation-time range and status."""
