@@ -104,6 +104,12 @@ class NumberOutOfRange(UnsafeInput):
     code = "NUMBER_OUT_OF_RANGE"
 
 
+class InvalidFailurePattern(InvalidRequest):
+    """a failure pattern is not an RE2 regular expression"""
+
+    code = "INVALID_FAILURE_PATTERN"
+
+
 class TooManyTasks(InvalidRequest):
     """too many tasks in one request"""
 
