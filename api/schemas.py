@@ -24,6 +24,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from jobnik.api.deps import TRACEPARENT_RE, TRACESTATE_RE
+from jobnik.api.readable import if_asked
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.runs import RunState
@@ -40,7 +41,8 @@ JobName = Annotated[str, Field(min_length=2, max_length=50)]
 StageType = Annotated[str, Field(min_length=1, max_length=50)]
 Traceparent = Annotated[str, Field(pattern=TRACEPARENT)]
 Tracestate = Annotated[str, Field(pattern=TRACESTATE)]
-Payload = dict[str, Any]
+# A free-form JSON object; made readable when a stored one fails to render (api/readable.py).
+Payload = Annotated[dict[str, Any], BeforeValidator(if_asked)]
 INT32_MAX = 2**31 - 1  # the stores' INTEGER columns (attempts, counters)
 INT64_MAX = 2**63 - 1  # log positions (BIGINT)
 Attempt = Annotated[int, Field(ge=1, le=INT32_MAX)]
@@ -552,7 +554,7 @@ class EventOut(ApiModel):
     time: datetime
     actor: str
     reason: str | None = None
-    payload: dict[str, Any]
+    payload: Payload
 
     @classmethod
     def of(cls, e: Entry) -> EventOut:
@@ -565,7 +567,7 @@ class EventOut(ApiModel):
             time=e.time,
             actor=e.actor,
             reason=e.reason,
-            payload=jsonable_encoder({to_camel(k): v for k, v in e.payload.items()}),
+            payload=jsonable_encoder(if_asked({to_camel(k): v for k, v in e.payload.items()})),
         )
 
 

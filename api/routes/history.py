@@ -8,12 +8,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from jobnik.api.deps import AuditDep, reject_unknown_query
-from jobnik.api.schemas import INT64_MAX, EventOut, EventPage
+from jobnik.api.pages import event_page, render_event
+from jobnik.api.schemas import INT64_MAX, EventPage
 from jobnik.projections.audit import TOPICS, Page
 
 router = APIRouter(prefix="/v1", tags=["history"], dependencies=[Depends(reject_unknown_query)])
@@ -35,22 +36,22 @@ def _types(types: list[str] | None) -> list[str]:
     return types or []
 
 
-@router.get("/jobs/{jobId}/history")
-def job_history(audit: AuditDep, job_id: JobId, after: After = 0, limit: Limit = 100) -> EventPage:
+@router.get("/jobs/{jobId}/history", response_model=EventPage)
+def job_history(audit: AuditDep, job_id: JobId, after: After = 0, limit: Limit = 100) -> Response:
     """Every event of the job, its stages and its tasks, in order; kept after deletion."""
-    return EventPage.of(audit.job_history(job_id, after, limit))
+    return event_page(audit.job_history(job_id, after, limit))
 
 
-@router.get("/events")
+@router.get("/events", response_model=EventPage)
 def events(
     audit: AuditDep,
     after: After = 0,
     limit: Limit = 100,
     type: Annotated[list[str] | None, Query(description="event type, e.g. TaskCompleted")] = None,
     job_id: UUID | None = None,
-) -> EventPage:
+) -> Response:
     """The global event feed after a position, optionally filtered by event type and job."""
-    return EventPage.of(audit.feed(after, limit, _types(type), job_id))
+    return event_page(audit.feed(after, limit, _types(type), job_id))
 
 
 def _start(after: int, last_event_id: str | None) -> int:
@@ -61,18 +62,26 @@ def _start(after: int, last_event_id: str | None) -> int:
 
 
 async def _stream(
-    request: Request, read: Callable[[int], Page], after: int, until_terminal: bool
+    request: Request,
+    read: Callable[[int], Page],
+    after: int,
+    terminal: Callable[[], int | None] | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
-    """Poll `read(after)`; each event is an SSE message whose id is its log position."""
+    """Poll `read(after)`; each event is an SSE message whose id is its log position. With
+    `terminal` (the position of the job's terminal event, if any) the stream ends after that
+    event, and at once when it resumes at or past it."""
     while not await request.is_disconnected():
         page = await run_in_threadpool(read, after)
         for e in page.items:
-            data = EventOut.of(e).model_dump_json(by_alias=True)
-            yield {"id": str(e.position), "event": e.type, "data": data}
+            yield {"id": str(e.position), "event": e.type, "data": render_event(e)}
             after = e.position
-            if until_terminal and e.terminal:
+            if terminal is not None and e.terminal:
                 return
         if not page.items:
+            if terminal is not None:
+                end = await run_in_threadpool(terminal)
+                if end is not None and end <= after:
+                    return
             await asyncio.sleep(POLL_SECONDS)
 
 
@@ -88,7 +97,12 @@ async def job_stream(
     await run_in_threadpool(audit.job_history, job_id, 0, 1)  # 404 before the stream starts
     start = _start(after, last_event_id)
     return EventSourceResponse(
-        _stream(request, lambda a: audit.job_history(job_id, a, 500), start, True)
+        _stream(
+            request,
+            lambda a: audit.job_history(job_id, a, 500),
+            start,
+            lambda: audit.terminal_position(job_id),
+        )
     )
 
 
@@ -98,4 +112,4 @@ async def events_stream(
 ) -> EventSourceResponse:
     """The global feed live (SSE); resumes after Last-Event-ID."""
     start = _start(after, last_event_id)
-    return EventSourceResponse(_stream(request, lambda a: audit.feed(a, 500), start, False))
+    return EventSourceResponse(_stream(request, lambda a: audit.feed(a, 500), start))

@@ -15,6 +15,7 @@ from jobnik.api.deps import (
     ViewsDep,
     reject_unknown_query,
 )
+from jobnik.api.pages import PagingDep, answer, page_schema, render_one
 from jobnik.api.schemas import (
     CreateJob,
     CreateStage,
@@ -38,9 +39,10 @@ ReturnTasks = Annotated[bool, Query(alias="should_return_tasks")]
 Metadata = Annotated[dict[str, Any], Body()]
 
 
-@router.get("/jobs")
+@router.get("/jobs", response_model=None, responses={200: page_schema(JobOut)})
 def find_jobs(
     views: ViewsDep,
+    paging: PagingDep,
     job_name: Annotated[JobName | None, Query()] = None,
     priority: Priority | None = None,
     from_date: DateTimeQuery | None = None,
@@ -52,8 +54,9 @@ def find_jobs(
     parent_job_id: Annotated[
         UUID | None, Query(description="jobnik: the child jobs of this job's tasks")
     ] = None,
-) -> list[JobOut]:
-    """Jobs matching name, priority, creation-time range and parent; stages on request."""
+) -> Response:
+    """Jobs matching name, priority, creation-time range and parent, oldest first; their stages
+    on request. Paged (`page`, `page_size`) or a plain array (see `JOBNIK_LIST_SHAPE`)."""
     found = views.jobs(
         name=job_name,
         priority=priority,
@@ -63,7 +66,7 @@ def find_jobs(
         parent_task_id=parent_task_id,
         parent_job_id=parent_job_id,
     )
-    return [JobOut.of(j) for j in found]
+    return answer(views, found, paging, JobOut.of, lambda j: f"job {j.job.id}")
 
 
 @router.post("/jobs", status_code=201, response_model=JobOut)
@@ -89,15 +92,16 @@ def finish_job(jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")]) 
     return JobOut.of(jobnik.finish_job(job_id))
 
 
-@router.get("/jobs/{jobId}")
+@router.get("/jobs/{jobId}", response_model=JobOut)
 def get_job(
     views: ViewsDep,
     job_id: Annotated[UUID, Path(alias="jobId")],
     should_return_stages: ReturnStages = False,
     as_of: AsOfQuery = None,
-) -> JobOut:
+) -> Response:
     """One job, with its stages on request; `as_of` shows it as it was then (from the events)."""
-    return JobOut.of(views.job(job_id, with_stages=should_return_stages, as_of=as_of))
+    job = views.job(job_id, with_stages=should_return_stages, as_of=as_of)
+    return render_one(lambda: JobOut.of(job), f"job {job_id}")
 
 
 @router.delete("/jobs/{jobId}")

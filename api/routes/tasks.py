@@ -8,6 +8,7 @@ from uuid import UUID
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 
 from jobnik.api.deps import AsOfQuery, JobnikDep, ViewsDep, reject_unknown_query
+from jobnik.api.pages import PagingDep, answer, page_schema, render_one, task_name
 from jobnik.api.schemas import (
     Appended,
     AttemptBody,
@@ -29,16 +30,18 @@ router = APIRouter(prefix="/v1", tags=["tasks"], dependencies=[Depends(reject_un
 TaskId = Annotated[UUID, Path(alias="taskId")]
 
 
-@router.get("/tasks")
+@router.get("/tasks", response_model=None, responses={200: page_schema(TaskOut)})
 def get_tasks_by_criteria(
     views: ViewsDep,
+    paging: PagingDep,
     stage_id: UUID | None = None,
     stage_type: Annotated[StageType | None, Query()] = None,
     from_date: DateTimeQuery | None = None,
     end_date: DateTimeQuery | None = None,
     status: TaskStatus | None = None,
-) -> list[TaskOut]:
-    """Tasks matching stage, type, creation-time range and status."""
+) -> Response:
+    """Tasks matching stage, type, creation-time range and status, oldest first. Paged
+    (`page`, `page_size`) or a plain array (see `JOBNIK_LIST_SHAPE`)."""
     found = views.tasks(
         stage_id=stage_id,
         stage_type=stage_type,
@@ -46,13 +49,14 @@ def get_tasks_by_criteria(
         end_date=end_date,
         status=status,
     )
-    return [TaskOut.of(t) for t in found]
+    return answer(views, found, paging, TaskOut.of, task_name)
 
 
-@router.get("/tasks/{taskId}")
-def get_task_by_id(views: ViewsDep, task_id: TaskId, as_of: AsOfQuery = None) -> TaskOut:
+@router.get("/tasks/{taskId}", response_model=TaskOut)
+def get_task_by_id(views: ViewsDep, task_id: TaskId, as_of: AsOfQuery = None) -> Response:
     """One task; `as_of` shows it as it was then."""
-    return TaskOut.of(views.task(task_id, as_of=as_of))
+    task = views.task(task_id, as_of=as_of)
+    return render_one(lambda: TaskOut.of(task), task_name(task))
 
 
 @router.patch("/tasks/{taskId}/user-metadata")
