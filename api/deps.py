@@ -14,6 +14,7 @@ from fastapi import Depends, Header, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel
 
+from jobnik.api.settings import Settings
 from jobnik.domain.application import NO_TRACE, Jobnik
 from jobnik.domain.errors import InvalidRequest
 from jobnik.projections.audit import Audit
@@ -42,7 +43,13 @@ async def get_audit(request: Request) -> Audit:
     return audit
 
 
+async def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
 JobnikDep = Annotated[Jobnik, Depends(get_jobnik)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
 AuditDep = Annotated[Audit, Depends(get_audit)]
 ViewsDep = Annotated[Views, Depends(get_views)]
 

@@ -11,6 +11,7 @@ from jobnik.api.deps import (
     AsOfQuery,
     JobnikDep,
     OnceDep,
+    SettingsDep,
     TraceDep,
     ViewsDep,
     reject_unknown_query,
@@ -26,6 +27,7 @@ from jobnik.api.schemas import (
     TaskOut,
 )
 from jobnik.domain.application import NewTask
+from jobnik.domain.errors import TooManyTasks
 from jobnik.domain.statuses import StageStatus
 
 router = APIRouter(prefix="/v1", tags=["stages"], dependencies=[Depends(reject_unknown_query)])
@@ -98,9 +100,20 @@ def get_tasks_by_stage_id(views: ViewsDep, paging: PagingDep, stage_id: StageId)
 
 @router.post("/stages/{stageId}/tasks", status_code=201, response_model=list[TaskOut])
 def add_tasks(
-    jobnik: JobnikDep, stage_id: StageId, body: NewTasks, incoming: TraceDep, once: OnceDep
+    jobnik: JobnikDep,
+    settings: SettingsDep,
+    stage_id: StageId,
+    body: NewTasks,
+    incoming: TraceDep,
+    once: OnceDep,
 ) -> Any:
-    """Add tasks to a CREATED, PENDING or WAITING stage; they start PENDING."""
+    """Add tasks to a CREATED, PENDING or WAITING stage; they start PENDING. At most
+    JOBNIK_MAX_TASKS_PER_REQUEST (default 1,000) per request: 400 TOO_MANY_TASKS beyond."""
+    if len(body) > settings.max_tasks_per_request:
+        raise TooManyTasks(
+            f"request/body has {len(body)} tasks; at most {settings.max_tasks_per_request} "
+            "per request"
+        )
     new = [
         NewTask(
             data=t.data,

@@ -170,3 +170,21 @@ def test_a_resume_position_that_is_not_ascii_digits_is_ignored(api: Api) -> None
 
     assert r.status_code == 200
     assert "JobAborted" in text
+
+
+def test_tasks_per_request_are_capped_by_a_setting(database_url: str) -> None:
+    env = {"JOBNIK_DATABASE_URL": database_url, "JOBNIK_MAX_TASKS_PER_REQUEST": "3"}
+    with TestClient(app_from_env(env)) as http:
+        api = Api(http)
+        stage = api.add_stage(api.create_job()["id"])
+        url = f"/v1/stages/{stage['id']}/tasks"
+
+        with api.nothing_written():
+            refused = http.post(url, json=[{"data": {}}] * 4)
+        accepted = http.post(url, json=[{"data": {}}] * 3)
+
+    assert (refused.status_code, refused.json()) == (
+        400,
+        {"message": "request/body has 4 tasks; at most 3 per request", "code": "TOO_MANY_TASKS"},
+    )
+    assert accepted.status_code == 201

@@ -97,7 +97,7 @@ def test_the_array_shape_streams_every_match_in_chunks(
     reads: list[Window] = []
     read = Views.read
 
-    def counted(self: Views, listing: Any, window: Window = Window()) -> Any:
+    def counted(self: Views, listing: Any, window: Window) -> Any:
         reads.append(window)
         return read(self, listing, window)
 
