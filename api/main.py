@@ -15,6 +15,7 @@ from jobnik.api.middleware import RequestIds, RequestPositions
 from jobnik.api.routes import catchup, health, history, jobs, stages, tasks
 from jobnik.api.settings import Settings
 from jobnik.api.sweeper import Sweeper
+from jobnik.api.waiters import Waiters
 from jobnik.domain.application import Jobnik
 from jobnik.projections.audit import Audit
 from jobnik.projections.catchup import CatchUpRunner
@@ -52,6 +53,7 @@ def create_app(
     app.state.audit = audit if audit is not None else Audit(views.store)
     app.state.catchup = catchup_views if catchup_views is not None else CatchUpViews(views.store)
     app.state.idempotency = idempotency if idempotency is not None else IdempotencyKeys(views.store)
+    app.state.waiters = Waiters(views.store, settings.max_waiters, settings.min_position_wait)
     errors.install(app)
     for module in (jobs, stages, tasks, history, catchup, health):
         # The routes themselves, not `include_router`: FastAPI keeps an included router as a
