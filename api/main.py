@@ -17,6 +17,7 @@ from jobnik.api.settings import Settings
 from jobnik.api.sweeper import Sweeper
 from jobnik.api.waiters import Waiters
 from jobnik.domain.application import Jobnik
+from jobnik.domain.errors import StoreInUse
 from jobnik.projections.audit import Audit
 from jobnik.projections.catchup import CatchUpRunner
 from jobnik.projections.catchup_views import CatchUpViews
@@ -112,6 +113,11 @@ def app_from_env(env: Mapping[str, str]) -> FastAPI:
 def app_from_settings(settings: Settings) -> FastAPI:
     """Open the configured store, migrate it, and serve it."""
     store = SqlStore(settings.library_env())
+    try:
+        store.claim_server()
+    except StoreInUse:
+        store.close()
+        raise
     store.migrate()
     jobnik = Jobnik(store, lease_seconds=settings.lease_seconds)
     keys = IdempotencyKeys(store, settings.idempotency_ttl)

@@ -201,6 +201,12 @@ class TooManyWaiters(Busy):
     code = "TOO_MANY_WAITERS"
 
 
+class StoreInUse(JobnikError):
+    """another jobnik server already serves this SQLite file"""
+
+    code = "STORE_IN_USE"
+
+
 class DatabaseError(JobnikError):
     """DATABASE_RELATED_ERROR"""
 

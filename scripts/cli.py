@@ -72,7 +72,15 @@ def serve(
     """Start the HTTP API (SQLite file ./jobnik.db unless JOBNIK_DATABASE_URL is set)."""
     import uvicorn
 
-    open_store().close()  # create or upgrade the schema once, before any worker starts
+    store = open_store()  # create or upgrade the schema once, before any worker starts
+    backend = store.backend
+    store.close()
+    if workers > 1 and backend == "sqlite":
+        raise typer.BadParameter(
+            "SQLite serves one process: use --workers 1, or PostgreSQL "
+            "(JOBNIK_DATABASE_URL=postgresql://...) for several",
+            param_hint="--workers",
+        )
     uvicorn.run(
         "jobnik.scripts.asgi:create",
         factory=True,
