@@ -503,3 +503,44 @@ def test_a_handler_that_returns_when_told_of_shutdown_is_handed_back_not_reporte
         time.sleep(0.3)
 
     assert fake.reports == []
+
+
+@pytest.mark.parametrize(
+    ("returned", "why"),
+    [
+        ({"score": float("nan")}, "body/result/score is nan"),
+        ({"score": float("inf")}, "body/result/score is inf"),
+        ({"big": 2**64}, "body/result/big is an integer beyond 64 bits"),
+        ({"text": "a\x00b"}, "body/result/text contains a NUL character"),
+        ({"text": "\udc00"}, "lone surrogate"),
+    ],
+)
+def test_a_result_the_sdk_cannot_send_reports_the_task_failed_with_the_reason(
+    returned: object, why: str
+) -> None:
+    fake = FakeApi()
+    fake.add(task_json(1, attempt=1))
+    worker = make_worker(fake, lambda task, context: returned)
+
+    with running(worker):
+        wait_until(lambda: len(fake.reports) == 1)
+
+    (report,) = fake.reports
+    assert report.body["status"] == "FAILED"
+    assert report.body["reason"].startswith("the handler's result could not be reported")
+    assert why in report.body["reason"]
+    assert (worker.stats.done, worker.stats.failed) == (0, 1)
+
+
+def test_a_result_the_server_refuses_reports_the_task_failed_with_its_reason() -> None:
+    fake = FakeApi(refuse_results=True)
+    fake.add(task_json(1, attempt=1))
+    worker = make_worker(fake, lambda task, context: {"deep": "enough"})
+
+    with running(worker):
+        wait_until(lambda: len(fake.reports) == 2)
+
+    completed, failed = fake.reports
+    assert completed.body["status"] == "COMPLETED"
+    assert failed.body["status"] == "FAILED"
+    assert "400 JSON_TOO_DEEP" in failed.body["reason"]
