@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from jobnik.api import errors
 from jobnik.api.limits import InputGate, Limits
 from jobnik.api.middleware import RequestIds, RequestPositions
+from jobnik.api.openapi import document_errors
 from jobnik.api.routes import catchup, health, history, jobs, stages, tasks
 from jobnik.api.settings import Settings
 from jobnik.api.sweeper import Sweeper
@@ -66,6 +67,7 @@ def create_app(
     # these carry most requests. No other route matches their paths and methods
     # (tests/api/test_endpoints.py), so the order changes nothing else.
     app.router.routes.sort(key=lambda r: getattr(r, "endpoint", None) not in WORKER_ROUTES)
+    document_errors(app)
     app.add_middleware(InputGate, limits=Limits.of(settings))
     app.add_middleware(RequestPositions)
     app.add_middleware(RequestIds)

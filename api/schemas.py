@@ -209,6 +209,8 @@ class Message(OutModel):
 
 
 class ErrorBody(OutModel):
+    """Every error answer: what went wrong, and its code (e.g. JOB_NOT_FOUND)."""
+
     message: str
     code: str
 
