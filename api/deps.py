@@ -69,7 +69,11 @@ TraceDep = Annotated[tuple[str, str | None], Depends(incoming_trace)]
 async def as_of(
     as_of: Annotated[
         str | None,
-        Query(description="jobnik: a log position or an ISO time; the entity as it was then"),
+        Query(
+            pattern=r"^\s*([0-9]{1,19}|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ].+)\s*$",
+            description="jobnik: a log position or an ISO 8601 date-time with its offset; the "
+            "entity as it was then",
+        ),
     ] = None,
 ) -> AsOf | None:
     return AsOf.parse(as_of) if as_of is not None else None

@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from jobnik.api.middleware import REQUEST_ID_HEADER, REQUEST_ID_KEY
 from jobnik.domain.errors import (
@@ -152,7 +153,10 @@ def install(app: FastAPI) -> None:
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = "not found" if exc.status_code == 404 else str(exc.detail).lower()
         code = HTTP_CODES.get(exc.status_code, "UNKNOWN_ERROR")
-        return error_response(exc.status_code, message, code, exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every route of the path, not only the one that matched
+            headers["Allow"] = ", ".join(_methods_of(request))
+        return error_response(exc.status_code, message, code, headers)
 
     @app.exception_handler(Exception)
     async def crash(request: Request, exc: Exception) -> JSONResponse:
@@ -168,6 +172,16 @@ def install(app: FastAPI) -> None:
         )
         code = "DATABASE_RELATED_ERROR" if _is_database_error(exc) else "UNKNOWN_ERROR"
         return error_response(500, "Internal Server Error", code, {REQUEST_ID_HEADER: rid})
+
+
+def _methods_of(request: Request) -> list[str]:
+    """The methods the routes of this request's path answer."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "_"})
+        if match != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 def _is_database_error(exc: BaseException) -> bool:

@@ -63,8 +63,12 @@ def document_errors(app: FastAPI) -> None:
             description=app.description,
             routes=app.routes,
         )
+        max_page_size = app.state.settings.max_page_size
         for path, operations in schema.get("paths", {}).items():
             for method, operation in operations.items():
+                for param in operation.get("parameters", []):
+                    if param["name"] == "page_size":  # the setting, not the type's bound
+                        param["schema"]["maximum"] = max_page_size
                 responses = operation.setdefault("responses", {})
                 responses.pop("422", None)  # FastAPI's; validation answers 400 here
                 for status in statuses_of(method, path, operation):

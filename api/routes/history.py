@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Callable
+from enum import StrEnum
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -27,13 +28,7 @@ POLL_SECONDS = 0.25
 _POSITION = re.compile("[0-9]{1,19}")
 
 
-def _types(types: list[str] | None) -> list[str]:
-    unknown = [t for t in types or [] if t not in TOPICS]
-    if unknown:
-        from jobnik.domain.errors import InvalidRequest
-
-        raise InvalidRequest(f"request/query/type must be one of the event types, not {unknown}")
-    return types or []
+EventType = StrEnum("EventType", {name: name for name in TOPICS})  # type: ignore[misc]
 
 
 @router.get("/jobs/{jobId}/history", response_model=EventPage)
@@ -47,11 +42,13 @@ def events(
     audit: AuditDep,
     after: After = 0,
     limit: Limit = 100,
-    type: Annotated[list[str] | None, Query(description="event type, e.g. TaskCompleted")] = None,
+    type: Annotated[
+        list[EventType] | None, Query(description="event type, e.g. TaskCompleted")
+    ] = None,
     job_id: UUID | None = None,
 ) -> Response:
     """The global event feed after a position, optionally filtered by event type and job."""
-    return event_page(audit.feed(after, limit, _types(type), job_id))
+    return event_page(audit.feed(after, limit, [str(t) for t in type or ()], job_id))
 
 
 def _start(after: int, last_event_id: str | None) -> int:
