@@ -77,6 +77,8 @@ def error_response(
 ) -> JSONResponse:
     if status >= 500 and status != 503:
         message = "Internal Server Error"
+    # a message may quote the request (a key, a value); what is not Unicode text is escaped
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return JSONResponse(
         {"message": message, "code": code}, status_code=status, headers=dict(headers or {})
     )

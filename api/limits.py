@@ -124,8 +124,16 @@ def _where(path: Any) -> str:
     keys: list[str] = []
     while path is not None:
         path, key = path
-        keys.append(str(key))
+        keys.append(_quoted(str(key)))
     return "/".join(["request/body", *reversed(keys)])
+
+
+def _quoted(text: str) -> str:
+    """`text` for a message: at most 50 characters, the unprintable ones as \\uXXXX."""
+    return "".join(
+        c if c.isprintable() and not 0xD800 <= ord(c) <= 0xDFFF else f"\\u{ord(c):04x}"
+        for c in text[:50]
+    )
 
 
 def check_target(scope: Scope, limits: Limits) -> None:
@@ -135,7 +143,7 @@ def check_target(scope: Scope, limits: Limits) -> None:
     if query:
         # decoded as the routes' parser does it: percent-escapes as UTF-8
         for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
-            check_text(f"request/query/{name[:50]}", value, limits)
+            check_text(f"request/query/{_quoted(name)}", value, limits)
             check_text("request/query", name, None)
 
 
