@@ -9,7 +9,8 @@ from typing import Any, Final
 
 from fastapi import FastAPI
 
-from jobnik.api import errors
+from jobnik.api import errors, positions
+from jobnik.api.idempotency import IdempotencyKeys
 from jobnik.api.limits import InputGate, Limits
 from jobnik.api.middleware import RequestIds, RequestPositions
 from jobnik.api.openapi import document_errors
@@ -19,15 +20,14 @@ from jobnik.api.sweeper import Sweeper
 from jobnik.api.waiters import Waiters
 from jobnik.domain.application import Jobnik
 from jobnik.domain.errors import StoreInUse
-from jobnik.projections.audit import Audit
-from jobnik.projections.catchup import CatchUpRunner
-from jobnik.projections.catchup_views import CatchUpViews
-from jobnik.projections.idempotency import IdempotencyKeys
-from jobnik.projections.leader import LeaderLock
-from jobnik.projections.rebuild import rebuild
-from jobnik.projections.registry import CATCH_UP, INLINE, outdated, status
-from jobnik.projections.store import SqlStore
-from jobnik.projections.views import Views
+from jobnik.projections.catchup.registry import CATCH_UP, INLINE, outdated, status
+from jobnik.projections.catchup.runner import CatchUpRunner
+from jobnik.projections.queries.audit import Audit
+from jobnik.projections.queries.catchup_views import CatchUpViews
+from jobnik.projections.queries.views import Views
+from jobnik.projections.rebuild.bluegreen import rebuild
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.leader import LeaderLock
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,13 @@ def create_app(
     )
     app.state.jobnik, app.state.views, app.state.settings = jobnik, views, settings
     app.state.audit = audit if audit is not None else Audit(views.store)
-    app.state.catchup = catchup_views if catchup_views is not None else CatchUpViews(views.store)
+    app.state.catchup = (
+        catchup_views
+        if catchup_views is not None
+        else CatchUpViews(views.store, on_served=positions.note_served)
+    )
+    if positions.note_written not in views.store.on_commit:  # a write's X-Jobnik-Position
+        views.store.on_commit.append(positions.note_written)
     app.state.idempotency = idempotency if idempotency is not None else IdempotencyKeys(views.store)
     app.state.waiters = Waiters(views.store, settings.max_waiters, settings.min_position_wait)
     errors.install(app)
@@ -148,7 +154,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
     app = create_app(
         jobnik,
         Views(store),
-        catchup_views=CatchUpViews(store, wait),
+        catchup_views=CatchUpViews(store, wait, on_served=positions.note_served),
         idempotency=keys,
         settings=settings,
         lifespan=lifespan,

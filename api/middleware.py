@@ -11,7 +11,7 @@ from typing import Final
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobnik.projections import positions
+from jobnik.api import positions
 
 REQUEST_ID_HEADER: Final = "X-Request-Id"
 # A caller's own request id is kept when it is short printable ASCII, else a new one is made.
@@ -56,7 +56,7 @@ class RequestPositions:
     """Put the log positions a request reached on its response: `X-Jobnik-Position` (the last
     event its writes committed) and `X-Jobnik-Projection-Position` (the tracking position of the
     catch-up projection it read). The store and the catch-up reads note them in a dict this
-    middleware puts in a ContextVar (projections/positions.py), error responses included."""
+    middleware puts in a ContextVar (api/positions.py), error responses included."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

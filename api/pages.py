@@ -29,8 +29,8 @@ from jobnik.api.schemas import INT32_MAX, EventOut, OutModel
 from jobnik.api.settings import Settings
 from jobnik.domain.errors import InvalidRequest
 from jobnik.domain.tasks import Task
-from jobnik.projections.audit import Entry, Page
-from jobnik.projections.views import Listing, Views, Window
+from jobnik.projections.queries.audit import Entry, Page
+from jobnik.projections.queries.views import Listing, Views, Window
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from typing import Final
 from starlette.concurrency import run_in_threadpool
 
 from jobnik.domain.errors import TooManyWaiters
-from jobnik.projections import tracking
-from jobnik.projections.store import SqlStore
+from jobnik.projections.catchup import tracking
+from jobnik.projections.store.base import SqlStore
 
 POLL_SECONDS: Final = 0.02
 

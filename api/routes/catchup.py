@@ -2,7 +2,7 @@
 
 Both may lag the log by a moment. `min_position` (a write's `X-Jobnik-Position`) waits until the
 projection has caught up with it, for a few seconds at most; the answer carries the position it
-reflects in `X-Jobnik-Projection-Position` (projections/catchup_views.py).
+reflects in `X-Jobnik-Projection-Position` (projections/queries/catchup_views.py).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from jobnik.api.schemas import INT64_MAX, JobDefinitionOut, JobRunOut, JobStatis
 from jobnik.api.waiters import Waiters
 from jobnik.domain.errors import JobNotFound
 from jobnik.domain.runs import run_state
-from jobnik.projections.catchup_views import CatchUpViews
-from jobnik.projections.last_status import LastStatus
-from jobnik.projections.run_stats import RunStats
-from jobnik.projections.views import Views
+from jobnik.projections.catchup.last_status import LastStatus
+from jobnik.projections.catchup.run_stats import RunStats
+from jobnik.projections.queries.catchup_views import CatchUpViews
+from jobnik.projections.queries.views import Views
 
 router = APIRouter(prefix="/v1", tags=["history"], dependencies=[Depends(reject_unknown_query)])
 

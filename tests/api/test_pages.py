@@ -12,7 +12,7 @@ from jobnik.api import pages
 from jobnik.api.main import app_from_env
 from jobnik.api.readable import CUT
 from jobnik.domain.application import NewJob, NewStage, NewTask
-from jobnik.projections.views import Views, Window
+from jobnik.projections.queries.views import Views, Window
 
 from .conftest import Api
 
