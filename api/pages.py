@@ -24,8 +24,9 @@ from fastapi import Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
+from jobnik.api.history_schemas import EventOut
 from jobnik.api.readable import readable_payloads
-from jobnik.api.schemas import INT32_MAX, EventOut, OutModel
+from jobnik.api.schemas import INT32_MAX, OutModel
 from jobnik.api.settings import Settings
 from jobnik.domain.errors import InvalidRequest
 from jobnik.domain.tasks import Task

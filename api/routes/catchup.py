@@ -14,7 +14,8 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from jobnik.api.deps import ViewsDep, reject_unknown_query
-from jobnik.api.schemas import INT64_MAX, JobDefinitionOut, JobRunOut, JobStatisticsOut
+from jobnik.api.history_schemas import JobDefinitionOut, JobRunOut, JobStatisticsOut
+from jobnik.api.schemas import INT64_MAX
 from jobnik.api.waiters import Waiters
 from jobnik.domain.errors import JobNotFound
 from jobnik.domain.runs import run_state

@@ -14,8 +14,9 @@ from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from jobnik.api.deps import AuditDep, reject_unknown_query
+from jobnik.api.history_schemas import EventPage
 from jobnik.api.pages import event_page, render_event
-from jobnik.api.schemas import INT64_MAX, EventPage
+from jobnik.api.schemas import INT64_MAX
 from jobnik.projections.queries.audit import TOPICS, Page
 
 router = APIRouter(prefix="/v1", tags=["history"], dependencies=[Depends(reject_unknown_query)])

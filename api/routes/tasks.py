@@ -8,11 +8,11 @@ from uuid import UUID
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 
 from jobnik.api.deps import AsOfQuery, JobnikDep, ViewsDep, reject_unknown_query
+from jobnik.api.history_schemas import ChildJobOut
 from jobnik.api.pages import PagingDep, answer, page_schema, render_one, task_name
 from jobnik.api.schemas import (
     Appended,
     AttemptBody,
-    ChildJobOut,
     DateTimeQuery,
     GiveBack,
     HeartbeatOut,
