@@ -43,7 +43,9 @@ def run_schemathesis(url: str, report: Path) -> tuple[int, Counter[str], list[st
         "--no-color",
         "--report", "ndjson", "--report-ndjson-path", str(report),
     ]  # fmt: skip
-    out = subprocess.run(command, capture_output=True, text=True, timeout=MAX_SECONDS + 120)
+    out = subprocess.run(  # in the report's folder: the tool writes its cache where it runs
+        command, capture_output=True, text=True, timeout=MAX_SECONDS + 120, cwd=report.parent
+    )
     generated = re.search(r"(\d+) generated", out.stdout)
     (report.parent / "schemathesis.txt").write_text(out.stdout + out.stderr)  # for a failure
     failed: Counter[str] = Counter()
