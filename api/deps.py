@@ -15,6 +15,7 @@ from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel
 
 from jobnik.api.idempotency import IdempotencyKeys, fingerprint
+from jobnik.api.settings import Settings
 from jobnik.domain.application import NO_TRACE, Jobnik
 from jobnik.domain.errors import InvalidRequest
 from jobnik.projections.queries.audit import Audit
@@ -42,7 +43,13 @@ async def get_audit(request: Request) -> Audit:
     return audit
 
 
+async def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
 JobnikDep = Annotated[Jobnik, Depends(get_jobnik)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
 AuditDep = Annotated[Audit, Depends(get_audit)]
 ViewsDep = Annotated[Views, Depends(get_views)]
 
@@ -62,7 +69,11 @@ TraceDep = Annotated[tuple[str, str | None], Depends(incoming_trace)]
 async def as_of(
     as_of: Annotated[
         str | None,
-        Query(description="jobnik: a log position or an ISO time; the entity as it was then"),
+        Query(
+            pattern=r"^\s*([0-9]{1,19}|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ].+)\s*$",
+            description="jobnik: a log position or an ISO 8601 date-time with its offset; the "
+            "entity as it was then",
+        ),
     ] = None,
 ) -> AsOf | None:
     return AsOf.parse(as_of) if as_of is not None else None

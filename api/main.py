@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -11,14 +11,18 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from jobnik.api import errors, positions
-from jobnik.api.access import Access, TokenTable
+from jobnik.api.access import Access, Authenticate, TokenTable
 from jobnik.api.idempotency import IdempotencyKeys
-from jobnik.api.middleware import Authenticate, BodyLimit, RequestIds, RequestPositions
+from jobnik.api.limits import InputGate, Limits
+from jobnik.api.middleware import RequestIds, RequestPositions
+from jobnik.api.openapi import document_errors
 from jobnik.api.permissions import document_security
 from jobnik.api.routes import catchup, health, history, jobs, stages, tasks, tokens
 from jobnik.api.settings import Settings
 from jobnik.api.sweeper import Sweeper
+from jobnik.api.waiters import Waiters
 from jobnik.domain.application import Jobnik
+from jobnik.domain.errors import StoreInUse
 from jobnik.projections.catchup.registry import CATCH_UP, INLINE, outdated, status
 from jobnik.projections.catchup.runner import CatchUpRunner
 from jobnik.projections.queries.audit import Audit
@@ -64,11 +68,13 @@ def create_app(
     catchup_views: CatchUpViews | None = None,
     idempotency: IdempotencyKeys | None = None,
     access: Access | None = None,
-    cors_origins: Sequence[str] = (),
+    settings: Settings | None = None,
     **fastapi: Any,
 ) -> FastAPI:
-    """The v1 API over `jobnik` (commands) and `views` (queries); `access` decides who a
-    request is (default: tokens once any exists in the store, as with JOBNIK_AUTH unset)."""
+    """The v1 API over `jobnik` (commands) and `views` (queries), limited by `settings`;
+    `access` decides who a request is (default: tokens once any exists in the store, as with
+    JOBNIK_AUTH unset)."""
+    settings = settings if settings is not None else Settings.from_env({})
     app = FastAPI(
         title="jobnik",
         version="0.1.0",
@@ -76,7 +82,7 @@ def create_app(
         openapi_tags=TAGS,
         **fastapi,
     )
-    app.state.jobnik, app.state.views = jobnik, views
+    app.state.jobnik, app.state.views, app.state.settings = jobnik, views, settings
     app.state.audit = audit if audit is not None else Audit(views.store)
     app.state.catchup = (
         catchup_views
@@ -90,6 +96,7 @@ def create_app(
     app.state.access = (
         access if access is not None else Access(None, TokenTable(app.state.token_views.all))
     )
+    app.state.waiters = Waiters(views.store, settings.max_waiters, settings.min_position_wait)
     errors.install(app)
     for module in (jobs, stages, tasks, history, catchup, tokens, health):
         # The routes themselves, not `include_router`: FastAPI keeps an included router as a
@@ -101,14 +108,15 @@ def create_app(
     # these carry most requests. No other route matches their paths and methods
     # (tests/api/test_endpoints.py), so the order changes nothing else.
     app.router.routes.sort(key=lambda r: getattr(r, "endpoint", None) not in WORKER_ROUTES)
-    app.add_middleware(BodyLimit)
+    document_errors(app)
+    app.add_middleware(InputGate, limits=Limits.of(settings))
     app.add_middleware(Authenticate, access=app.state.access)  # before any body is read
     app.add_middleware(RequestPositions)
     app.add_middleware(RequestIds)
-    if cors_origins:  # outermost: a browser's preflight carries no token
+    if settings.cors_origins:  # outermost: a browser's preflight carries no token
         app.add_middleware(
             CORSMiddleware,
-            allow_origins=list(cors_origins),
+            allow_origins=list(settings.cors_origins),
             allow_methods=["*"],
             allow_headers=["*"],
             expose_headers=["X-Request-Id", "X-Jobnik-Position", "X-Jobnik-Projection-Position"],
@@ -168,6 +176,11 @@ def app_from_env(env: Mapping[str, str]) -> FastAPI:
 def app_from_settings(settings: Settings) -> FastAPI:
     """Open the configured store, migrate it, and serve it."""
     store = SqlStore(settings.library_env())
+    try:
+        store.claim_server()
+    except StoreInUse:
+        store.close()
+        raise
     store.migrate()
     jobnik = Jobnik(store, lease_seconds=settings.lease_seconds)
     keys = IdempotencyKeys(store, settings.idempotency_ttl)
@@ -199,9 +212,8 @@ def app_from_settings(settings: Settings) -> FastAPI:
         catchup_views=CatchUpViews(store, wait, on_served=positions.note_served),
         idempotency=keys,
         access=Access(settings.auth, TokenTable(TokenViews(store).all)),
-        cors_origins=settings.cors_origins,
+        settings=settings,
         lifespan=lifespan,
     )
     app.state.store, app.state.sweeper, app.state.catchup_runner = store, sweeper, runner
-    app.state.settings = settings
     return app

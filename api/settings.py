@@ -17,6 +17,10 @@ from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS
 from jobnik.projections.store.config import library_env
 
 PREFIX = "JOBNIK_"
+# Responses are serialised by pydantic, which refuses values nested deeper than about 250
+# levels; a stored payload sits a few levels down in the deepest response (a job with its
+# stages and their tasks), so what a request may nest stays well under that.
+MAX_SERVABLE_DEPTH = 200
 
 
 class Settings(BaseSettings):
@@ -61,6 +65,39 @@ class Settings(BaseSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="origins browsers may call the API from, comma-separated (none by default)",
+    )
+
+    max_body_bytes: int = Field(
+        1024 * 1024, ge=1024, description="the largest request body (413 PAYLOAD_TOO_LARGE)"
+    )
+    max_json_depth: int = Field(
+        64,
+        ge=2,
+        le=MAX_SERVABLE_DEPTH,
+        description="how deep a request body's JSON may nest (400 JSON_TOO_DEEP)",
+    )
+    max_string_length: int = Field(
+        1024 * 1024,
+        ge=1,
+        description="the longest string, in characters, in a request body (400 STRING_TOO_LONG)",
+    )
+    max_tasks_per_request: int = Field(
+        1000,
+        ge=1,
+        description="tasks one POST /v1/stages/{stageId}/tasks creates (400 TOO_MANY_TASKS)",
+    )
+    max_page_size: int = Field(
+        100, ge=1, description="the largest page_size of a paged list (400 VALIDATION_ERROR)"
+    )
+    max_waiters: int = Field(
+        64,
+        ge=1,
+        description="reads waiting on min_position at once in a process (503 TOO_MANY_WAITERS)",
+    )
+    list_shape: Literal["page", "array"] = Field(
+        "page",
+        description="the four filtered lists without page or page_size: {total, items} pages "
+        "(Jobnik 1.x) or plain arrays (SDK 0.3.x)",
     )
 
     @field_validator("cors_origins", mode="before")

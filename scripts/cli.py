@@ -85,9 +85,16 @@ def serve(
         raise typer.BadParameter("--ssl-certfile and --ssl-keyfile go together")
     store = open_store()  # create or upgrade the schema once, before any worker starts
     try:
+        backend = store.backend
         any_token = bool(TokenViews(store).all())
     finally:
         store.close()
+    if workers > 1 and backend == "sqlite":
+        raise typer.BadParameter(
+            "SQLite serves one process: use --workers 1, or PostgreSQL "
+            "(JOBNIK_DATABASE_URL=postgresql://...) for several",
+            param_hint="--workers",
+        )
     try:
         check_exposure(Settings().auth, host, any_token)
     except Exposed as exc:
@@ -209,7 +216,7 @@ def history_export(job_id: Annotated[str, typer.Argument(help="the job's id")]) 
     """Write every event of a job, its stages and its tasks to stdout as NDJSON.
 
     Deleted jobs keep their history, so this works for them too."""
-    from jobnik.api.schemas import EventOut
+    from jobnik.api.history_schemas import EventOut
 
     for entry in _entries(job_id):
         sys.stdout.write(EventOut.of(entry).model_dump_json(by_alias=True) + "\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import select
 import threading
 from collections.abc import Mapping
@@ -24,7 +25,7 @@ from tenacity import (
     wait_random,
 )
 
-from jobnik.workers.errors import ApiError, TransportError
+from jobnik.workers.errors import ApiError, TransportError, UnsendableBody
 
 TRANSIENT_STATUS: Final = frozenset({502, 503, 504})
 IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
@@ -227,7 +228,7 @@ class JobnikClient:
         404 when `ok_404`)."""
         if params:
             path = f"{path}?{urlencode(params)}"
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        data = None if body is None else encode(body)
         # (a Retrying keeps its state per thread: one serves every thread)
         policy = self._retrying[method in IDEMPOTENT]
         try:
@@ -256,3 +257,30 @@ class JobnikClient:
 
     def patch(self, path: str, body: Any = None, **kwargs: Any) -> Any:
         return self.request("PATCH", path, body, **kwargs)
+
+
+def encode(body: Any) -> bytes:
+    """`body` as the JSON the server takes, or UnsendableBody naming what it would refuse."""
+    stack: list[tuple[Any, str]] = [(body, "body")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise UnsendableBody(f"{where} contains a NUL character")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise UnsendableBody(f"{where} is {value}: JSON numbers must be finite")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if not -(2**63) <= value < 2**63:
+                raise UnsendableBody(f"{where} is an integer beyond 64 bits")
+        elif isinstance(value, Mapping):
+            stack.extend((v, f"{where}/{k}") for k, v in value.items())
+            stack.extend((k, f"{where} (a key)") for k in value)
+        elif isinstance(value, list | tuple):
+            stack.extend((v, f"{where}/{i}") for i, v in enumerate(value))
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise UnsendableBody("a string in the body holds a lone surrogate") from None
+    except (TypeError, ValueError) as e:
+        raise UnsendableBody(f"the body is not JSON: {e}") from None

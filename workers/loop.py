@@ -16,9 +16,11 @@ from jobnik.workers.backoff import Backoff
 from jobnik.workers.client import JobnikClient
 from jobnik.workers.consumer import Consumer
 from jobnik.workers.context import TaskContext
-from jobnik.workers.errors import ApiError, FatalTaskError, TransportError
+from jobnik.workers.errors import ApiError, FatalTaskError, TransportError, UnsendableBody
 from jobnik.workers.models import Delegated, Task
 from jobnik.workers.producer import Producer
+
+REASON_MAX = 2000  # the longest failure reason the server keeps
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +193,7 @@ class Worker:
                 return
             try:
                 if outcome == "COMPLETED":
-                    after = self.consumer.complete(task, _as_result(result))
+                    after = self._complete(task, result, extra)
                 elif outcome == "DELEGATED":
                     after = self.consumer.delegate(task)
                 else:
@@ -216,6 +218,19 @@ class Worker:
             with self._lock:
                 self._active.pop(task.id, None)
                 self.stats.running -= 1
+
+    def _complete(self, task: Task, result: Any, extra: dict[str, Any]) -> Task:
+        """Report COMPLETED with the handler's result; a result the SDK cannot send or the
+        server refuses (400, 413) reports FAILED with the reason instead, so the task does not
+        stay IN_PROGRESS until its lease runs out."""
+        try:
+            return self.consumer.complete(task, _as_result(result))
+        except (UnsendableBody, ApiError) as exc:
+            if isinstance(exc, ApiError) and exc.status not in (400, 413):
+                raise
+            reason = f"the handler's result could not be reported: {exc}"[:REASON_MAX]
+            log.warning(reason, extra={"action": "result_refused", **extra})
+            return self.consumer.fail(task, reason)
 
     # -- heartbeats and shutdown ------------------------------------------------------------
 

@@ -18,16 +18,21 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from contextvars import ContextVar
 from functools import cached_property
-from typing import Any, Final, cast
+from typing import IO, Any, Final, cast
 from uuid import UUID
 
 import psycopg_pool
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no guard
+    fcntl = None  # type: ignore[assignment]
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import PersistenceError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
-from jobnik.domain.errors import DatabaseError
+from jobnik.domain.errors import DatabaseError, StoreInUse
 from jobnik.projections.inline.ops import Add
 from jobnik.projections.inline.project import batches
 from jobnik.projections.inline.tables import SUMMARIES
@@ -142,6 +147,7 @@ class SqlStore:
         # Called with the log position each write session committed, in the committing thread
         # (wakes catch-up runners; the API notes a request's X-Jobnik-Position).
         self.on_commit: list[Callable[[int], None]] = []
+        self._server_lock: IO[bytes] | None = None
 
     @property
     def backend(self) -> str:
@@ -161,7 +167,32 @@ class SqlStore:
     def close(self) -> None:
         if self._writer_pool is not None:  # opened by the first PostgreSQL write session
             self._writer_pool.close()
+        if self._server_lock is not None:
+            self._server_lock.close()  # releases the lock
+            self._server_lock = None
         self.log_app.close()
+
+    def claim_server(self) -> None:
+        """Make this process the only server of an SQLite file (StoreInUse if another is).
+
+        SQLite serves one process: the sweeper's and catch-up runner's leader locks, the
+        leases and blue/green rebuilds assume a PostgreSQL server where several share a
+        database. An exclusive lock on `<file>.server.lock`, held until `close` (or the
+        process ends, however it ends), keeps a second server off the file; command-line
+        tools do not take it. PostgreSQL: no-op."""
+        if self.lite is None or self.lite.pool.is_sqlite_memory_mode or fcntl is None:
+            return
+        path = self.sqlite_path.removeprefix("file:").split("?", 1)[0] + ".server.lock"
+        handle = open(path, "ab")  # noqa: SIM115 - held open until close()
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise StoreInUse(
+                f"another jobnik server already serves {self.sqlite_path}: SQLite is for one "
+                "server process (use PostgreSQL for several, or stop the other one)"
+            ) from None
+        self._server_lock = handle
 
     def log_head(self, cur: Cursor) -> int:
         """The log position of the last event, as `cur`'s transaction sees it."""
