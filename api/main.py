@@ -11,9 +11,14 @@ from fastapi import FastAPI
 
 from jobnik.api import errors
 from jobnik.api.middleware import BodyLimit, RequestIds, RequestPositions
-from jobnik.api.routes import catchup, health, history, jobs, stages, tasks
+from jobnik.api.routes import catchup, health, history, jobs, metrics, stages, tasks
 from jobnik.api.settings import Settings
 from jobnik.api.sweeper import Sweeper
+from jobnik.api.telemetry import Telemetry
+from jobnik.api.telemetry.access import RequestTelemetry
+from jobnik.api.telemetry.commands import ObservedCommands
+from jobnik.api.telemetry.metrics import ServerMetrics
+from jobnik.api.telemetry.tracing import instrument_app, instrument_database, provider_from
 from jobnik.domain.application import Jobnik
 from jobnik.projections.audit import Audit
 from jobnik.projections.catchup import CatchUpRunner
@@ -36,21 +41,28 @@ def create_app(
     audit: Audit | None = None,
     catchup_views: CatchUpViews | None = None,
     idempotency: IdempotencyKeys | None = None,
+    telemetry: Telemetry | None = None,
     **fastapi: Any,
 ) -> FastAPI:
-    """The v1 API over `jobnik` (commands) and `views` (queries)."""
+    """The v1 API over `jobnik` (commands) and `views` (queries); `telemetry`: what it records
+    (by default metrics and request logs, no traces)."""
     app = FastAPI(
         title="jobnik",
         version="0.1.0",
         description="Event-sourced workflow engine speaking Jobnik's v1 API.",
         **fastapi,
     )
-    app.state.jobnik, app.state.views = jobnik, views
+    telemetry = telemetry if telemetry is not None else Telemetry()
+    if telemetry.provider is not None:
+        telemetry.tracer = instrument_app(app, telemetry.provider)
+    app.state.telemetry = telemetry
+    app.state.jobnik, app.state.views = ObservedCommands(jobnik, telemetry.tracer), views
     app.state.audit = audit if audit is not None else Audit(views.store)
     app.state.catchup = catchup_views if catchup_views is not None else CatchUpViews(views.store)
     app.state.idempotency = idempotency if idempotency is not None else IdempotencyKeys(views.store)
     errors.install(app)
-    for module in (jobs, stages, tasks, history, catchup, health):
+    modules = (jobs, stages, tasks, history, catchup, health)
+    for module in (*modules, metrics) if telemetry.metrics is not None else modules:
         # The routes themselves, not `include_router`: FastAPI keeps an included router as a
         # nested one, which it matches twice per request and whose route list it re-walks for
         # changes each time (0.2 ms of CPU per request here). Each route already carries its
@@ -62,7 +74,8 @@ def create_app(
     app.router.routes.sort(key=lambda r: getattr(r, "endpoint", None) not in WORKER_ROUTES)
     app.add_middleware(BodyLimit)
     app.add_middleware(RequestPositions)
-    app.add_middleware(RequestIds)
+    app.add_middleware(RequestTelemetry, metrics=telemetry.metrics is not None)
+    app.add_middleware(RequestIds)  # outermost: the request id is set while the others run
     return app
 
 
@@ -106,6 +119,12 @@ def app_from_env(env: Mapping[str, str]) -> FastAPI:
 
 def app_from_settings(settings: Settings) -> FastAPI:
     """Open the configured store, migrate it, and serve it."""
+    metrics_dir = settings.prometheus_multiproc_dir
+    telemetry = Telemetry(
+        ServerMetrics(metrics_dir) if settings.metrics else None, provider_from(settings)
+    )
+    if telemetry.provider is not None:
+        instrument_database(telemetry.provider)  # before the store opens its connections
     store = SqlStore(settings.library_env())
     store.migrate()
     jobnik = Jobnik(store, lease_seconds=settings.lease_seconds)
@@ -131,12 +150,14 @@ def app_from_settings(settings: Settings) -> FastAPI:
         if sweeper:
             sweeper.stop()
         store.close()
+        telemetry.close()
 
     app = create_app(
         jobnik,
         Views(store),
         catchup_views=CatchUpViews(store, wait),
         idempotency=keys,
+        telemetry=telemetry,
         lifespan=lifespan,
     )
     app.state.store, app.state.sweeper, app.state.catchup_runner = store, sweeper, runner

@@ -69,18 +69,30 @@ def serve(
     port: Annotated[int, typer.Option(help="TCP port")] = 8080,
     workers: Annotated[int, typer.Option(help="API processes (PostgreSQL only for >1)")] = 1,
 ) -> None:
-    """Start the HTTP API (SQLite file ./jobnik.db unless JOBNIK_DATABASE_URL is set)."""
+    """Start the HTTP API (SQLite file ./jobnik.db unless JOBNIK_DATABASE_URL is set).
+
+    Logs one line per request (JSON lines with JOBNIK_LOG_FORMAT=json); with --workers N > 1 the
+    processes share their metrics through a PROMETHEUS_MULTIPROC_DIR made for the run."""
     import uvicorn
 
+    from jobnik.api.settings import Settings
+    from jobnik.api.telemetry.logs import log_config
+    from jobnik.scripts.serve import metrics_directory
+
+    settings = Settings()
     open_store().close()  # create or upgrade the schema once, before any worker starts
-    uvicorn.run(
-        "jobnik.scripts.asgi:create",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="info",
-    )
+    with metrics_directory(workers, settings.prometheus_multiproc_dir) as directory:
+        if directory is not None:  # read by the workers' metrics library and their settings
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+        uvicorn.run(
+            "jobnik.scripts.asgi:create",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_config=log_config(settings.log_format),
+            access_log=False,  # the app's own access line (request id, route, ids) replaces it
+        )
 
 
 @app.command(
@@ -115,8 +127,18 @@ def worker_run(
         int | None, typer.Option(help="lease per task (default: 3 heartbeat intervals)")
     ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING (JSON lines)")] = "INFO",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="serve Prometheus metrics on this port (0: any free port)"),
+    ] = None,
+    metrics_host: Annotated[str, typer.Option(help="interface the metrics port binds")] = (
+        "127.0.0.1"
+    ),
 ) -> None:
-    """Dequeue and handle tasks of one stage type until SIGTERM/SIGINT (then drain)."""
+    """Dequeue and handle tasks of one stage type until SIGTERM/SIGINT (then drain).
+
+    With OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER) set, handler spans are exported,
+    each a child of its task's stored traceparent (needs `pip install 'jobnik[otel]'`)."""
     from jobnik.workers.cli import run_worker
 
     sys.path.insert(0, os.getcwd())  # handlers in the working directory import as modules
@@ -130,6 +152,9 @@ def worker_run(
             grace_period=grace_period,
             lease_seconds=lease_seconds,
             log_level=log_level,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            env=os.environ,
         )
     except (ValueError, ImportError, AttributeError) as exc:
         typer.echo(f"cannot load handler: {exc}", err=True)
