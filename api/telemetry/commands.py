@@ -17,6 +17,7 @@ from uuid import UUID
 
 from jobnik.api.telemetry.access import note_touched
 from jobnik.domain.application import Jobnik
+from jobnik.domain.errors import DatabaseError, JobnikError
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
@@ -115,14 +116,29 @@ class ObservedCommands:
             result = method(*args, **kwargs)
             note_touched(**_touched(attributes(result)))
             return result
-        with self._tracer.start_as_current_span(f"jobnik.{name}", attributes=given) as span:
-            result = method(*args, **kwargs)
+        with self._tracer.start_as_current_span(
+            f"jobnik.{name}", attributes=given, set_status_on_exception=False
+        ) as span:
+            try:
+                result = method(*args, **kwargs)
+            except Exception as exc:
+                refused = isinstance(exc, JobnikError) and not isinstance(exc, DatabaseError)
+                span.set_attribute("error.type", getattr(exc, "code", type(exc).__name__))
+                if not refused:  # a refusal (a 4xx) is an answer, not a fault of the server
+                    span.set_status(_error_status())
+                raise
             found = attributes(result)
             span.set_attributes(found)
             note_touched(**_touched(found))
             if name == "dequeue" and isinstance(result, Task):
                 link_to_stored_trace(span, result.traceparent)
             return result
+
+
+def _error_status() -> Any:
+    from opentelemetry.trace import Status, StatusCode
+
+    return Status(StatusCode.ERROR)
 
 
 def link_to_stored_trace(span: Any, traceparent: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from jobnik.api.middleware import request_id
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-JSON_FIELDS = "%(asctime)s %(levelname)s %(name)s %(message)s"
+JSON_FIELDS = "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s"
 
 
 class RequestIdFilter(logging.Filter):

@@ -29,9 +29,9 @@ def otel_env(settings: Settings) -> dict[str, str]:
 
 
 def provider_from(settings: Settings) -> TracerProvider | None:
-    """The provider to export with when the settings ask for traces, else None."""
-    env = otel_env(settings)
-    return tracing.tracer_provider(env, SERVICE_NAME) if tracing.wanted(env) else None
+    """The provider to export with when the settings ask for traces, else None; it becomes
+    the process's global one (the store's own database spans use that)."""
+    return tracing.export_from_env(otel_env(settings), SERVICE_NAME)
 
 
 def instrument_database(provider: TracerProvider) -> None:

@@ -297,7 +297,7 @@ def test_a_dequeue_span_links_to_the_tasks_trace_and_a_report_names_the_task(
     }
 
 
-def test_a_refused_command_span_records_the_error_and_the_id_it_was_given(
+def test_a_refused_command_span_names_the_refusal_and_the_id_it_was_given(
     traced: tuple[Api, InMemorySpanExporter],
 ) -> None:
     api, exporter = traced
@@ -308,4 +308,6 @@ def test_a_refused_command_span_records_the_error_and_the_id_it_was_given(
     (command,) = named(exporter, "jobnik.report_task")
     assert answer.status_code == 404
     assert (command.attributes or {})["jobnik.task.id"] == missing
-    assert command.status.status_code is StatusCode.ERROR
+    assert (command.attributes or {})["error.type"] == "TASK_NOT_FOUND"
+    assert [e.name for e in command.events] == ["exception"]
+    assert command.status.status_code is StatusCode.UNSET  # a 4xx answer, no server fault
