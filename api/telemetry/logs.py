@@ -34,7 +34,7 @@ def log_config(log_format: Literal["text", "json"], level: str = "INFO") -> dict
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"request_id": {"()": RequestIdFilter}},
+        "filters": {"request_id": {"()": f"{__name__}.RequestIdFilter"}},
         "formatters": {"jobnik": formatter},
         "handlers": {
             "stderr": {

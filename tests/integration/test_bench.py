@@ -35,3 +35,23 @@ def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: s
     assert len(goals) == 6  # one per goal of the issue
     http = next(f for f in figures if f.name.startswith("HTTP lifecycle"))
     assert f"{2 if backend == 'postgres' else 1} uvicorn processes" in http.note
+
+
+def test_the_observe_figure_sets_each_telemetry_variant_beside_telemetry_off(
+    database_url: str,
+) -> None:
+    backend = "sqlite" if database_url.startswith("sqlite") else "postgres"
+    server = urlunparse(urlparse(database_url)._replace(path="/postgres"))
+
+    figures, goals = run_suite([backend], ["observe"], TINY, server, database_url)
+
+    assert [f.name for f in figures] == [
+        "HTTP lifecycle K=2, telemetry off",
+        "HTTP lifecycle K=2, metrics",
+        "HTTP lifecycle K=2, metrics + request logs",
+        "HTTP lifecycle K=2, metrics + traces",
+    ]
+    assert all(f.value > 0 and f.floor == figures[0].value for f in figures)
+    (goal,) = goals
+    assert goal.name == "metrics cost <= 5% of HTTP lifecycle throughput"
+    assert "with traces" in goal.detail

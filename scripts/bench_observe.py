@@ -1,0 +1,108 @@
+"""The HTTP lifecycle with telemetry off, with metrics, with metrics and request logs, and with
+metrics and traces too: the cost of each, side by side in one run (`jobnik bench --only
+observe`).
+
+Each variant serves from its own server processes (scripts/bench.py's `server`) with the same K
+SDK worker processes draining a stage of its own; the rounds run the variants in turn (every
+other round in reverse order), so drift on a shared machine spreads over all of them, and each
+figure is its best round. Traces
+are exported over OTLP/HTTP to a sink in this process that discards them, every request
+sampled (the default): the most a trace costs the server.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from jobnik.api.telemetry.logs import log_config
+from jobnik.domain.application import Jobnik
+
+if TYPE_CHECKING:
+    from jobnik.scripts.bench import Ctx
+
+OFF = "telemetry off"
+METRICS = "metrics"
+LOGS = "metrics + request logs"
+TRACES = "metrics + traces"
+VARIANTS = (OFF, METRICS, LOGS, TRACES)
+
+
+@contextmanager
+def trace_sink() -> Iterator[str]:
+    """An OTLP/HTTP endpoint that accepts spans and drops them."""
+
+    class Sink(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    sink = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    thread = threading.Thread(target=sink.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sink.server_address[1]}"
+    finally:
+        sink.shutdown()
+        sink.server_close()
+
+
+def fig_observe(ctx: Ctx) -> None:
+    from jobnik.scripts.bench import engine, populate, run_http_workers, say, server
+
+    n, k, rounds = ctx.sizes.http_tasks, max(ctx.sizes.http_ks), ctx.sizes.observe_rounds
+    processes = ctx.api_processes if ctx.backend == "postgres" else 1
+    logging_config = ctx.tmp / "observe-logging.json"
+    logging_config.write_text(json.dumps(log_config("json")))
+    best: dict[str, float] = {}
+    with ctx.database("observe") as url, trace_sink() as endpoint:
+        with engine(url) as store:
+            app = Jobnik(store)
+            for r in range(rounds):
+                for i in range(len(VARIANTS)):
+                    populate(app, f"observe-{r}-{i}", n)
+        setups: dict[str, tuple[dict[str, str], list[str]]] = {
+            OFF: ({"JOBNIK_METRICS": "false"}, []),
+            METRICS: ({}, []),
+            LOGS: ({}, ["--log-config", str(logging_config)]),
+            TRACES: ({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}, []),
+        }
+        for r in range(rounds):
+            # every other round backwards: the log grows run by run, and no variant should
+            # always run on the larger one
+            for name in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
+                i = VARIANTS.index(name)
+                env, args = setups[name]
+                log = ctx.tmp / f"observe-{r}-{i}.log"
+                with server(url, log, processes, env, args) as base:
+                    seconds, dequeue, _ = run_http_workers(base, f"observe-{r}-{i}", k)
+                rate = len(dequeue) / seconds
+                say(f"# {ctx.backend} observe round {r + 1}, {name}: {rate:,.1f} tasks/s")
+                best[name] = max(best.get(name, 0.0), rate)
+    off = best[OFF]
+    for name in VARIANTS:
+        ctx.add(
+            f"HTTP lifecycle K={k}, {name}",
+            best[name],
+            off,
+            "tasks/s",
+            floor_name="the same, telemetry off",
+            note=f"{n:,} tasks, {k} SDK processes, {processes} uvicorn processes, best of "
+            f"{rounds} round(s)",
+        )
+    cost = 1 - best[METRICS] / off
+    ctx.goal(
+        "metrics cost <= 5% of HTTP lifecycle throughput",
+        cost <= 0.05,
+        f"metrics {cost:.1%}; with request logs {1 - best[LOGS] / off:.1%}; "
+        f"with traces {1 - best[TRACES] / off:.1%}",
+    )
