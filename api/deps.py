@@ -14,13 +14,13 @@ from fastapi import Depends, Header, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel
 
+from jobnik.api.idempotency import IdempotencyKeys, fingerprint
 from jobnik.api.telemetry.tracing import current_traceparent
 from jobnik.domain.application import NO_TRACE, Jobnik
 from jobnik.domain.errors import InvalidRequest
-from jobnik.projections.audit import Audit
-from jobnik.projections.idempotency import IdempotencyKeys, fingerprint
-from jobnik.projections.timetravel import AsOf
-from jobnik.projections.views import Views
+from jobnik.projections.queries.audit import Audit
+from jobnik.projections.queries.timetravel import AsOf
+from jobnik.projections.queries.views import Views
 
 TRACEPARENT_RE: Final = re.compile(r"^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$")
 TRACESTATE_RE: Final = re.compile(
@@ -110,7 +110,7 @@ class Once:
     """Runs a creating route's command at most once per `Idempotency-Key` (so1).
 
     Without a key it just calls the command. With one, the command, the rendering of its
-    response and the key's record share one transaction (projections/idempotency.py); a retry
+    response and the key's record share one transaction (api/idempotency.py); a retry
     gets the recorded status and body with `Idempotent-Replayed: true`.
     """
 

@@ -9,7 +9,8 @@ from typing import Any, Final
 
 from fastapi import FastAPI
 
-from jobnik.api import errors
+from jobnik.api import errors, positions
+from jobnik.api.idempotency import IdempotencyKeys
 from jobnik.api.middleware import BodyLimit, RequestIds, RequestPositions
 from jobnik.api.routes import catchup, health, history, jobs, metrics, stages, tasks
 from jobnik.api.settings import Settings
@@ -20,15 +21,14 @@ from jobnik.api.telemetry.commands import ObservedCommands
 from jobnik.api.telemetry.metrics import ServerMetrics
 from jobnik.api.telemetry.tracing import instrument_app, instrument_database, provider_from
 from jobnik.domain.application import Jobnik
-from jobnik.projections.audit import Audit
-from jobnik.projections.catchup import CatchUpRunner
-from jobnik.projections.catchup_views import CatchUpViews
-from jobnik.projections.idempotency import IdempotencyKeys
-from jobnik.projections.leader import LeaderLock
-from jobnik.projections.rebuild import rebuild
-from jobnik.projections.registry import CATCH_UP, INLINE, outdated, status
-from jobnik.projections.store import SqlStore
-from jobnik.projections.views import Views
+from jobnik.projections.catchup.registry import CATCH_UP, INLINE, outdated, status
+from jobnik.projections.catchup.runner import CatchUpRunner
+from jobnik.projections.queries.audit import Audit
+from jobnik.projections.queries.catchup_views import CatchUpViews
+from jobnik.projections.queries.views import Views
+from jobnik.projections.rebuild.bluegreen import rebuild
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.leader import LeaderLock
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,13 @@ def create_app(
     app.state.telemetry = telemetry
     app.state.jobnik, app.state.views = ObservedCommands(jobnik, telemetry.tracer), views
     app.state.audit = audit if audit is not None else Audit(views.store)
-    app.state.catchup = catchup_views if catchup_views is not None else CatchUpViews(views.store)
+    app.state.catchup = (
+        catchup_views
+        if catchup_views is not None
+        else CatchUpViews(views.store, on_served=positions.note_served)
+    )
+    if positions.note_written not in views.store.on_commit:  # a write's X-Jobnik-Position
+        views.store.on_commit.append(positions.note_written)
     app.state.idempotency = idempotency if idempotency is not None else IdempotencyKeys(views.store)
     errors.install(app)
     modules = (jobs, stages, tasks, history, catchup, health)
@@ -155,7 +161,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
     app = create_app(
         jobnik,
         Views(store),
-        catchup_views=CatchUpViews(store, wait),
+        catchup_views=CatchUpViews(store, wait, on_served=positions.note_served),
         idempotency=keys,
         telemetry=telemetry,
         lifespan=lifespan,

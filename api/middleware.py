@@ -10,9 +10,8 @@ from typing import Final
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobnik.api import errors
+from jobnik.api import errors, positions
 from jobnik.domain.errors import PayloadTooLarge
-from jobnik.projections import positions
 
 MAX_BODY: Final = 1024 * 1024  # request bodies up to 1 MB, as Jobnik's manager takes
 
@@ -90,7 +89,7 @@ class RequestPositions:
     """Put the log positions a request reached on its response: `X-Jobnik-Position` (the last
     event its writes committed) and `X-Jobnik-Projection-Position` (the tracking position of the
     catch-up projection it read). The store and the catch-up reads note them in a dict this
-    middleware puts in a ContextVar (projections/positions.py), error responses included."""
+    middleware puts in a ContextVar (api/positions.py), error responses included."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

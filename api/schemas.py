@@ -18,10 +18,10 @@ from jobnik.domain.ports import Summary
 from jobnik.domain.runs import RunState
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.projections.audit import Entry, Page
-from jobnik.projections.last_status import JobDefinition, JobLink
-from jobnik.projections.run_stats import Counts, JobStatistics
-from jobnik.projections.views import ChildJob, JobView, StageView
+from jobnik.projections.catchup.last_status import JobDefinition, JobLink
+from jobnik.projections.catchup.run_stats import Counts, JobStatistics
+from jobnik.projections.queries.audit import Entry, Page
+from jobnik.projections.queries.views import ChildJob, JobView, StageView
 
 TRACEPARENT, TRACESTATE = TRACEPARENT_RE.pattern, TRACESTATE_RE.pattern
 

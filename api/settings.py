@@ -14,7 +14,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS
-from jobnik.projections.config import library_env
+from jobnik.projections.store.config import library_env
 
 PREFIX = "JOBNIK_"
 

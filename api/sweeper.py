@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from jobnik.domain.application import Jobnik
-from jobnik.projections.leader import LeaderLock
+from jobnik.projections.store.leader import LeaderLock
 
 log = logging.getLogger(__name__)
 

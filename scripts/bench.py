@@ -81,8 +81,8 @@ from jobnik.domain.errors import (
 )
 from jobnik.domain.statuses import TaskStatus
 from jobnik.domain.work import conflicts_retried
-from jobnik.projections.config import library_env
-from jobnik.projections.store import SqlStore
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.config import library_env
 from jobnik.scripts import bench_floor
 from jobnik.scripts.bench_report import Figure, Goal, print_figures, print_goals, write_json
 from jobnik.scripts.bench_worker import http_worker

@@ -61,8 +61,9 @@ from typing import Any
 from urllib.parse import urlparse, urlunparse
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
-from jobnik.projections.config import library_env
-from jobnik.projections.store import SqlSession, SqlStore
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.config import library_env
+from jobnik.projections.store.session import SqlSession
 
 DEPTH_A = 100
 BATCH = 1_000

@@ -22,7 +22,7 @@ What it does:
        projection work: the baseline speed;
      - rebuild: `rebuild(store)`, every projection (inline, last_status, run_stats), blue/green;
        on PostgreSQL a log of 50,000 events or more is replayed by JOBNIK_REBUILD_PROCESSES
-       part processes (default one per CPU; projections/parallel.py);
+       part processes (default one per CPU; projections/rebuild/parallel.py);
      - verify: `verify(store)`, every projection; it must find no difference;
      each at SMALL and at LARGE, reporting events/s and the peak RSS of the child or of its
      largest part process (`ru_maxrss`, RUSAGE_SELF and RUSAGE_CHILDREN); client CPU counts the
@@ -69,9 +69,9 @@ from urllib.parse import urlparse, urlunparse
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.ports import Session
 from jobnik.domain.statuses import TaskStatus
-from jobnik.projections.config import library_env
-from jobnik.projections.dialect import SQLITE
-from jobnik.projections.store import SqlStore
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.config import library_env
+from jobnik.projections.store.dialect import SQLITE
 
 TASKS_PER_JOB = 1_000
 GROUP = 1_000  # commands per transaction while generating
@@ -139,8 +139,8 @@ def generate(store: SqlStore, events: int, label: str) -> int:
         took = time.perf_counter() - started
         if (j + 1) % max(1, jobs // 5) == 0 or j + 1 == jobs:
             say(f"# {label}: {head:>9,} events written, {head / took:,.0f} events/s")
-    from jobnik.projections.catchup import catch_up
-    from jobnik.projections.registry import CATCH_UP
+    from jobnik.projections.catchup.registry import CATCH_UP
+    from jobnik.projections.catchup.runner import catch_up
 
     for projection in CATCH_UP:
         while catch_up(store, projection, 5_000):
@@ -161,20 +161,21 @@ def child(kind: str, url: str, trace: bool) -> None:
     out: dict[str, Any] = {}
     started, cpu = time.perf_counter(), time.process_time() + _children_cpu()
     if kind == "raw":
-        from jobnik.projections.rebuild import read_log
+        from jobnik.projections.rebuild.log import read_log
 
         out["events"] = sum(1 for _ in read_log(store))
     elif kind == "rebuild":
-        from jobnik.projections.rebuild import rebuild
+        from jobnik.projections.rebuild.bluegreen import rebuild
 
         out["events"] = rebuild(store)
     elif kind == "verify":
-        from jobnik.projections.rebuild import verify
+        from jobnik.projections.rebuild.verify import verify
 
         out["differences"] = [d.describe() for d in verify(store)[:20]]
         out["events"] = int(store.recorder.max_notification_id() or 0)
     elif kind == "both":
-        from jobnik.projections.rebuild import rebuild, verify
+        from jobnik.projections.rebuild.bluegreen import rebuild
+        from jobnik.projections.rebuild.verify import verify
 
         out["events"] = rebuild(store)
         out["differences"] = [d.describe() for d in verify(store)[:20]]
@@ -246,8 +247,8 @@ def postgres_copy(sqlite_url: str, pg_url: str, label: str) -> Iterator[str]:
 
 def copy(sqlite_url: str, pg_url: str) -> None:
     """Events (with their notification ids), projection tables and registry, row for row."""
-    from jobnik.projections.dialect import POSTGRES
-    from jobnik.projections.registry import ALL
+    from jobnik.projections.catchup.registry import ALL
+    from jobnik.projections.store.dialect import POSTGRES
 
     source = SqlStore(library_env({"JOBNIK_DATABASE_URL": sqlite_url}))
     target = SqlStore(library_env({"JOBNIK_DATABASE_URL": pg_url}))

@@ -13,7 +13,7 @@ import typer
 from jobnik.scripts.projections_cli import open_store, projections
 
 if TYPE_CHECKING:
-    from jobnik.projections.audit import Entry
+    from jobnik.projections.queries.audit import Entry
 
 app = typer.Typer(
     help="jobnik: an event-sourced workflow engine speaking Jobnik's v1 API.", no_args_is_help=True
@@ -164,7 +164,7 @@ def worker_run(
 def _entries(job_id: str) -> Iterator[Entry]:
     from uuid import UUID
 
-    from jobnik.projections.audit import Audit
+    from jobnik.projections.queries.audit import Audit
 
     store = open_store()
     audit, after = Audit(store), 0

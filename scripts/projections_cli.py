@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rich.progress import Task
     from rich.text import Text
 
-    from jobnik.projections.store import SqlStore
+    from jobnik.projections.store.base import SqlStore
 
 projections = typer.Typer(
     help="Projections (read models): versions, blue/green rebuilds from the event log, verify.",
@@ -30,7 +30,7 @@ Name = Annotated[
 def open_store() -> SqlStore:
     """The store the environment's settings name, migrated."""
     from jobnik.api.settings import Settings
-    from jobnik.projections.store import SqlStore
+    from jobnik.projections.store.base import SqlStore
 
     store = SqlStore(Settings().library_env())
     store.migrate()
@@ -38,7 +38,7 @@ def open_store() -> SqlStore:
 
 
 def _names(name: str | None) -> list[str] | None:
-    from jobnik.projections.registry import ALL
+    from jobnik.projections.catchup.registry import ALL
 
     if name is None:
         return None
@@ -90,7 +90,7 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
 @projections.command("status")
 def status_command() -> None:
     """Each projection: code version, version its rows were built by, position, lag."""
-    from jobnik.projections.registry import status
+    from jobnik.projections.catchup.registry import status
 
     store = open_store()
     try:
@@ -123,7 +123,7 @@ def status_command() -> None:
 def rebuild_command(name: Name = None) -> None:
     """Rebuild blue/green: fresh tables from the log while the API serves the old ones, then an
     atomic swap (writers wait only for the swap)."""
-    from jobnik.projections.rebuild import RebuildBusy, rebuild
+    from jobnik.projections.rebuild.bluegreen import RebuildBusy, rebuild
 
     names = _names(name)
     store = open_store()
@@ -146,7 +146,8 @@ def rebuild_command(name: Name = None) -> None:
 @projections.command("verify")
 def verify_command(name: Name = None) -> None:
     """Replay into shadow tables and list every row that differs from the live one (exit 1)."""
-    from jobnik.projections.rebuild import RebuildBusy, verify
+    from jobnik.projections.rebuild.bluegreen import RebuildBusy
+    from jobnik.projections.rebuild.verify import verify
 
     names = _names(name)
     store = open_store()

@@ -32,8 +32,8 @@ import psycopg
 import pytest
 
 from jobnik.domain.application import Jobnik
-from jobnik.projections.config import library_env
-from jobnik.projections.store import SqlStore
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.config import library_env
 
 BACKENDS = ["sqlite", "postgres"]
 DEFAULT_HOSTPORT = "127.0.0.1:5432"

@@ -2,7 +2,7 @@
 
 Both may lag the log by a moment. `min_position` (a write's `X-Jobnik-Position`) waits until the
 projection has caught up with it, for a few seconds at most; the answer carries the position it
-reflects in `X-Jobnik-Projection-Position` (projections/catchup_views.py).
+reflects in `X-Jobnik-Projection-Position` (projections/queries/catchup_views.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from jobnik.api.deps import ViewsDep, reject_unknown_query
 from jobnik.api.schemas import JobDefinitionOut, JobRunOut, JobStatisticsOut
 from jobnik.domain.errors import JobNotFound
 from jobnik.domain.runs import run_state
-from jobnik.projections.catchup_views import CatchUpViews
+from jobnik.projections.queries.catchup_views import CatchUpViews
 
 router = APIRouter(prefix="/v1", tags=["history"], dependencies=[Depends(reject_unknown_query)])
 

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from jobnik.api.deps import AuditDep, reject_unknown_query
 from jobnik.api.schemas import EventOut, EventPage
-from jobnik.projections.audit import TOPICS, Page
+from jobnik.projections.queries.audit import TOPICS, Page
 
 router = APIRouter(prefix="/v1", tags=["history"], dependencies=[Depends(reject_unknown_query)])
 

@@ -171,7 +171,7 @@ def test_an_unknown_mode_is_refused(api: Api) -> None:
 def test_the_seed_systems_rows_rebuild_from_the_log_exactly(api: Api) -> None:
     """Delegation, results, modes, finish and completion stages: verify replays every event
     into shadow tables and finds no row that differs from the live one."""
-    from jobnik.projections.rebuild import verify
+    from jobnik.projections.rebuild.verify import verify
 
     job = api.create_job(mode="standard")
     plan = stage_with_tasks(api, job["id"])

@@ -21,8 +21,8 @@ from jobnik.api.telemetry import Telemetry
 from jobnik.api.telemetry.logs import JSON_FIELDS
 from jobnik.api.telemetry.metrics import ServerMetrics
 from jobnik.domain.application import Jobnik
-from jobnik.projections.store import SqlStore
-from jobnik.projections.views import Views
+from jobnik.projections.queries.views import Views
+from jobnik.projections.store.base import SqlStore
 
 from .conftest import TRACE, Api
 

@@ -1,4 +1,4 @@
-"""The write path renders its values as SQL literals itself (projections/batch.py `_FAST`):
+"""The write path renders its values as SQL literals itself (projections/store/batch.py `_FAST`):
 whatever the value, PostgreSQL must read back exactly what was rendered."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobnik.domain.errors import DatabaseError
-from jobnik.projections.batch import _FAST, BatchCursor, batch_transaction
-from jobnik.projections.dialect import Dialect
+from jobnik.projections.store.batch import _FAST, BatchCursor, batch_transaction
+from jobnik.projections.store.dialect import Dialect
 
 OFFSETS = st.integers(-15 * 60, 15 * 60).map(lambda m: timezone(timedelta(minutes=m)))
 OFFSET_TIMES = st.datetimes(

@@ -17,14 +17,15 @@ from typer.testing import CliRunner
 from jobnik.api.main import app_from_env
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.statuses import JobStatus, TaskStatus
-from jobnik.projections import last_status
-from jobnik.projections import rebuild as rebuild_module
-from jobnik.projections.catchup import CatchUpRunner
-from jobnik.projections.last_status import LastStatus
-from jobnik.projections.leader import LeaderLock
-from jobnik.projections.rebuild import RebuildBusy, rebuild, rebuild_lock, verify
-from jobnik.projections.registry import CATCH_UP, INLINE, status
-from jobnik.projections.store import SqlStore
+from jobnik.projections.catchup import last_status
+from jobnik.projections.catchup.last_status import LastStatus
+from jobnik.projections.catchup.registry import CATCH_UP, INLINE, status
+from jobnik.projections.catchup.runner import CatchUpRunner
+from jobnik.projections.rebuild import passes
+from jobnik.projections.rebuild.bluegreen import RebuildBusy, rebuild, rebuild_lock
+from jobnik.projections.rebuild.verify import verify
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.leader import LeaderLock
 from jobnik.scripts.cli import app as cli
 
 from .test_rebuild import random_workload, snapshot
@@ -87,7 +88,7 @@ def test_a_rebuild_while_writes_continue_ends_equal_to_a_fresh_replay_with_no_wr
     store: SqlStore, jobnik: Jobnik, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     random_workload(jobnik, random.Random(11), 400)
-    monkeypatch.setattr(rebuild_module, "PAGE", 40)  # many pages: a long build to write during
+    monkeypatch.setattr(passes, "PAGE", 40)  # many pages: a long build to write during
     runner = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"), interval=0.05)
     runner.start()
     try:

@@ -16,13 +16,14 @@ import pytest
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.statuses import TaskStatus
-from jobnik.projections import tracking
-from jobnik.projections.catchup import CatchUpProjection, CatchUpRunner, catch_up
-from jobnik.projections.config import library_env
-from jobnik.projections.leader import LeaderLock
-from jobnik.projections.rebuild import verify
-from jobnik.projections.registry import CATCH_UP
-from jobnik.projections.store import SqlStore
+from jobnik.projections.catchup import tracking
+from jobnik.projections.catchup.projection import CatchUpProjection
+from jobnik.projections.catchup.registry import CATCH_UP
+from jobnik.projections.catchup.runner import CatchUpRunner, catch_up
+from jobnik.projections.rebuild.verify import verify
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.config import library_env
+from jobnik.projections.store.leader import LeaderLock
 
 from .test_rebuild import random_workload
 
@@ -131,10 +132,10 @@ def test_a_runner_killed_mid_way_resumes_and_applies_every_event_exactly_once(
     code = textwrap.dedent(
         """
         import sys, time
-        from jobnik.projections.config import library_env
-        from jobnik.projections.store import SqlStore
-        from jobnik.projections.registry import CATCH_UP
-        from jobnik.projections.catchup import catch_up
+        from jobnik.projections.store.config import library_env
+        from jobnik.projections.store.base import SqlStore
+        from jobnik.projections.catchup.registry import CATCH_UP
+        from jobnik.projections.catchup.runner import catch_up
         store = SqlStore(library_env({"JOBNIK_DATABASE_URL": sys.argv[1]}))
         for p in CATCH_UP:
             apply = p.apply

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from jobnik.domain.statuses import Actor
 from jobnik.domain.work import utcnow
-from jobnik.projections.config import library_env
-from jobnik.projections.store import SqlStore
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.config import library_env
 from jobnik.scripts.cli import app, parse_duration
 from jobnik.workers import DELEGATED, Backoff, Producer, Task, TaskContext, Worker
 

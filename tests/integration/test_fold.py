@@ -1,4 +1,4 @@
-"""The rebuild's fold (projections/fold.py) against the op-by-op path, on hand-made pages: a
+"""The rebuild's fold (projections/rebuild/fold.py) against the op-by-op path, on hand-made pages: a
 Delete by another column than the primary key is folded, and every row comes out as the
 op-by-op statements leave it."""
 
@@ -9,12 +9,12 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from jobnik.projections.entities import Add, Delete, Insert, Op, Update
-from jobnik.projections.executor import OpExecutor
-from jobnik.projections.fold import PK1, Column, Fold
-from jobnik.projections.schema import PRIMARY_KEYS, QUEUE, SUMMARIES
-from jobnik.projections.shadow import identity
-from jobnik.projections.store import SqlStore
+from jobnik.projections.inline.ops import Add, Delete, Insert, Op, Update
+from jobnik.projections.inline.tables import PRIMARY_KEYS, QUEUE, SUMMARIES
+from jobnik.projections.rebuild.fold import PK1, Column, Fold
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.executor import OpExecutor
+from jobnik.projections.store.names import identity
 
 JOB, OTHER = uuid4(), uuid4()
 

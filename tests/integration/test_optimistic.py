@@ -20,10 +20,11 @@ from jobnik.domain.errors import ConcurrencyConflict, StaleAttempt
 from jobnik.domain.statuses import Actor, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.domain.work import conflicts_retried
-from jobnik.projections.batch import BatchCursor, batch_transaction
-from jobnik.projections.config import library_env
-from jobnik.projections.store import SqlSession, SqlStore
-from jobnik.projections.written import RecentWrites
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.batch import BatchCursor, batch_transaction
+from jobnik.projections.store.config import library_env
+from jobnik.projections.store.session import SqlSession
+from jobnik.projections.store.written import RecentWrites
 
 # SQLite write sessions hold the lock from BEGIN IMMEDIATE, so nothing they read goes stale:
 # these tests are about PostgreSQL's optimistic start (test_positions_match_the_log runs on both).
@@ -241,7 +242,7 @@ def test_a_rebuild_swap_waits_for_a_session_that_read_ahead(pg: SqlStore) -> Non
     table's lock; a rebuild's swap holds that lock and drops the read models. Without one lock
     order that was a deadlock, broken by failing either side; now the swap waits for the session,
     and both succeed."""
-    from jobnik.projections.rebuild import rebuild
+    from jobnik.projections.rebuild.bluegreen import rebuild
 
     jobnik = Jobnik(pg)
     one_task_job(jobnik)

@@ -1,4 +1,5 @@
-"""Rebuilds whose per-job projections are replayed by several processes (projections/parallel.py).
+"""Rebuilds whose per-job projections are replayed by several processes
+(projections/rebuild/parallel.py).
 
 On PostgreSQL the parts really run in their own processes; SQLite has one writer, so there the
 same calls replay in one process, and the rows must be the same either way."""
@@ -13,10 +14,11 @@ import pytest
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import DatabaseError
 from jobnik.domain.statuses import TaskStatus
-from jobnik.projections import parallel, tracking
-from jobnik.projections import rebuild as rebuild_module
-from jobnik.projections.rebuild import rebuild, verify
-from jobnik.projections.store import SqlStore
+from jobnik.projections.catchup import tracking
+from jobnik.projections.rebuild import parallel, passes
+from jobnik.projections.rebuild.bluegreen import rebuild
+from jobnik.projections.rebuild.verify import verify
+from jobnik.projections.store.base import SqlStore
 from tests.integration.test_rebuild import busy_workload, snapshot
 
 
@@ -24,7 +26,7 @@ from tests.integration.test_rebuild import busy_workload, snapshot
 def everything_in_parallel(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Parallel replay for any log, however short; records the events each run's parts applied."""
     monkeypatch.setattr(parallel, "MIN_EVENTS", 0)
-    monkeypatch.setattr(rebuild_module, "PAGE", 7)  # many pages per part
+    monkeypatch.setattr(passes, "PAGE", 7)  # many pages per part
     applied: list[int] = []
     run = parallel.run_parts
 
@@ -81,7 +83,7 @@ def test_a_part_that_fails_fails_the_rebuild_and_changes_no_live_row(
     busy_workload(jobnik, random.Random(5), 150)
     live = snapshot(store)
     monkeypatch.setattr(parallel, "MIN_EVENTS", 0)
-    monkeypatch.setattr(rebuild_module, "_feed_part", _failing_part)
+    monkeypatch.setattr(passes, "feed_part", _failing_part)
 
     if store.pg is None:
         rebuild(store, processes=2)  # SQLite never starts parts
@@ -121,7 +123,7 @@ def _failing_part(
     process, where `_feed_part` is the real one: only the test's process patched it)."""
     if route[0] == 1:
         raise RuntimeError("part 1 breaks")
-    rebuild_module._feed_part(store, names, route, after, head, applied)
+    passes.feed_part(store, names, route, after, head, applied)
 
 
 @pytest.mark.parametrize("why", ["unreadable", "incomplete"])

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
 from jobnik.api.main import app_from_env
-from jobnik.projections.catchup import catch_up
-from jobnik.projections.registry import CATCH_UP
+from jobnik.projections.catchup.registry import CATCH_UP
+from jobnik.projections.catchup.runner import catch_up
 
 from .conftest import SpawnServer
+from .locks import advisory_holders
 
 POSITION, SERVED = "X-Jobnik-Position", "X-Jobnik-Projection-Position"
 
@@ -125,11 +124,4 @@ def leaders(database_url: str) -> int:
     if database_url.startswith("sqlite:///"):
         path = Path(database_url[len("sqlite:///") :] + ".catchup.lock")
         return len({line for line in path.read_text().split() if line})
-    key = zlib.crc32(b"jobnik:catchup")
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND ((classid::bigint << 32) | objid::bigint) = %s",
-            (key,),
-        ).fetchone()
-    return int(row[0]) if row else 0
+    return advisory_holders(database_url, "catchup")

@@ -8,11 +8,12 @@ import pytest
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import JobnikError
 from jobnik.domain.statuses import JobStatus, Priority, TaskStatus
-from jobnik.projections import parallel, registry
-from jobnik.projections import rebuild as rebuild_module
-from jobnik.projections.rebuild import rebuild, verify
-from jobnik.projections.schema import PRIMARY_KEYS, TABLES
-from jobnik.projections.store import SqlStore
+from jobnik.projections.catchup import registry
+from jobnik.projections.inline.tables import PRIMARY_KEYS, TABLES
+from jobnik.projections.rebuild import apply, parallel, passes
+from jobnik.projections.rebuild.bluegreen import rebuild
+from jobnik.projections.rebuild.verify import verify
+from jobnik.projections.store.base import SqlStore
 
 TYPES = ["tiles", "upload", "export"]
 
@@ -221,11 +222,11 @@ def test_the_folded_rebuild_writes_exactly_the_rows_of_the_event_by_event_one(
 ) -> None:
     busy_workload(jobnik, random.Random(page), 500)
     live = snapshot(store)
-    monkeypatch.setattr(rebuild_module, "PAGE", page)  # rows cross pages, barriers mid-page
-    monkeypatch.setattr(registry, "FOLD", False)
+    monkeypatch.setattr(passes, "PAGE", page)  # rows cross pages, barriers mid-page
+    monkeypatch.setattr(apply, "FOLD", False)
     rebuild(store)
     slow = snapshot(store)
-    monkeypatch.setattr(registry, "FOLD", True)
+    monkeypatch.setattr(apply, "FOLD", True)
 
     rebuild(store)
 

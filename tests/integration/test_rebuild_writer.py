@@ -1,5 +1,6 @@
-"""The rebuild's threads on PostgreSQL: the page writer (projections/writer.py) and the read-ahead
-(projections/readahead.py). Order, reads, commits, errors, and a rebuild that fails mid-way."""
+"""The rebuild's threads on PostgreSQL: the page writer (projections/rebuild/writer.py) and the
+read-ahead (projections/rebuild/readahead.py). Order, reads, commits, errors, and a rebuild that
+fails mid-way."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import pytest
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import DatabaseError
-from jobnik.projections import run_stats
-from jobnik.projections.readahead import read_ahead
-from jobnik.projections.rebuild import rebuild
-from jobnik.projections.store import Cursor, SqlStore
-from jobnik.projections.writer import Writer, run
+from jobnik.projections.catchup import run_stats
+from jobnik.projections.rebuild.bluegreen import rebuild
+from jobnik.projections.rebuild.readahead import read_ahead
+from jobnik.projections.rebuild.writer import Writer, run
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.cursor import Cursor
 
 
 @pytest.fixture

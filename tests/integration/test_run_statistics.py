@@ -12,12 +12,12 @@ import pytest
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import JobNotFound
 from jobnik.domain.statuses import JobStatus, TaskStatus
-from jobnik.projections.catchup import catch_up
-from jobnik.projections.catchup_views import CatchUpViews
-from jobnik.projections.rebuild import verify
-from jobnik.projections.registry import CATCH_UP
-from jobnik.projections.run_stats import Counts
-from jobnik.projections.store import SqlStore
+from jobnik.projections.catchup.registry import CATCH_UP
+from jobnik.projections.catchup.run_stats import Counts
+from jobnik.projections.catchup.runner import catch_up
+from jobnik.projections.queries.catchup_views import CatchUpViews
+from jobnik.projections.rebuild.verify import verify
+from jobnik.projections.store.base import SqlStore
 
 START = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
 

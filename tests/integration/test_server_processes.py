@@ -38,7 +38,7 @@ import httpx
 import psycopg
 import pytest
 
-from jobnik.projections.migrations import MIGRATIONS
+from jobnik.projections.store.migrations import MIGRATIONS
 
 TASKS = 2000
 BATCH = 500

@@ -13,10 +13,10 @@ from jobnik.domain.errors import JobNotFound, TaskNotFound
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
-from jobnik.projections.config import library_env
-from jobnik.projections.migrations import MIGRATIONS, migrate
-from jobnik.projections.schema import JOBS
-from jobnik.projections.store import SqlStore
+from jobnik.projections.inline.tables import JOBS
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.config import library_env
+from jobnik.projections.store.migrations import MIGRATIONS, migrate
 
 ALL_VERSIONS = [version for version, _, _ in MIGRATIONS]
 TASKS = 2000

@@ -11,10 +11,11 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import Actor, Priority, TaskStatus
 from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS, ERROR, Task
-from jobnik.projections import migrations, registry
-from jobnik.projections.config import library_env
-from jobnik.projections.migrations import MIGRATIONS
-from jobnik.projections.store import SqlStore
+from jobnik.projections.catchup import registry
+from jobnik.projections.store import migrations
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.config import library_env
+from jobnik.projections.store.migrations import MIGRATIONS
 
 # What the first release wrote for these events: no lease fields, no cause, no class_version.
 V2_ONLY = {

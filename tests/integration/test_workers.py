@@ -27,7 +27,6 @@ import signal
 import subprocess
 import sys
 import time
-import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,12 +35,13 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import httpx
-import psycopg
 import pytest
 
-from jobnik.projections.config import library_env
-from jobnik.projections.store import SqlStore
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.config import library_env
 from jobnik.workers import ApiError, Consumer, JobnikClient, Producer, Task
+
+from .locks import advisory_holders
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBNIK = Path(sys.executable).parent / "jobnik"
@@ -627,15 +627,7 @@ EXPIRING = 40
 
 
 def sweeper_lock_holders(database_url: str) -> int:
-    key = zlib.crc32(b"jobnik:sweeper")
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
-            " AND ((classid::bigint << 32) | objid::bigint) = %s",
-            (key,),
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
+    return advisory_holders(database_url, "sweeper")
 
 
 @POSTGRES_ONLY

@@ -21,10 +21,15 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
-from jobnik.projections.entities import Add, Delete, Insert, Op, Update
-from jobnik.projections.history import IndexEvent
-from jobnik.projections.rows import job_from_row, stage_from_row, summary_from_row, task_from_row
-from jobnik.projections.schema import (
+from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, Update
+from jobnik.projections.inline.project import batches
+from jobnik.projections.inline.rows import (
+    job_from_row,
+    stage_from_row,
+    summary_from_row,
+    task_from_row,
+)
+from jobnik.projections.inline.tables import (
     ENTITY_JOBS,
     JOB_EVENTS,
     JOBS,
@@ -36,7 +41,6 @@ from jobnik.projections.schema import (
     TABLES,
     TASKS,
 )
-from jobnik.projections.store import batches
 
 from .builders import replay
 

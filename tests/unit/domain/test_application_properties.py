@@ -40,7 +40,7 @@ from jobnik.domain.statuses import (
     TaskStatus,
 )
 from jobnik.domain.tasks import Task
-from jobnik.projections.schema import JOBS, QUEUE, STAGES, SUMMARIES, TASKS
+from jobnik.projections.inline.tables import JOBS, QUEUE, STAGES, SUMMARIES, TASKS
 
 from ..builders import Clock, at, replay
 from ..memory import MemoryStore

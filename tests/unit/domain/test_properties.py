@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from jobnik.domain.errors import IllegalTaskTransition
 from jobnik.domain.statuses import TASK_FINAL, TASK_TRANSITIONS, Actor, TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.projections.entities import Add, project
+from jobnik.projections.inline.ops import Add
+from jobnik.projections.inline.project import project
 
 from ..builders import at, new_task, replay
 

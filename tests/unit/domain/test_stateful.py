@@ -25,7 +25,7 @@ from jobnik.domain.statuses import (
     JobStatus,
     TaskStatus,
 )
-from jobnik.projections.schema import JOBS, STAGES, SUMMARIES, SUMMARY_COUNTERS, TASKS
+from jobnik.projections.inline.tables import JOBS, STAGES, SUMMARIES, SUMMARY_COUNTERS, TASKS
 
 from ..builders import Clock, replay
 from ..memory import MemoryStore

@@ -7,8 +7,8 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import Actor, JobStatus
 from jobnik.domain.tasks import TIMEOUT, Task
-from jobnik.projections import last_status, run_stats
-from jobnik.projections.shadow import Renamer, live_of
+from jobnik.projections.catchup import last_status, run_stats
+from jobnik.projections.rebuild.shadow import Renamer, live_of
 
 from ..builders import at, new_job, new_stage, new_task
 

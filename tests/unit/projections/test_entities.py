@@ -13,10 +13,10 @@ from jobnik.domain.ports import Summary
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import Actor, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.projections.entities import PROJECT, Add, Delete, Enqueue, Insert, Update, project
-from jobnik.projections.history import IndexEvent
-from jobnik.projections.rows import summary_from_row
-from jobnik.projections.schema import (
+from jobnik.projections.inline.ops import Add, Delete, Enqueue, IndexEvent, Insert, Update
+from jobnik.projections.inline.project import PROJECT, batches, project
+from jobnik.projections.inline.rows import summary_from_row
+from jobnik.projections.inline.tables import (
     ENTITY_JOBS,
     JOB_EVENTS,
     JOBS,
@@ -27,7 +27,6 @@ from jobnik.projections.schema import (
     TABLES,
     TASKS,
 )
-from jobnik.projections.store import batches
 
 from ..builders import (
     NOW,

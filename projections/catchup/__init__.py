@@ -1,0 +1,1 @@
+"""Catch-up projections: derived views that follow the event log behind a tracking position."""

@@ -1,0 +1,87 @@
+"""What a catch-up projection is: its tables, the events it reads, how it applies a batch."""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import cache
+from typing import Any, ClassVar, Final
+
+from eventsourcing.utils import get_topic
+
+from jobnik.projections.store.cursor import Cursor
+from jobnik.projections.store.dialect import Dialect
+from jobnik.projections.store.names import identity
+
+Batch = Sequence[tuple[int, Any]]  # (log position, decoded domain event), in log order
+_TYPES: Final = {
+    "postgres": {"uuid": "uuid", "json": "jsonb", "time": "timestamptz", "bool": "boolean"},
+    "sqlite": {"uuid": "TEXT", "json": "TEXT", "time": "TEXT", "bool": "INTEGER"},
+}
+_PARAM: Final = re.compile(r"%\((\w+)\)s")
+
+
+class Sql:
+    """SQL text for one dialect (`%(name)s` → `:name` on SQLite), table names mapped by `rename`
+    (identity for the live tables, shadow names during a rebuild)."""
+
+    def __init__(self, dialect: Dialect, rename: Callable[[str], str] = identity) -> None:
+        self.dialect = dialect
+        self.rename = rename
+        self._cached = cache(self._text)
+
+    def _text(self, template: str) -> str:
+        text = self.rename(template)
+        return _PARAM.sub(r":\1", text) if self.dialect.name == "sqlite" else text
+
+    def __call__(self, template: str) -> str:
+        return self._cached(template)
+
+
+class CatchUpProjection(ABC):
+    """A derived view: name, version, tables, the events it reads, and how it applies them."""
+
+    name: ClassVar[str]
+    version: ClassVar[int]
+    tables: ClassVar[tuple[str, ...]]
+    keys: ClassVar[dict[str, tuple[str, ...]]]  # primary key of each table (verify pairs rows)
+    events: ClassVar[tuple[type, ...]]  # the event classes it reads
+    ddl: ClassVar[str]  # CREATE statements with {uuid}/{json}/{time}/{bool} placeholders
+    # Every row belongs to one job and only its events write it: a rebuild may replay the
+    # events of different jobs in different processes (rebuild/parallel.py).
+    per_job: ClassVar[bool] = False
+    # Indexes a rebuild may build after the bulk of its replay (no replay statement uses them).
+    late_indexes: ClassVar[frozenset[str]] = frozenset()
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return tuple(get_topic(cls) for cls in self.events)
+
+    def create(self, backend: str) -> list[str]:
+        """The statements that create the projection's (live) tables."""
+        return [s.strip() for s in self.ddl.format(**_TYPES[backend]).split(";") if s.strip()]
+
+    @abstractmethod
+    def apply(self, cur: Cursor, batch: Batch, sql: Sql, prepared: Any = None) -> None:
+        """Apply `batch` (its events in log order) to the tables `sql` names; `prepared`: what
+        `prepare` made of the same batch beforehand, if anything."""
+
+    def prepare(self, batch: Batch) -> Any:
+        """The pure part of `apply` (no database), which a rebuild runs on another thread;
+        None: `apply` does it all."""
+        return None
+
+
+@contextmanager
+def pipelined(cur: Cursor) -> Iterator[None]:
+    """PostgreSQL pipeline mode for a run of statements: sent without waiting for each answer
+    (a read, or the block's end, waits for them all). A projection batch is hundreds of small
+    writes, so this saves a network round trip per statement."""
+    # (A rebuild's deferred cursor, rebuild/writer.py, has no raw cursor: its thread waits.)
+    if cur.dialect.name == "postgres" and cur.raw is not None:
+        with cur.raw.connection.pipeline():
+            yield
+    else:
+        yield

@@ -1,0 +1,162 @@
+"""Every projection jobnik keeps, with its name and version, and the set-up of its registry rows.
+
+- `inline`: the inline read models (jobs, stages, summaries, tasks, queue, task logs, history
+  index), one unit: they are written together in the transaction of every command.
+- `last_status`, `run_stats`: the catch-up projections (runner.py).
+
+A projection's `version` is the version of the code that computes its rows. Bump it whenever that
+code changes what it writes (a fixed bug, a new column, a new event handled): at start-up the
+registry shows the tables were built by another version and they are rebuilt blue/green
+(`JOBNIK_REBUILD_ON_START`, api/main.py). The `_v1` in a table's name is the table's schema
+generation, which only a migration changes; a version bump rebuilds under the same names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+from jobnik.projections.catchup import tracking
+from jobnik.projections.catchup.last_status import LastStatus
+from jobnik.projections.catchup.projection import CatchUpProjection
+from jobnik.projections.catchup.run_stats import RunStats
+from jobnik.projections.inline.tables import PRIMARY_KEYS, TABLES
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.cursor import Cursor
+
+
+class InlineProjection:
+    """The inline read models as one projection; its rows come from `inline.project.project`."""
+
+    name = "inline"
+    version = 1  # bump when inline/project.py or inline/history.py changes what they write
+    tables: tuple[str, ...] = TABLES
+    keys: Final = {t: tuple(c.strip() for c in PRIMARY_KEYS[t].split(",")) for t in TABLES}
+    topics: tuple[str, ...] = ()  # every event
+    # Every row is of one job, written by that job's events alone; the rows an Enqueue reads are
+    # of its own job (rebuild/parallel.py replays different jobs in different processes).
+    per_job = True
+    # Indexes no replay statement reads through (the API's lookups: by name, time, type, the
+    # claim's, the sweeper's): a rebuild builds them once after the bulk of the replay instead
+    # of updating them row by row (the indexes by job and stage stay: barriers delete and
+    # update through them).
+    late_indexes: frozenset[str] = frozenset(
+        {
+            "jobs_v1_name",
+            "jobs_v1_creation_time",
+            "stages_v1_type",
+            "tasks_v1_type_status",
+            "queue_v1_next",
+            "tasks_v1_lease",
+            "tasks_v1_delegated",
+        }
+    )
+
+    def create(self, backend: str) -> list[str]:
+        """The migrations' statements that concern these tables, in order: a shadow built from
+        them has the live tables' columns, in the live tables' order."""
+        from jobnik.projections.store.migrations import MIGRATIONS
+
+        mentions = re.compile(r"\b(" + "|".join(self.tables) + r")\b").search
+        return [s for _, _, make in MIGRATIONS for s in make(backend) if mentions(s)]
+
+
+Projection = InlineProjection | CatchUpProjection
+
+INLINE: Final = InlineProjection()
+CATCH_UP: Final[tuple[CatchUpProjection, ...]] = (LastStatus(), RunStats())
+ALL: Final[tuple[Projection, ...]] = (INLINE, *CATCH_UP)
+
+
+def by_name(names: Sequence[str] | None = None) -> list[Projection]:
+    """The projections named (all when None), in registry order; ValueError for an unknown one."""
+    if names is None:
+        return list(ALL)
+    known = {p.name: p for p in ALL}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown projection(s) {unknown}; known: {sorted(known)}")
+    return [p for p in ALL if p.name in names]
+
+
+def ensure(store: SqlStore) -> None:
+    """Register every projection not registered yet, creating a catch-up projection's tables.
+
+    A new inline unit is registered at the log's head (migrations keep its tables current); a new
+    catch-up projection at position 0, so its runner replays the whole log into it.
+    """
+    with store.cursor(write=True) as cur:
+        known = tracking.entries(cur)
+        head = _head(cur, store)
+        for p in ALL:
+            if p.name in known:
+                continue
+            if isinstance(p, CatchUpProjection):
+                for statement in p.create(store.backend):
+                    cur.execute(statement)
+            tracking.register(cur, p.name, p.version, head if p is INLINE else 0)
+
+
+def _head(cur: Cursor, store: SqlStore) -> int:
+    column = "notification_id" if store.backend == "postgres" else "rowid"
+    row = cur.one(f"SELECT MAX({column}) AS head FROM {store.events_table}")
+    return int(row["head"] or 0) if row else 0
+
+
+@dataclass(frozen=True)
+class Status:
+    """One line of `jobnik projections status`."""
+
+    name: str
+    version: int  # the code's
+    built_version: int | None  # the rows' (None: not registered yet)
+    position: int
+    head: int
+    rebuilt_at: datetime | None
+    inline: bool
+
+    @property
+    def stale(self) -> bool:
+        """The rows were built by another version of the code."""
+        return self.built_version is not None and self.built_version != self.version
+
+    @property
+    def outdated(self) -> bool:
+        """The rows were built by an older version: a start-up rebuild is due. (Rows built by a
+        newer version, e.g. during a rolling deploy, are left to the newer processes.)"""
+        return self.built_version is not None and self.built_version < self.version
+
+    @property
+    def lag(self) -> int:
+        return 0 if self.inline else max(0, self.head - self.position)
+
+
+def status(store: SqlStore) -> list[Status]:
+    with store.cursor(write=False) as cur:
+        known = tracking.entries(cur)
+        head = _head(cur, store)
+    out = []
+    for p in ALL:
+        entry = known.get(p.name)
+        inline = p is INLINE
+        out.append(
+            Status(
+                p.name,
+                p.version,
+                entry.version if entry else None,
+                head if inline else (entry.position if entry else 0),
+                head,
+                entry.rebuilt_at if entry else None,
+                inline,
+            )
+        )
+    return out
+
+
+def outdated(store: SqlStore, among: Sequence[Projection] = ALL) -> list[Projection]:
+    """Projections (of `among`) whose rows were built by an older version of their code."""
+    names = {s.name for s in status(store) if s.outdated}
+    return [p for p in among if p.name in names]

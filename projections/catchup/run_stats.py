@@ -1,0 +1,354 @@
+"""Run statistics per job (seed 004's job run counters), per stage and summed over the job.
+
+Counters, per stage (SMILA counts per worker; a jobnik stage is one worker's step):
+- created: TaskCreated, plus every TaskRetried (SMILA counts a retry as a new task);
+- successful: TaskCompleted;
+- retried_after_error / retried_after_timeout: TaskRetried with cause error / timeout (a handler
+  failure, or a lease that ran out and was swept: SMILA's missing keep-alive);
+- failed_after_retry: TaskFailed with cause error or timeout (attempts ran out);
+  failed_without_retry: TaskFailed with cause fatal;
+- canceled: TaskAborted (the job was aborted; also a late report or hand-back after the abort);
+- obsolete: tasks still queued (PENDING or RETRIED) when their job ended. Only a FAILED job
+  leaves such tasks (an abort aborts every queued task, a completion needs every task
+  completed): nothing will dequeue them again, not by their own error nor by a cancel, their
+  precondition (a live job) is gone. Derived when read from the `queued` gauge (TaskCreated,
+  TaskRetried and TaskReturned add one, TaskDequeued and aborting a queued task take one).
+
+Times: a stage's start_time is its StageStarted (its first dequeue, SMILA: "the first task for a
+worker was started"), its end_time the time of its latest task outcome (completed, retried,
+failed or aborted: "updated with every finished task"). The job's start_time is JobStarted, its
+end_time its COMPLETED/FAILED/ABORTED. After the job ends, as in SMILA:
+created == successful + retried* + failed* + canceled + obsolete (+ tasks still IN_PROGRESS).
+The rows stay when the job is deleted (`deleted` becomes true): they are history.
+
+The fold is pure and its changes commute within their kind (counter deltas add up, times and
+statuses are last-writer-wins in log order), so a batch folds to one statement per row.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+from uuid import UUID
+
+from jobnik.domain.jobs import Job
+from jobnik.domain.stages import Stage
+from jobnik.domain.statuses import JOB_FINAL, JobStatus, TaskStatus
+from jobnik.domain.tasks import FATAL, TIMEOUT, Task
+from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql
+from jobnik.projections.store.cursor import Cursor
+
+JOBS, STAGES = "run_stats_v1_jobs", "run_stats_v1_stages"
+COUNTERS: Final = (
+    "created",
+    "successful",
+    "retried_after_error",
+    "retried_after_timeout",
+    "failed_after_retry",
+    "failed_without_retry",
+    "canceled",
+    "queued",
+)
+QUEUED: Final = frozenset({TaskStatus.PENDING, TaskStatus.RETRIED})
+JOB_STATUS: Final[Mapping[type, JobStatus]] = {
+    Job.JobStarted: JobStatus.IN_PROGRESS,
+    Job.JobPaused: JobStatus.PAUSED,
+    Job.JobCompleted: JobStatus.COMPLETED,
+    Job.JobFailed: JobStatus.FAILED,
+    Job.JobAborted: JobStatus.ABORTED,
+}
+
+
+@dataclass
+class Changes:
+    """What a batch of events does to the statistics rows (each dict keyed by the row's id)."""
+
+    new_jobs: dict[UUID, dict[str, Any]] = field(default_factory=dict)
+    new_stages: dict[UUID, dict[str, Any]] = field(default_factory=dict)
+    job_sets: dict[UUID, dict[str, Any]] = field(default_factory=dict)
+    stage_adds: dict[UUID, Counter[str]] = field(default_factory=dict)
+    stage_sets: dict[UUID, dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, stage_id: UUID, deltas: Mapping[str, int]) -> None:
+        counts = self.stage_adds.get(stage_id)
+        if counts is None:
+            counts = self.stage_adds[stage_id] = Counter()
+        for k, v in deltas.items():  # Counter.update: the same, in slower Python (every event)
+            counts[k] = counts.get(k, 0) + v
+
+    def set_stage(self, stage_id: UUID, **values: Any) -> None:
+        self.stage_sets.setdefault(stage_id, {}).update(values)
+
+    def set_job(self, job_id: UUID, **values: Any) -> None:
+        self.job_sets.setdefault(job_id, {}).update(values)
+
+    def ended(self, stage_id: UUID, deltas: Mapping[str, int], time: datetime) -> None:
+        """A task outcome: its counters, and the stage's end_time (the latest outcome's)."""
+        self.add(stage_id, deltas)
+        sets = self.stage_sets.get(stage_id)
+        if sets is None:
+            self.stage_sets[stage_id] = {"end_time": time}
+        else:
+            sets["end_time"] = time
+
+
+def fold(batch: Batch) -> Changes:
+    """The changes `batch` (in log order) makes to the statistics rows. Pure."""
+    c = Changes()
+    steps = STEP
+    for _, e in batch:
+        handler = steps.get(type(e))
+        if handler is not None:
+            handler(c, e)
+    return c
+
+
+def _job_created(c: Changes, e: Any) -> None:
+    c.new_jobs[e.originator_id] = {
+        "job_id": e.originator_id,
+        "name": e.name,
+        "status": JobStatus.PENDING.value,
+        "creation_time": e.timestamp,
+        "start_time": None,
+        "end_time": None,
+        "deleted": False,
+    }
+
+
+def _job_status(status: JobStatus) -> Callable[[Changes, Any], None]:
+    def handle(c: Changes, e: Any) -> None:
+        values: dict[str, Any] = {"status": status.value}
+        if status is JobStatus.IN_PROGRESS:  # JobStarted
+            values["start_time"] = e.timestamp
+        elif status in JOB_FINAL:
+            values["end_time"] = e.timestamp
+        c.set_job(e.originator_id, **values)
+
+    return handle
+
+
+def _stage_added(c: Changes, e: Any) -> None:
+    c.new_stages[e.originator_id] = {
+        "stage_id": e.originator_id,
+        "job_id": e.job_id,
+        "stage_order": e.order,
+        "type": e.type,
+        "start_time": None,
+        "end_time": None,
+    }
+
+
+CREATED: Final = {"created": 1, "queued": 1}
+DEQUEUED: Final = {"queued": -1}
+RETURNED: Final = {"queued": 1}
+SUCCESSFUL: Final = {"successful": 1}
+RETRIED: Final = {
+    cause: {"created": 1, "queued": 1, f"retried_after_{cause}": 1}
+    for cause in ("error", "timeout")
+}
+FAILED: Final = {"failed_without_retry": 1}, {"failed_after_retry": 1}
+CANCELED: Final = {"canceled": 1, "queued": -1}, {"canceled": 1, "queued": 0}
+
+# What each event does to the statistics (a dict by class: no isinstance chain per event).
+STEP: Final[dict[type, Callable[[Changes, Any], None]]] = {
+    Job.JobCreated: _job_created,
+    Job.JobResumed: lambda c, e: c.set_job(e.originator_id, status=str(e.status)),
+    **{t: _job_status(status) for t, status in JOB_STATUS.items()},
+    Job.JobDeleted: lambda c, e: c.set_job(e.originator_id, deleted=True),
+    Stage.StageAdded: _stage_added,
+    Stage.StageStarted: lambda c, e: c.set_stage(e.originator_id, start_time=e.timestamp),
+    Task.TaskCreated: lambda c, e: c.add(e.stage_id, CREATED),
+    Task.TaskDequeued: lambda c, e: c.add(e.stage_id, DEQUEUED),
+    Task.TaskReturned: lambda c, e: c.add(e.stage_id, RETURNED),
+    Task.TaskCompleted: lambda c, e: c.ended(e.stage_id, SUCCESSFUL, e.timestamp),
+    Task.TaskRetried: lambda c, e: c.ended(
+        e.stage_id, RETRIED["timeout" if e.cause == TIMEOUT else "error"], e.timestamp
+    ),
+    Task.TaskFailed: lambda c, e: c.ended(e.stage_id, FAILED[e.cause != FATAL], e.timestamp),
+    Task.TaskAborted: lambda c, e: c.ended(
+        e.stage_id, CANCELED[e.previous not in QUEUED], e.timestamp
+    ),
+}
+
+
+EVENTS: Final = (
+    Job.JobCreated,
+    Job.JobStarted,
+    Job.JobPaused,
+    Job.JobResumed,
+    Job.JobCompleted,
+    Job.JobFailed,
+    Job.JobAborted,
+    Job.JobDeleted,
+    Stage.StageAdded,
+    Stage.StageStarted,
+    Task.TaskCreated,
+    Task.TaskDequeued,
+    Task.TaskReturned,
+    Task.TaskCompleted,
+    Task.TaskRetried,
+    Task.TaskFailed,
+    Task.TaskAborted,
+)
+
+INSERT_JOB: Final = (
+    f"INSERT INTO {JOBS} (job_id, name, status, creation_time, start_time, end_time, deleted) "
+    "VALUES (%(job_id)s, %(name)s, %(status)s, %(creation_time)s, %(start_time)s, "
+    "%(end_time)s, %(deleted)s)"
+)
+INSERT_STAGE: Final = (
+    f"INSERT INTO {STAGES} (stage_id, job_id, stage_order, type, start_time, end_time) VALUES "
+    "(%(stage_id)s, %(job_id)s, %(stage_order)s, %(type)s, %(start_time)s, %(end_time)s)"
+)
+ADD_COUNTERS: Final = (
+    f"UPDATE {STAGES} SET "
+    + ", ".join(f"{c} = {c} + %({c})s" for c in COUNTERS)
+    + " WHERE stage_id = %(stage_id)s"
+)
+
+
+class RunStats(CatchUpProjection):
+    """seed 004's run counters and times per job and per stage."""
+
+    name = "run_stats"
+    version = 1
+    per_job = True  # rows per job and per stage, written by that job's events alone
+    tables = (JOBS, STAGES)
+    keys = {JOBS: ("job_id",), STAGES: ("stage_id",)}
+    events = EVENTS
+    ddl = f"""
+    CREATE TABLE IF NOT EXISTS {JOBS} (
+        job_id {{uuid}} PRIMARY KEY,
+        name TEXT NOT NULL,
+        status TEXT NOT NULL,
+        creation_time {{time}} NOT NULL,
+        start_time {{time}},
+        end_time {{time}},
+        deleted {{bool}} NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS {STAGES} (
+        stage_id {{uuid}} PRIMARY KEY,
+        job_id {{uuid}} NOT NULL,
+        stage_order INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        {" ".join(f"{c} INTEGER NOT NULL DEFAULT 0," for c in COUNTERS)}
+        start_time {{time}},
+        end_time {{time}}
+    );
+    CREATE INDEX IF NOT EXISTS {STAGES}_job ON {STAGES} (job_id)
+    """
+
+    def prepare(self, batch: Batch) -> Changes:
+        return fold(batch)
+
+    def apply(self, cur: Cursor, batch: Batch, sql: Sql, prepared: Any = None) -> None:
+        c = prepared if isinstance(prepared, Changes) else fold(batch)
+        d = cur.dialect
+        if c.new_jobs:
+            cur.executemany(sql(INSERT_JOB), [d.dump_row(r) for r in c.new_jobs.values()])
+        if c.new_stages:
+            cur.executemany(sql(INSERT_STAGE), [d.dump_row(r) for r in c.new_stages.values()])
+        adds = [
+            {"stage_id": d.dump("stage_id", s), **{k: deltas.get(k, 0) for k in COUNTERS}}
+            for s, deltas in c.stage_adds.items()
+            if any(deltas.values())
+        ]
+        if adds:
+            cur.executemany(sql(ADD_COUNTERS), adds)
+        for table, key, sets in ((JOBS, "job_id", c.job_sets), (STAGES, "stage_id", c.stage_sets)):
+            grouped: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+            for row_id, values in sets.items():
+                grouped.setdefault(tuple(sorted(values)), []).append(
+                    {**d.dump_row(values), key: d.dump(key, row_id)}
+                )
+            for cols, rows in grouped.items():
+                assignments = ", ".join(f"{col} = %({col})s" for col in cols)
+                statement = f"UPDATE {table} SET {assignments} WHERE {key} = %({key})s"
+                cur.executemany(sql(statement), rows)
+
+
+# -- reads ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Counts:
+    created: int = 0
+    successful: int = 0
+    retried_after_error: int = 0
+    retried_after_timeout: int = 0
+    failed_after_retry: int = 0
+    failed_without_retry: int = 0
+    canceled: int = 0
+    obsolete: int = 0
+
+    def __add__(self, other: Counts) -> Counts:
+        return Counts(**{k: getattr(self, k) + getattr(other, k) for k in vars(self)})
+
+
+@dataclass(frozen=True)
+class StageStatistics:
+    stage_id: UUID
+    order: int
+    type: str
+    counts: Counts
+    start_time: datetime | None
+    end_time: datetime | None
+
+
+@dataclass(frozen=True)
+class JobStatistics:
+    """What `GET /v1/jobs/{id}/statistics` shows."""
+
+    job_id: UUID
+    name: str
+    status: str
+    deleted: bool
+    creation_time: datetime
+    start_time: datetime | None
+    end_time: datetime | None
+    counts: Counts
+    stages: list[StageStatistics]
+
+
+def read(cur: Cursor, job_id: UUID) -> JobStatistics | None:
+    """The job's statistics as the projection has them, or None when it has none."""
+    p, d = cur.dialect.param, cur.dialect
+    job = cur.one(f"SELECT * FROM {JOBS} WHERE job_id = {p('j')}", {"j": d.dump("job_id", job_id)})
+    if job is None:
+        return None
+    ended = job["status"] in JOB_FINAL
+    rows = cur.all(
+        f"SELECT * FROM {STAGES} WHERE job_id = {p('j')} ORDER BY stage_order",
+        {"j": d.dump("job_id", job_id)},
+    )
+    stages = [
+        StageStatistics(
+            stage_id=r["stage_id"],
+            order=r["stage_order"],
+            type=r["type"],
+            counts=Counts(
+                **{k: r[k] for k in COUNTERS if k != "queued"},
+                obsolete=r["queued"] if ended else 0,
+            ),
+            start_time=r["start_time"],
+            end_time=r["end_time"],
+        )
+        for r in rows
+    ]
+    total = Counts()
+    for s in stages:
+        total = total + s.counts
+    return JobStatistics(
+        job_id=job["job_id"],
+        name=job["name"],
+        status=job["status"],
+        deleted=bool(job["deleted"]),
+        creation_time=job["creation_time"],
+        start_time=job["start_time"],
+        end_time=job["end_time"],
+        counts=total,
+        stages=stages,
+    )

@@ -1,0 +1,247 @@
+"""Catch-up projections: derived views that follow the event log behind a tracking position.
+
+Each one (`last_status.py`, `run_stats.py`) is a pure fold of events into row changes plus the SQL
+that applies them. `catch_up` applies the next batch of events after the projection's tracking
+position and moves the position, both in one transaction: a crash before the commit leaves
+neither, so after a restart every event is applied exactly once. `CatchUpRunner` calls it from a
+background thread of the API process that holds the leader lock (one process per database runs
+the catch-up projections however many serve the API).
+
+Driver: a small runner of ours over the eventsourcing library's `select_notifications`, not the
+library's `ProjectionRunner`/`Projection` with a tracking recorder, because
+- `SQLiteApplicationRecorder.subscribe` raises NotImplementedError (eventsourcing 9.5): the
+  library's runner cannot follow a SQLite log, and jobnik behaves the same on both backends;
+- the library's runner builds its own `Application` (a second connection pool) and its view from
+  an `InfrastructureFactory` and the environment, while our views live next to the inline read
+  models and share the store's pool, dialect and the shadow-table renaming rebuilds use;
+- it writes one tracking row per event in one transaction per event; we apply hundreds of events
+  per transaction, so replaying 300,000 events takes hundreds of commits, not 300,000.
+What we do take from the library: the notification log (`select_notifications` with `stop` and a
+topic filter), its gapless commit-ordered notification ids (every save holds the event table's
+EXCLUSIVE lock on PostgreSQL; SQLite has one writer), the mapper (decoding and upcasting), and the
+discipline of `eventsourcing.projection`: view rows and tracking position in one transaction.
+The tracking position lives in `jobnik_projections` (tracking.py) beside the projection's version.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Final
+
+from jobnik.projections.catchup import tracking
+from jobnik.projections.catchup.projection import CatchUpProjection, Sql, pipelined
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.leader import LeaderLock
+
+log = logging.getLogger(__name__)
+
+BATCH: Final = 500  # events per catch-up transaction
+
+
+def catch_up(
+    store: SqlStore,
+    projection: CatchUpProjection,
+    limit: int = BATCH,
+    *,
+    seen: tuple[tracking.Entry, int] | None = None,
+) -> int:
+    """Apply the next events after the projection's tracking position, exactly once.
+
+    Returns how far the position moved (0: it was caught up, or another runner got there
+    first). `seen`: the registry entry and log head the caller has just read (saves reading
+    them again). `catch_up_together` says how.
+    """
+    if seen is None:
+        with store.cursor(write=False) as cur:
+            found = tracking.get(cur, projection.name)
+        if found is None:
+            return 0
+        seen = found, int(store.recorder.max_notification_id() or 0)
+    entry, head = seen
+    return catch_up_together(store, [(projection, entry)], head, limit)
+
+
+def catch_up_together(
+    store: SqlStore,
+    due: Sequence[tuple[CatchUpProjection, tracking.Entry]],
+    head: int,
+    limit: int = BATCH,
+) -> int:
+    """Apply the next events after each projection's tracking position (its `entry`, just read),
+    up to `head`, exactly once; returns how far their positions moved in all.
+
+    Projections at the same position go through one read of the log (their topics together;
+    each is given the events of its own topics), decoded before the write transaction and once
+    for all, and applied in one transaction that moves each position to the same end. Inside
+    it the positions are read again under row locks, and a projection whose position someone
+    else moved meanwhile is left out.
+    """
+    at: dict[int, list[tuple[CatchUpProjection, tracking.Entry]]] = {}
+    for p, e in due:
+        if e.position < head:
+            at.setdefault(e.position, []).append((p, e))
+    # Projections at the same position (the usual case) share a read; one behind the others
+    # (just registered, or after its rebuild) catches up on its own, so that a page that
+    # ends short of the others' positions never moves them back.
+    return sum(_catch_up_from(store, start, group, head, limit) for start, group in at.items())
+
+
+def _catch_up_from(
+    store: SqlStore,
+    start: int,
+    due: Sequence[tuple[CatchUpProjection, tracking.Entry]],
+    head: int,
+    limit: int,
+) -> int:
+    """`catch_up_together` for projections that are all at position `start`."""
+    topics = sorted({t for p, _ in due for t in p.topics})
+    notes = store.recorder.select_notifications(
+        start, limit, stop=head, topics=topics, inclusive_of_start=False
+    )
+    end = notes[-1].id if len(notes) == limit else head  # the filter may skip the rest to head
+    events = [(n.id, n.topic, store.mapper.to_domain_event(n)) for n in notes]
+    moved = 0
+    with store.cursor(write=True, lock=False) as cur:
+        now = tracking.locked(cur, [p.name for p, _ in due])
+        for projection, entry in due:
+            if now.get(projection.name) != entry.position:
+                continue
+            mine = frozenset(projection.topics)
+            batch = [(i, e) for i, t, e in events if t in mine]
+            if batch:
+                with pipelined(cur):
+                    projection.apply(cur, batch, Sql(store.dialect))
+            tracking.advance(cur, projection.name, end)
+            moved += end - entry.position
+    return moved
+
+
+def wait_for(
+    store: SqlStore, name: str, position: int, timeout: float, *, sleep: float = 0.01
+) -> int:
+    """Wait up to `timeout` seconds until projection `name` has reached `position`.
+
+    Returns the tracking position last seen (the caller compares: it may still be lower). Polls
+    the registry, so it works in every API process, not only the one running the projection.
+    """
+    deadline = time.monotonic() + timeout
+    delay = sleep
+    while True:
+        seen = tracking.position_of(store, name)
+        if seen >= position or time.monotonic() >= deadline:
+            return seen
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.1)
+
+
+class CatchUpRunner:
+    """Keeps catch-up projections up with the log from a background thread, while leader.
+
+    Wakes on every write this process commits (the store's `on_commit`) and otherwise every
+    `interval` seconds (writes from other processes), but starts rounds at most every `min_gap`
+    seconds, so that under load one round applies the events of many commits. With
+    `rebuild_stale`, a projection whose rows an older version of its code built is rebuilt
+    blue/green first (the old rows keep serving meanwhile); without, it is caught up with the
+    new code as it is. Rows built by a newer version (a rolling deploy's newer processes) are
+    left alone.
+    """
+
+    def __init__(
+        self,
+        store: SqlStore,
+        projections: Sequence[CatchUpProjection],
+        lock: LeaderLock,
+        *,
+        interval: float = 0.2,
+        batch: int = BATCH,
+        rebuild_stale: bool = True,
+        follower_interval: float = 2.0,
+        min_gap: float = 0.05,
+    ) -> None:
+        self.store, self.projections, self.lock = store, list(projections), lock
+        self.interval, self.batch, self.rebuild_stale = interval, batch, rebuild_stale
+        self.min_gap = min(min_gap, interval)  # shortest time between two rounds' starts
+        self.follower_interval = max(interval, follower_interval)  # how often to try the lock
+        self.leading = False
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="jobnik-catchup", daemon=True)
+        self.applied = 0
+
+    def _on_commit(self, _: int) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self.store.on_commit.append(self._on_commit)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        if self._on_commit in self.store.on_commit:
+            self.store.on_commit.remove(self._on_commit)
+        self.lock.release()
+
+    def run_once(self) -> int:
+        """One round over the projections (if leader); returns how far their positions moved.
+
+        The registry and the log head are read once per round; a projection already at the head
+        costs nothing more."""
+        self.leading = self.lock.acquire()
+        if not self.leading:
+            return 0
+        with self.store.cursor(write=False) as cur:
+            registry = tracking.entries(cur)
+        head = int(self.store.recorder.max_notification_id() or 0)
+        due = []
+        for projection in self.projections:
+            if self._stop.is_set():
+                return 0
+            entry = registry.get(projection.name)
+            if entry is None or entry.version > projection.version:
+                continue  # not registered yet, or built by a newer version (rolling deploy)
+            if entry.version < projection.version and self.rebuild_stale:
+                self._rebuild(projection)
+                continue
+            due.append((projection, entry))
+        moved = catch_up_together(self.store, due, head, self.batch)
+        self.applied += moved
+        return moved
+
+    def _rebuild(self, projection: CatchUpProjection) -> None:
+        from jobnik.projections.rebuild.bluegreen import RebuildBusy, rebuild
+
+        log.info(
+            "rebuilding stale projection",
+            extra={"action": "projection_rebuild", "projection": projection.name},
+        )
+        try:
+            rebuild(self.store, names=[projection.name], only_outdated=True)
+        except RebuildBusy:  # another process rebuilds; its swap will show up in the registry
+            log.info("rebuild busy elsewhere", extra={"action": "projection_rebuild_busy"})
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            self._wake.clear()
+            started = time.monotonic()
+            try:
+                moved = self.run_once()
+                failures = 0
+            except Exception:  # retried next round; never kills the thread
+                log.exception("catch-up failed", extra={"action": "catchup_failed"})
+                moved, failures = 0, failures + 1
+            if not self.leading:
+                self._stop.wait(self.follower_interval)
+                continue
+            if moved < self.batch:  # no backlog: wait for a commit or the interval
+                self._wake.wait(self.interval * (2 ** min(failures, 5)))
+            # Commits arrive hundreds per second under load: rounds at most every `min_gap`
+            # seconds let each one carry many events instead of one (a round costs about ten
+            # statements whatever it carries).
+            self._stop.wait(max(0.0, started + self.min_gap - time.monotonic()))

@@ -1,0 +1,97 @@
+"""The projection registry `jobnik_projections`: per projection its version and tracking position.
+
+`version` is the version of the projection code that built the rows now in its tables, `position`
+the log position those rows reflect (for a catch-up projection: its tracking position, written in
+the same transaction as its rows; for the inline read models: the position their last rebuild
+swapped in at, after which every write keeps them current), `rebuilt_at` when a rebuild last
+swapped them in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.cursor import Cursor
+
+TABLE: Final = "jobnik_projections"
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    version: int
+    position: int
+    rebuilt_at: datetime | None
+
+
+def _entry(row: dict[str, Any] | None) -> Entry | None:
+    if row is None:
+        return None
+    rebuilt = row["rebuilt_at"]
+    return Entry(
+        str(row["name"]),
+        int(row["version"]),
+        int(row["position"]),
+        rebuilt if isinstance(rebuilt, datetime) else None,
+    )
+
+
+def get(cur: Cursor, name: str) -> Entry | None:
+    """The registry row of `name`."""
+    sql = f"SELECT * FROM {TABLE} WHERE name = {cur.dialect.param('n')}"
+    return _entry(cur.one(sql, {"n": name}))
+
+
+def locked(cur: Cursor, names: Sequence[str]) -> dict[str, int]:
+    """The positions of `names`, their rows locked (PostgreSQL) until the transaction ends, in
+    name order (two lockers of the same rows never wait for each other crosswise): how a
+    catch-up round and a rebuild's swap take turns."""
+    lock = " ORDER BY name FOR UPDATE" if cur.dialect.name == "postgres" else ""
+    p = cur.dialect.param
+    params = {f"n{i}": name for i, name in enumerate(names)}
+    listed = ", ".join(p(k) for k in params)
+    rows = cur.all(f"SELECT name, position FROM {TABLE} WHERE name IN ({listed}){lock}", params)
+    return {str(r["name"]): int(r["position"]) for r in rows}
+
+
+def entries(cur: Cursor) -> dict[str, Entry]:
+    rows = cur.all(f"SELECT * FROM {TABLE} ORDER BY name")
+    return {e.name: e for e in (_entry(r) for r in rows) if e is not None}
+
+
+def register(cur: Cursor, name: str, version: int, position: int) -> None:
+    """Add `name` if it is not registered yet (concurrent starts: the first one wins)."""
+    p = cur.dialect.param
+    cur.execute(
+        f"INSERT INTO {TABLE} (name, version, position, rebuilt_at) VALUES "
+        f"({p('n')}, {p('v')}, {p('p')}, NULL) ON CONFLICT (name) DO NOTHING",
+        {"n": name, "v": version, "p": position},
+    )
+
+
+def advance(cur: Cursor, name: str, position: int) -> None:
+    p = cur.dialect.param
+    cur.execute(
+        f"UPDATE {TABLE} SET position = {p('p')} WHERE name = {p('n')}",
+        {"n": name, "p": position},
+    )
+
+
+def record_rebuild(cur: Cursor, name: str, version: int, position: int, at: datetime) -> None:
+    p = cur.dialect.param
+    cur.execute(
+        f"UPDATE {TABLE} SET version = {p('v')}, position = {p('p')}, rebuilt_at = {p('at')} "
+        f"WHERE name = {p('n')}",
+        {"n": name, "v": version, "p": position, "at": cur.dialect.dump("rebuilt_at", at)},
+    )
+
+
+def position_of(store: SqlStore, name: str) -> int:
+    """The tracking position of `name` (0 when it is not registered)."""
+    with store.cursor(write=False) as cur:
+        entry = get(cur, name)
+    return entry.position if entry else 0

@@ -1,0 +1,61 @@
+"""Row operations: what an event does to the inline read models, as data the store runs as SQL."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+
+# The ops are slotted, not frozen: a frozen dataclass sets each field through
+# `object.__setattr__` (0.7 µs an op against 0.2 µs), and a rebuild makes five ops per event.
+# Nothing mutates an op once made; their dict fields made them unhashable anyway.
+@dataclass(slots=True)
+class Insert:
+    table: str
+    row: Mapping[str, Any]
+
+
+@dataclass(slots=True)
+class Update:
+    """SET `values` on every row of `table` matching `key`."""
+
+    table: str
+    key: Mapping[str, Any]
+    values: Mapping[str, Any]
+
+
+@dataclass(slots=True)
+class Add:
+    """Add `deltas` to counters of the row matching `key` (SQL increments, no read-modify-write)."""
+
+    table: str
+    key: Mapping[str, Any]
+    deltas: Mapping[str, int]
+
+
+@dataclass(slots=True)
+class Delete:
+    table: str
+    key: Mapping[str, Any]
+
+
+@dataclass(slots=True)
+class Enqueue:
+    """Put a task in the queue; its priority and eligibility come from its job and stage rows."""
+
+    task_id: Any
+    stage_id: Any
+    seq: int
+
+
+@dataclass(slots=True)
+class IndexEvent:
+    """File the event at `position` under its aggregate's job (found through entity_jobs_v1)."""
+
+    originator_id: UUID
+    position: int
+
+
+Op = Insert | Update | Add | Delete | Enqueue | IndexEvent

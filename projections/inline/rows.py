@@ -1,0 +1,45 @@
+"""Read-model rows ↔ aggregates: a row is its aggregate's latest snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from jobnik.domain.jobs import Job
+from jobnik.domain.ports import Summary
+from jobnik.domain.stages import Stage
+from jobnik.domain.tasks import Task
+from jobnik.projections.inline.tables import SUMMARY_COUNTERS
+
+_SKIP = frozenset({"id", "version", "creation_time", "update_time", "priority_rank"})
+
+
+def _state(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k not in _SKIP}
+
+
+def job_from_row(row: Mapping[str, Any]) -> Job:
+    return Job.restore(
+        row["id"],
+        row["version"],
+        row["creation_time"],
+        row["update_time"],
+        {**_state(row), "deleted": False},
+    )
+
+
+def stage_from_row(row: Mapping[str, Any]) -> Stage:
+    state = {k: v for k, v in _state(row).items() if k not in SUMMARY_COUNTERS}
+    state["order"] = state.pop("stage_order")
+    state.pop("stage_id", None)
+    return Stage.restore(row["id"], row["version"], row["creation_time"], row["update_time"], state)
+
+
+def task_from_row(row: Mapping[str, Any]) -> Task:
+    return Task.restore(
+        row["id"], row["version"], row["creation_time"], row["update_time"], _state(row)
+    )
+
+
+def summary_from_row(row: Mapping[str, Any]) -> Summary:
+    return Summary(**{k: row[k] for k in SUMMARY_COUNTERS})

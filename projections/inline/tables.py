@@ -1,0 +1,32 @@
+"""The inline read models' tables: names (`<model>_v<N>`), primary keys, a summary's counters."""
+
+from __future__ import annotations
+
+from typing import Final
+
+JOBS, STAGES, SUMMARIES = "jobs_v1", "stages_v1", "summaries_v1"
+TASKS, QUEUE, LOGS = "tasks_v1", "queue_v1", "task_logs_v1"
+ENTITY_JOBS, JOB_EVENTS = "entity_jobs_v1", "job_events_v1"
+TABLES: Final = (JOBS, STAGES, SUMMARIES, TASKS, QUEUE, LOGS, ENTITY_JOBS, JOB_EVENTS)
+PRIMARY_KEYS: Final = {
+    JOBS: "id",
+    STAGES: "id",
+    SUMMARIES: "stage_id",
+    TASKS: "id",
+    QUEUE: "task_id",
+    LOGS: "task_id, position, line_no",
+    ENTITY_JOBS: "entity_id",
+    JOB_EVENTS: "job_id, position",
+}
+
+SUMMARY_COUNTERS: Final = (
+    "pending",
+    "in_progress",
+    "completed",
+    "failed",
+    "created",
+    "retried",
+    "aborted",
+    "total",
+    "delegated",
+)

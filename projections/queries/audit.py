@@ -1,0 +1,151 @@
+"""Reading the event log: a job's history (through the history index) and the global feed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+from uuid import UUID
+
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.utils import get_topic
+
+from jobnik.domain.errors import JobNotFound
+from jobnik.domain.jobs import Job
+from jobnik.projections.inline.project import PROJECT
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.cursor import Cursor
+
+# Fields every event has; the rest is its payload.
+STANDARD: Final = frozenset(
+    {"originator_id", "originator_version", "timestamp", "actor", "reason", "originator_topic"}
+)
+TOPICS: Final[Mapping[str, str]] = {cls.__name__: get_topic(cls) for cls in PROJECT}
+TERMINAL: Final = frozenset({Job.JobCompleted, Job.JobFailed, Job.JobAborted})
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One event as the audit shows it."""
+
+    position: int
+    type: str
+    entity: str
+    entity_id: UUID
+    version: int
+    time: datetime
+    actor: str
+    reason: str | None
+    payload: dict[str, Any] = field(default_factory=dict)
+    event: Any = None
+
+    @property
+    def terminal(self) -> bool:
+        """A job's terminal event (COMPLETED, FAILED, ABORTED): its stream ends here."""
+        return type(self.event) in TERMINAL
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[Entry]
+    next: int | None  # pass as `after` for the next page; None at the end (for now)
+
+
+class Audit:
+    """Events as entries, in log order; cursor = the last position seen."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
+        self.p = store.dialect.param
+        pg = store.dialect.name == "postgres"
+        self.events = store.events_table
+        self.position = "notification_id" if pg else "rowid"
+
+    def _entries(self, rows: Iterable[Mapping[str, Any]]) -> list[Entry]:
+        out = []
+        for r in rows:
+            oid = r["originator_id"]
+            entity_id = oid if isinstance(oid, UUID) else UUID(oid)
+            stored = StoredEvent(
+                originator_id=entity_id,
+                originator_version=r["originator_version"],
+                topic=r["topic"],
+                state=bytes(r["state"]),
+            )
+            event: Any = self.store.mapper.to_domain_event(stored)
+            qualname = r["topic"].split(":", 1)[1]
+            out.append(
+                Entry(
+                    position=r["position"],
+                    type=qualname.rsplit(".", 1)[-1],
+                    entity=qualname.split(".", 1)[0].lower(),
+                    entity_id=entity_id,
+                    version=stored.originator_version,
+                    time=event.timestamp,
+                    actor=getattr(event, "actor", "system"),
+                    reason=getattr(event, "reason", None),
+                    payload={k: v for k, v in vars(event).items() if k not in STANDARD},
+                    event=event,
+                )
+            )
+        return out
+
+    def _columns(self) -> str:
+        return (
+            f"e.{self.position} AS position, e.originator_id, e.originator_version, e.topic, "
+            "e.state"
+        )
+
+    def _known(self, cur: Cursor, job_id: UUID) -> None:
+        row = cur.one(
+            f"SELECT job_id FROM entity_jobs_v1 WHERE entity_id = {self.p('j')}",
+            {"j": self.store.dialect.dump("job_id", job_id)},
+        )
+        if row is None:
+            raise JobNotFound
+
+    def job_history(self, job_id: UUID, after: int = 0, limit: int = 100) -> Page:
+        """Events of the job, its stages and tasks after `after`; also once the job is deleted."""
+        with self.store.cursor(write=False) as cur:
+            self._known(cur, job_id)
+            rows = cur.raw_all(
+                f"SELECT {self._columns()} FROM job_events_v1 j "
+                f"JOIN {self.events} e ON e.{self.position} = j.position "
+                f"WHERE j.job_id = {self.p('j')} AND j.position > {self.p('a')} "
+                f"ORDER BY j.position LIMIT {int(limit)}",
+                {"j": self.store.dialect.dump("job_id", job_id), "a": after},
+            )
+        items = self._entries(rows)
+        return Page(items, items[-1].position if len(items) == limit else None)
+
+    def feed(
+        self,
+        after: int = 0,
+        limit: int = 100,
+        types: Sequence[str] = (),
+        job_id: UUID | None = None,
+    ) -> Page:
+        """The global log after `after`, optionally only some event types or one job."""
+        where = [f"e.{self.position} > {self.p('a')}"]
+        params: dict[str, Any] = {"a": after}
+        join = ""
+        if types:
+            names = {f"t{i}": TOPICS[t] for i, t in enumerate(types)}
+            where.append(f"e.topic IN ({', '.join(self.p(n) for n in names)})")
+            params.update(names)
+        if job_id is not None:
+            join = f" JOIN job_events_v1 j ON j.position = e.{self.position}"
+            where.append(f"j.job_id = {self.p('j')}")
+            params["j"] = self.store.dialect.dump("job_id", job_id)
+        with self.store.cursor(write=False) as cur:
+            rows = cur.raw_all(
+                f"SELECT {self._columns()} FROM {self.events} e{join} WHERE "
+                f"{' AND '.join(where)} ORDER BY e.{self.position} LIMIT {int(limit)}",
+                params,
+            )
+        items = self._entries(rows)
+        return Page(items, items[-1].position if len(items) == limit else None)
+
+    def last_position(self) -> int:
+        return int(self.store.recorder.max_notification_id() or 0)

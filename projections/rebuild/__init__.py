@@ -1,0 +1,1 @@
+"""Blue/green rebuilds and verification of projections, from the event log alone."""

@@ -1,0 +1,1 @@
+"""Persistence: the event log, the backends' stores and sessions, migrations, SQL dialects."""

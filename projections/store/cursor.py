@@ -1,0 +1,40 @@
+"""The read/write cursor every store hands out: one dialect, plain dict rows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from jobnik.projections.store.dialect import Dialect
+
+
+class Cursor:
+    """A DB cursor that speaks one dialect and returns plain dict rows."""
+
+    def __init__(self, raw: Any, dialect: Dialect) -> None:
+        self.raw = raw
+        self.dialect = dialect
+
+    def execute(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> None:
+        self.raw.execute(sql, params)
+
+    def executemany(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
+        self.raw.executemany(sql, params)
+
+    def one(
+        self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()
+    ) -> dict[str, Any] | None:
+        self.raw.execute(sql, params)
+        row = self.raw.fetchone()
+        return self.dialect.load(dict(row)) if row is not None else None
+
+    def raw_all(
+        self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()
+    ) -> list[dict[str, Any]]:
+        """Rows as the driver returns them (no column conversions)."""
+        self.raw.execute(sql, params)
+        return [dict(r) for r in self.raw.fetchall()]
+
+    def all(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[dict[str, Any]]:
+        self.raw.execute(sql, params)
+        return [self.dialect.load(dict(r)) for r in self.raw.fetchall()]

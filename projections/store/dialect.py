@@ -1,0 +1,90 @@
+"""The two backends' differences in one place: placeholders and how values are stored."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from psycopg.types.json import Jsonb
+
+from jobnik.projections.store.schema import BOOL_COLUMNS, JSON_COLUMNS, TIME_COLUMNS, UUID_COLUMNS
+
+
+class Dialect:
+    """PostgreSQL: native uuid, jsonb, timestamptz and boolean columns."""
+
+    name = "postgres"
+
+    def param(self, name: str) -> str:
+        return f"%({name})s"
+
+    def dump(self, column: str, value: Any) -> Any:
+        if value is not None and column in JSON_COLUMNS:
+            return Jsonb(value)
+        return value
+
+    def dump_row(self, row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+        return {prefix + k: self.dump(k, v) for k, v in row.items()}
+
+    def load(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(row)
+        for k in TIME_COLUMNS.intersection(out):
+            if out[k] is not None:
+                out[k] = out[k].astimezone(UTC)
+        return out
+
+    def load_jsonb(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """A row sent as `to_jsonb(t)` (several tables' rows in one result): uuids and times
+        come as strings."""
+        out = dict(row)
+        for k in UUID_COLUMNS.intersection(out):
+            if out[k] is not None:
+                out[k] = UUID(out[k])
+        for k in TIME_COLUMNS.intersection(out):
+            if out[k] is not None:
+                out[k] = datetime.fromisoformat(out[k]).astimezone(UTC)
+        return out
+
+
+class SQLiteDialect(Dialect):
+    """SQLite: uuids, JSON and ISO-8601 UTC times as TEXT, booleans as 0/1."""
+
+    name = "sqlite"
+
+    def param(self, name: str) -> str:
+        return f":{name}"
+
+    def dump(self, column: str, value: Any) -> Any:
+        if value is None:
+            return None
+        if column in JSON_COLUMNS:
+            return json.dumps(value, separators=(",", ":"))
+        if isinstance(value, UUID):
+            return str(value)
+        if isinstance(value, datetime):
+            return value.astimezone(UTC).isoformat(timespec="microseconds")
+        if isinstance(value, bool):
+            return int(value)
+        return value
+
+    def load(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(row)
+        for k, v in out.items():
+            if v is None:
+                continue
+            if k in JSON_COLUMNS:
+                out[k] = json.loads(v)
+            elif k in UUID_COLUMNS:
+                out[k] = UUID(v)
+            elif k in TIME_COLUMNS:
+                out[k] = datetime.fromisoformat(v)
+            elif k in BOOL_COLUMNS:
+                out[k] = bool(v)
+        return out
+
+
+POSTGRES = Dialect()
+SQLITE = SQLiteDialect()

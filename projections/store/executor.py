@@ -1,0 +1,139 @@
+"""Turns row operations into SQL, batching what commutes (bulk task creation is one executemany)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from functools import cache
+from typing import Any, Protocol
+
+from jobnik.projections.inline.ops import Add, Delete, Enqueue, IndexEvent, Insert, Op, Update
+from jobnik.projections.store.dialect import Dialect
+
+
+class _Cursor(Protocol):
+    def execute(self, sql: str, params: Mapping[str, Any]) -> None: ...
+
+    def executemany(self, sql: str, params: list[dict[str, Any]]) -> None: ...
+
+
+class OpExecutor:
+    """Executes `Op`s in one dialect; `rename` maps each statement's table names (a rebuild writes
+    the same rows into shadow tables)."""
+
+    def __init__(self, dialect: Dialect, rename: Callable[[str], str] | None = None) -> None:
+        self.d = dialect
+        self.rename = rename
+        self.sql = cache(self._renamed)
+
+    def _renamed(self, kind: type, table: str, keys: tuple[str, ...], cols: tuple[str, ...]) -> str:
+        sql = self._sql(kind, table, keys, cols)
+        return self.rename(sql) if self.rename is not None else sql
+
+    def _sql(self, kind: type, table: str, keys: tuple[str, ...], cols: tuple[str, ...]) -> str:
+        p = self.d.param
+        where = " AND ".join(f"{k} = {p('k_' + k)}" for k in keys)
+        if kind is Insert:
+            return (
+                f"INSERT INTO {table} ({', '.join(cols)}) "
+                f"VALUES ({', '.join(p('v_' + c) for c in cols)})"
+            )
+        if kind is Update:
+            sets = ", ".join(f"{c} = {p('v_' + c)}" for c in cols)
+            return f"UPDATE {table} SET {sets} WHERE {where}"
+        if kind is Add:
+            sets = ", ".join(f"{c} = {c} + {p('v_' + c)}" for c in cols)
+            return f"UPDATE {table} SET {sets} WHERE {where}"
+        if kind is Delete:
+            return f"DELETE FROM {table} WHERE {where}"
+        if kind is IndexEvent and self.d.name == "postgres":  # VALUES: batches take many rows
+            return (
+                "INSERT INTO job_events_v1 (job_id, position) SELECT e.job_id, v.position "
+                f"FROM (VALUES ({p('entity_id')}::uuid, {p('position')}::bigint)) "
+                "AS v(entity_id, position) "
+                "JOIN entity_jobs_v1 e ON e.entity_id = v.entity_id"
+            )
+        if kind is IndexEvent:
+            return (
+                f"INSERT INTO job_events_v1 (job_id, position) SELECT job_id, {p('position')} "
+                f"FROM entity_jobs_v1 WHERE entity_id = {p('entity_id')}"
+            )
+        if self.d.name == "postgres":  # Enqueue, as above
+            return (
+                "INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, seq, "
+                "stage_open, job_open) SELECT v.task_id, s.job_id, s.id, s.type, j.priority_rank, "
+                "v.seq, s.status IN ('PENDING', 'IN_PROGRESS'), j.status IN ('PENDING', "
+                f"'IN_PROGRESS') FROM (VALUES ({p('task_id')}::uuid, {p('stage_id')}::uuid, "
+                f"{p('seq')}::bigint)) "
+                "AS v(task_id, stage_id, seq) JOIN stages_v1 s ON s.id = v.stage_id "
+                "JOIN jobs_v1 j ON j.id = s.job_id"
+            )
+        return (  # Enqueue: priority and eligibility from the job and stage rows
+            "INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, seq, "
+            "stage_open, job_open) "
+            f"SELECT {p('task_id')}, s.job_id, s.id, s.type, j.priority_rank, {p('seq')}, "
+            "s.status IN ('PENDING', 'IN_PROGRESS'), j.status IN ('PENDING', 'IN_PROGRESS') "
+            f"FROM stages_v1 s JOIN jobs_v1 j ON j.id = s.job_id WHERE s.id = {p('stage_id')}"
+        )
+
+    def statement(self, op: Op) -> tuple[str, dict[str, Any]]:
+        d = self.d
+        if isinstance(op, Insert):
+            return self.sql(Insert, op.table, (), tuple(op.row)), d.dump_row(op.row, "v_")
+        if isinstance(op, IndexEvent):
+            return self.sql(IndexEvent, "job_events_v1", (), ()), {
+                "entity_id": d.dump("entity_id", op.originator_id),
+                "position": op.position,
+            }
+        if isinstance(op, Enqueue):
+            return self.sql(Enqueue, "queue_v1", (), ()), {
+                "task_id": d.dump("task_id", op.task_id),
+                "stage_id": d.dump("stage_id", op.stage_id),
+                "seq": op.seq,
+            }
+        keys = tuple(op.key)
+        params = d.dump_row(op.key, "k_")
+        if isinstance(op, Update):
+            params.update(d.dump_row(op.values, "v_"))
+            return self.sql(Update, op.table, keys, tuple(op.values)), params
+        if isinstance(op, Add):
+            params.update({f"v_{c}": v for c, v in op.deltas.items()})
+            return self.sql(Add, op.table, keys, tuple(op.deltas)), params
+        return self.sql(Delete, op.table, keys, ()), params
+
+    def run(self, cur: _Cursor, runs: Iterable[list[list[Op]]]) -> None:
+        """Each run holds the op lists of events whose ops commute; batch them column-wise."""
+        for run in runs:
+            if len(run) == 1 or len({len(ops) for ops in run}) != 1:
+                for ops in run:
+                    for op in ops:
+                        _one(cur, *self.statement(op))
+                continue
+            for column in zip(*run, strict=True):
+                self._batch(cur, list(column))
+
+    def _batch(self, cur: _Cursor, ops: list[Op]) -> None:
+        if all(isinstance(op, Add) for op in ops):
+            ops = _merge_adds(ops)  # type: ignore[arg-type]
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for op in ops:
+            sql, params = self.statement(op)
+            grouped.setdefault(sql, []).append(params)
+        for sql, params_list in grouped.items():
+            if len(params_list) == 1:
+                _one(cur, sql, params_list[0])
+            else:
+                cur.executemany(sql, params_list)
+
+
+def _one(cur: _Cursor, sql: str, params: dict[str, Any]) -> None:
+    """One statement; prepared where the cursor prepares (PostgreSQL write sessions)."""
+    getattr(cur, "execute_prepared", cur.execute)(sql, params)
+
+
+def _merge_adds(ops: list[Add]) -> list[Op]:
+    merged: dict[tuple[str, tuple[tuple[str, Any], ...]], dict[str, int]] = {}
+    for op in ops:
+        deltas = merged.setdefault((op.table, tuple(op.key.items())), {})
+        for c, v in op.deltas.items():
+            deltas[c] = deltas.get(c, 0) + v
+    return [Add(table, dict(key), deltas) for (table, key), deltas in merged.items()]
