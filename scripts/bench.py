@@ -353,7 +353,7 @@ def server(
         deadline = time.monotonic() + 60
         # Every process started, and /liveness answers: one uvicorn process logs its start-up
         # before it binds the socket, so the first request can still be refused.
-        while log.read_text().count(STARTED) < processes or not _answers(base, "/liveness"):
+        while log.read_text().count(STARTED) < processes or not answers(base, "/liveness"):
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
@@ -361,19 +361,25 @@ def server(
             time.sleep(0.05)
         yield base
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_group(proc)
+
+
+def stop_group(proc: subprocess.Popen[bytes], timeout: float = 15) -> None:
+    """SIGTERM the process group `proc` leads, SIGKILL it if it is still there after
+    `timeout` seconds."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 STARTED = "Application startup complete"
 
 
-def _answers(base: str, path: str) -> bool:
+def answers(base: str, path: str) -> bool:
     """GET `path` of `base` answers 200 (False while nothing listens yet): the SDK's transport,
     once, no retries."""
     transport = HttpTransport(base, timeout=2)

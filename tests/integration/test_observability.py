@@ -19,6 +19,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from jobnik.scripts.bench import answers, stop_group
+
 from .conftest import free_port
 from .otlp_receiver import Received, Span, receiving
 from .test_server_processes import POSTGRES_ONLY
@@ -65,27 +67,14 @@ def jobnik_serve(
         deadline = time.monotonic() + 60
         while True:
             started = {e["process"] for e in json_lines(log_path) if e["message"] == STARTED}
-            if len(started) >= workers and _answers(url):
+            if len(started) >= workers and answers(url, "/liveness"):
                 break
             assert proc.poll() is None, log_path.read_text()[-3000:]
             assert time.monotonic() < deadline, log_path.read_text()[-3000:]
             time.sleep(0.05)
         yield url, log_path, proc
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/liveness", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+        stop_group(proc, 20)
 
 
 def served_by(log_path: Path, route: str) -> list[int]:
