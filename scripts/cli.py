@@ -159,6 +159,9 @@ def worker_run(
     except (ValueError, ImportError, AttributeError) as exc:
         typer.echo(f"cannot load handler: {exc}", err=True)
         raise typer.Exit(2) from exc
+    except RuntimeError as exc:  # e.g. traces asked for without OpenTelemetry installed
+        typer.echo(f"cannot start: {exc}", err=True)
+        raise typer.Exit(2) from exc
 
 
 def _entries(job_id: str) -> Iterator[Entry]:
