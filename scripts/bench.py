@@ -14,7 +14,8 @@ Figures (`--only NAME,...`; all by default), per backend:
            transactions' latencies for the latency lines).
   observe  The HTTP lifecycle at the largest K with telemetry off, with metrics, with metrics and
            request logs, and with metrics and traces (scripts/bench_observe.py). tasks/s of each
-           against telemetry off; the goal: metrics cost at most 5 %.
+           against telemetry off; and a request's server CPU with metrics off and on, in
+           process, by turns. The goals: metrics cost at most 5 % of each.
   bulk     Bulk creation: N tasks through `Jobnik.add_tasks` in batches of 1,000. tasks/s.
            Floor: the same rows (the event row and the read-model rows TaskCreated writes, copied
            from a task the engine created) as multi-row INSERTs, a transaction per batch.

@@ -1,6 +1,8 @@
 """The HTTP lifecycle with telemetry off, with metrics, with metrics and request logs, and with
 metrics and traces too: the cost of each, side by side in one run (`jobnik bench --only
-observe`).
+observe`). Beside it, the server CPU time of one request with metrics off and on, measured in
+this process by turns: on a machine shared with other work, throughput moves by more than
+metrics cost, and CPU time per request much less.
 
 Each variant serves from its own server processes (scripts/bench.py's `server`) with the same K
 SDK worker processes draining a stage of its own; the rounds run the variants in turn (every
@@ -12,15 +14,19 @@ sampled (the default): the most a trace costs the server.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import statistics
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from jobnik.api.main import app_from_env
 from jobnik.api.telemetry.logs import log_config
-from jobnik.domain.application import Jobnik
+from jobnik.domain.application import Jobnik, NewTask
 
 if TYPE_CHECKING:
     from jobnik.scripts.bench import Ctx
@@ -58,6 +64,22 @@ def trace_sink() -> Iterator[str]:
 
 def fig_observe(ctx: Ctx) -> None:
     from jobnik.scripts.bench import engine, populate, run_http_workers, say, server
+
+    cpu_off, cpu_on = cpu_per_request(ctx, ctx.sizes.observe_rounds * 10)
+    ctx.add(
+        "server CPU per request, metrics",
+        cpu_on,
+        cpu_off,
+        "us",
+        higher_is_better=False,
+        floor_name="the same, metrics off",
+        note="GET /v1/tasks/{taskId} through the whole ASGI app, in process, by turns",
+    )
+    ctx.goal(
+        "metrics cost <= 5% of a request's server CPU",
+        cpu_on <= cpu_off * 1.05,
+        f"{cpu_on - cpu_off:+.1f} us on {cpu_off:.0f} us ({cpu_on / cpu_off - 1:+.1%})",
+    )
 
     n, k, rounds = ctx.sizes.http_tasks, max(ctx.sizes.http_ks), ctx.sizes.observe_rounds
     processes = ctx.api_processes if ctx.backend == "postgres" else 1
@@ -106,3 +128,59 @@ def fig_observe(ctx: Ctx) -> None:
         f"metrics {cost:.1%}; with request logs {1 - best[LOGS] / off:.1%}; "
         f"with traces {1 - best[TRACES] / off:.1%}",
     )
+
+
+def cpu_per_request(ctx: Ctx, turns: int, per_turn: int = 500) -> tuple[float, float]:
+    """Median server CPU microseconds of GET /v1/tasks/{taskId} with metrics off and on: two
+    apps over the same database, called in turns (order alternating), `per_turn` requests
+    each, straight through their ASGI stacks (no sockets, no client)."""
+    from jobnik.scripts.bench import engine, populate
+
+    assert ctx.url is not None
+    with engine(ctx.url) as store:
+        commands = Jobnik(store)
+        stage = populate(commands, "observe-cpu", 0)
+        task_id = commands.add_tasks(stage.id, [NewTask(data={})])[0].id
+    env = {"JOBNIK_DATABASE_URL": ctx.url, "JOBNIK_SWEEP_INTERVAL": "0"}
+    env["JOBNIK_CATCHUP_INTERVAL"] = "0"
+    apps = {on: app_from_env({**env, "JOBNIK_METRICS": str(on).lower()}) for on in (False, True)}
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for turn in range(turns):
+        for on in (False, True) if turn % 2 == 0 else (True, False):
+            times[on].append(asyncio.run(_cpu_of(apps[on], f"/v1/tasks/{task_id}", per_turn)))
+    for app in apps.values():
+        app.state.store.close()
+    return statistics.median(times[False]), statistics.median(times[True])
+
+
+async def _cpu_of(app: Any, path: str, n: int) -> float:
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"bench")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    statuses: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    started = time.process_time()
+    for _ in range(n):
+        await app(dict(scope), receive, send)
+    spent = time.process_time() - started
+    if set(statuses) != {200}:
+        raise RuntimeError(f"GET {path} answered {sorted(set(statuses))}")
+    return spent / n * 1e6
