@@ -1,10 +1,11 @@
 """The HTTP lifecycle with telemetry off, with metrics, with metrics and request logs, and with
 metrics and traces too: the cost of each, side by side in one run (`jobnik bench --only
 observe`). Beside it, the server CPU time of one request with metrics off and on, measured in
-this process by turns: on a machine shared with other work, throughput moves by more than
-metrics cost, and CPU time per request much less.
+this process by turns on one app: on a machine shared with other work, throughput moves by
+more than metrics cost, and CPU time per request much less.
 
-Each variant serves from its own server processes (scripts/bench.py's `server`) with the same K
+Each variant serves from its own server processes (scripts/bench.py's `server`; several of
+them share a metrics directory, as under `jobnik serve --workers N`) with the same K
 SDK worker processes draining a stage of its own; the rounds run the variants in turn (every
 other round in reverse order), so drift on a shared machine spreads over all of them, and each
 figure is its best round. Traces
@@ -24,8 +25,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from jobnik.api.main import app_from_env
+from jobnik.api.telemetry.access import RequestTelemetry
 from jobnik.api.telemetry.logs import log_config
 from jobnik.domain.application import Jobnik, NewTask
+from jobnik.scripts.serve import metrics_directory
 
 if TYPE_CHECKING:
     from jobnik.scripts.bench import Ctx
@@ -72,8 +75,8 @@ def fig_observe(ctx: Ctx) -> None:
         "us",
         higher_is_better=False,
         floor_name="the same, metrics off",
-        note="GET /v1/tasks/{taskId} through the whole ASGI app, in process, least of "
-        f"{ctx.sizes.observe_rounds * 10} turns each",
+        note="GET /v1/tasks/{taskId} through the whole ASGI app, in process, metrics on and "
+        f"off by turns, least of {ctx.sizes.observe_rounds * 10} turns each",
     )
     ctx.goal(
         "metrics cost <= 5% of a request's server CPU",
@@ -105,7 +108,10 @@ def fig_observe(ctx: Ctx) -> None:
                 i = VARIANTS.index(name)
                 env, args = setups[name]
                 log = ctx.tmp / f"observe-{r}-{i}.log"
-                with server(url, log, processes, env, args) as base:
+                with (
+                    metrics_directory(processes, None) as shared,  # as `jobnik serve` does
+                    server(url, log, processes, _shared(env, shared), args) as base,
+                ):
                     seconds, dequeue, _ = run_http_workers(base, f"observe-{r}-{i}", k)
                 rate = len(dequeue) / seconds
                 say(f"# {ctx.backend} observe round {r + 1}, {name}: {rate:,.1f} tasks/s")
@@ -131,10 +137,11 @@ def fig_observe(ctx: Ctx) -> None:
 
 
 def cpu_per_request(ctx: Ctx, turns: int, per_turn: int = 500) -> tuple[float, float]:
-    """Server CPU microseconds of GET /v1/tasks/{taskId} with metrics off and on: two apps over
-    the same database, called in turns (order alternating), `per_turn` requests each, straight
-    through their ASGI stacks (no sockets, no client); each app's least turn, the one other
-    work on the machine disturbed least."""
+    """Server CPU microseconds of GET /v1/tasks/{taskId} with metrics off and on: one app,
+    called straight through its ASGI stack (no sockets, no client) in turns, `per_turn`
+    requests each, its request middleware recording metrics every other turn (order
+    alternating). One app, so the two sides share connections and memory: two apps differ by
+    more than metrics cost. Each side's least turn, the one other work disturbed least."""
     from jobnik.scripts.bench import engine, populate
 
     assert ctx.url is not None
@@ -143,15 +150,31 @@ def cpu_per_request(ctx: Ctx, turns: int, per_turn: int = 500) -> tuple[float, f
         stage = populate(commands, "observe-cpu", 0)
         task_id = commands.add_tasks(stage.id, [NewTask(data={})])[0].id
     env = {"JOBNIK_DATABASE_URL": ctx.url, "JOBNIK_SWEEP_INTERVAL": "0"}
-    env["JOBNIK_CATCHUP_INTERVAL"] = "0"
-    apps = {on: app_from_env({**env, "JOBNIK_METRICS": str(on).lower()}) for on in (False, True)}
+    app = app_from_env({**env, "JOBNIK_CATCHUP_INTERVAL": "0"})
+    path = f"/v1/tasks/{task_id}"
+    asyncio.run(_cpu_of(app, path, 1))  # builds the middleware stack
+    middleware = _request_telemetry(app.middleware_stack)
     times: dict[bool, list[float]] = {False: [], True: []}
-    for turn in range(turns):
-        for on in (False, True) if turn % 2 == 0 else (True, False):
-            times[on].append(asyncio.run(_cpu_of(apps[on], f"/v1/tasks/{task_id}", per_turn)))
-    for app in apps.values():
+    try:
+        for turn in range(turns):
+            for on in (False, True) if turn % 2 == 0 else (True, False):
+                middleware.metrics = on
+                times[on].append(asyncio.run(_cpu_of(app, path, per_turn)))
+    finally:
         app.state.store.close()
     return min(times[False]), min(times[True])
+
+
+def _shared(env: dict[str, str], directory: str | None) -> dict[str, str]:
+    """`env` with the metrics directory several server processes share, when they are several."""
+    return env if directory is None else {**env, "PROMETHEUS_MULTIPROC_DIR": directory}
+
+
+def _request_telemetry(stack: Any) -> RequestTelemetry:
+    """The RequestTelemetry middleware in an app's middleware stack."""
+    while not isinstance(stack, RequestTelemetry):
+        stack = stack.app
+    return stack
 
 
 async def _cpu_of(app: Any, path: str, n: int) -> float:
