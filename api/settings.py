@@ -8,10 +8,10 @@ Nothing below the entry points reads `os.environ`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 
 from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS
 from jobnik.projections.store.config import library_env
@@ -53,6 +53,15 @@ class Settings(BaseSettings):
     rebuild_processes: int | None = Field(
         None, ge=1, description="processes a PostgreSQL rebuild replays with (default: CPUs)"
     )
+    auth: Literal["tokens", "off"] | None = Field(
+        None,
+        description="access control: tokens (a bearer token on every request), off (none); "
+        "unset: tokens once any token has been issued, open before that (docs/security.md)",
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="origins browsers may call the API from, comma-separated (none by default)",
+    )
     metrics: bool = Field(True, description="serve GET /metrics and record the HTTP metrics")
     log_format: Literal["text", "json"] = Field(
         "text", description="`jobnik serve`'s log lines: readable text, or one JSON object each"
@@ -84,6 +93,13 @@ class Settings(BaseSettings):
         False, validation_alias="OTEL_SDK_DISABLED", description="true: no traces at all"
     )
 
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [o.strip() for o in value.split(",") if o.strip()]
+        return value
+
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         """The settings `env` holds, and the defaults for the rest (the process environment is
@@ -101,9 +117,11 @@ class Settings(BaseSettings):
         own names), for child processes and library settings."""
         fields = type(self).model_fields
         return {
-            _variable(name, fields[name].validation_alias): str(value)
+            _variable(name, fields[name].validation_alias): (
+                ",".join(value) if isinstance(value, list) else str(value)
+            )
             for name, value in self.model_dump().items()
-            if value is not None
+            if value is not None and value != []
         }
 
 

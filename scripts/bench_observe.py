@@ -25,8 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from jobnik.api.main import app_from_env
-from jobnik.api.telemetry.access import RequestTelemetry
 from jobnik.api.telemetry.logs import log_config
+from jobnik.api.telemetry.requests import RequestTelemetry
 from jobnik.domain.application import Jobnik, NewTask
 from jobnik.scripts.serve import metrics_directory
 

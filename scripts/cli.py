@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from jobnik.scripts.durations import parse_duration
 from jobnik.scripts.projections_cli import open_store, projections
+from jobnik.scripts.tokens_cli import tokens
 
 if TYPE_CHECKING:
     from jobnik.projections.queries.audit import Entry
@@ -25,20 +26,7 @@ app.add_typer(history, name="history")
 app.add_typer(worker, name="worker")
 jobs = typer.Typer(help="Maintenance of jobs and tasks.", no_args_is_help=True)
 app.add_typer(jobs, name="jobs")
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str) -> timedelta:
-    """'90', '90s', '15m', '2h' or '1d' as a timedelta."""
-    number, unit = (text[:-1], text[-1]) if text and text[-1] in _UNITS else (text, "s")
-    try:
-        value = float(number)
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a duration like 90s, 15m, 2h or 1d") from None
-    if value < 0:
-        raise typer.BadParameter("a duration cannot be negative")
-    return timedelta(seconds=value * _UNITS[unit])
+app.add_typer(tokens, name="tokens")
 
 
 @jobs.command("redispatch")
@@ -68,19 +56,40 @@ def serve(
     host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8080,
     workers: Annotated[int, typer.Option(help="API processes (PostgreSQL only for >1)")] = 1,
+    ssl_certfile: Annotated[
+        str | None, typer.Option(help="serve HTTPS with this PEM certificate (chain)")
+    ] = None,
+    ssl_keyfile: Annotated[
+        str | None, typer.Option(help="the certificate's PEM private key")
+    ] = None,
 ) -> None:
     """Start the HTTP API (SQLite file ./jobnik.db unless JOBNIK_DATABASE_URL is set).
 
-    Logs one line per request (JSON lines with JOBNIK_LOG_FORMAT=json); with --workers N > 1 the
+    Off loopback it refuses to run open: create a token first, or set JOBNIK_AUTH=off. Logs
+    one line per request (JSON lines with JOBNIK_LOG_FORMAT=json); with --workers N > 1 the
     processes share their metrics through a PROMETHEUS_MULTIPROC_DIR made for the run."""
     import uvicorn
 
+    from jobnik.api.access import check_exposure
     from jobnik.api.settings import Settings
     from jobnik.api.telemetry.logs import log_config
+    from jobnik.domain.errors import Exposed
+    from jobnik.projections.queries.tokens import TokenViews
     from jobnik.scripts.serve import metrics_directory
 
+    if (ssl_certfile is None) != (ssl_keyfile is None):
+        raise typer.BadParameter("--ssl-certfile and --ssl-keyfile go together")
     settings = Settings()
-    open_store().close()  # create or upgrade the schema once, before any worker starts
+    store = open_store()  # create or upgrade the schema once, before any worker starts
+    try:
+        any_token = bool(TokenViews(store).all())
+    finally:
+        store.close()
+    try:
+        check_exposure(settings.auth, host, any_token)
+    except Exposed as exc:
+        typer.echo(f"jobnik serve: {exc.message}", err=True)
+        raise typer.Exit(2) from None
     with metrics_directory(workers, settings.prometheus_multiproc_dir) as directory:
         if directory is not None:  # read by the workers' metrics library and their settings
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
@@ -92,6 +101,8 @@ def serve(
             workers=workers,
             log_config=log_config(settings.log_format),
             access_log=False,  # the app's own access line (request id, route, ids) replaces it
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
         )
 
 
@@ -134,6 +145,15 @@ def worker_run(
     metrics_host: Annotated[str, typer.Option(help="interface the metrics port binds")] = (
         "127.0.0.1"
     ),
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="JOBNIK_TOKEN",
+            help="bearer token for an API with access control (better: env JOBNIK_TOKEN, which "
+            "other users cannot read from the process list)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Dequeue and handle tasks of one stage type until SIGTERM/SIGINT (then drain).
 
@@ -155,6 +175,7 @@ def worker_run(
             metrics_port=metrics_port,
             metrics_host=metrics_host,
             env=os.environ,
+            token=token,
         )
     except (ValueError, ImportError, AttributeError) as exc:
         typer.echo(f"cannot load handler: {exc}", err=True)
@@ -204,9 +225,10 @@ def replay(job_id: Annotated[str, typer.Argument(help="the job's id")]) -> None:
         status = e.payload.get("status") or e.payload.get("previous")
         if status and not details:
             details = str(status)
+        actor = f"{e.actor} ({e.actor_role})" if e.actor_role else e.actor
         typer.echo(
             f"{e.position:>7}  {e.time.isoformat(timespec='milliseconds'):<29}  {e.entity:<6}  "
-            f"{str(e.entity_id)[:8]:<8}  {e.type:<24}  {e.actor:<6}  {details}"
+            f"{str(e.entity_id)[:8]:<8}  {e.type:<24}  {actor:<6}  {details}"
         )
 
 

@@ -54,6 +54,7 @@ def run_worker(
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
     env: Mapping[str, str] | None = None,
+    token: str | None = None,
     out: TextIO = sys.stderr,
     make_worker: Callable[..., Worker] = Worker,
 ) -> Worker:
@@ -69,6 +70,7 @@ def run_worker(
         stage_type,
         load_handler(spec),
         base_url=api_url,
+        token=token,
         concurrency=concurrency,
         heartbeat_interval=heartbeat_interval,
         grace_period=grace_period,

@@ -54,9 +54,17 @@ class HttpTransport:
 
     Connection failures raise `TransportError(sent=False)`: the request never left. Any other
     failure (a timeout waiting for the answer, a dropped connection) is `sent=True`: the server
-    may have acted on it. Nothing is retried here (`JobnikClient` decides)."""
+    may have acted on it. Nothing is retried here (`JobnikClient` decides). `token`: sent as
+    `Authorization: Bearer` on every request (never logged)."""
 
-    def __init__(self, base_url: str, *, timeout: float = 30.0, pool_size: int = 10) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 30.0,
+        pool_size: int = 10,
+        token: str | None = None,
+    ) -> None:
         url = urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -65,6 +73,8 @@ class HttpTransport:
         # (a port always: http.client reads a bare IPv6 host's last group as one)
         self.host, self.port = url.hostname, url.port or (443 if self.https else 80)
         self.timeout, self.pool_size = timeout, pool_size
+        auth = {"Authorization": f"Bearer {token}"} if token else {}
+        self._headers, self._body_headers = {**HEADERS, **auth}, {**BODY_HEADERS, **auth}
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -97,7 +107,7 @@ class HttpTransport:
         conn.close()
 
     def __call__(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
-        headers = HEADERS if body is None else BODY_HEADERS
+        headers = self._headers if body is None else self._body_headers
         if not tracing.in_trace():
             return self._send(method, path, body, headers)
         headers = dict(headers)  # + traceparent, under a client span
@@ -173,7 +183,8 @@ class JobnikClient:
     Connection errors and 502/503/504 are retried (`retries` times, exponential backoff with
     jitter); any other error status raises `ApiError` with the body's `code` and `message`, and a
     request that got no answer raises `TransportError`. `pool_size`: connections kept open (one
-    per thread that calls at once). `transport`: another way to send (tests fake the server
+    per thread that calls at once). `token`: the bearer token a server with access control
+    wants (`jobnik tokens create`). `transport`: another way to send (tests fake the server
     with one). `observe(method, status_code, retried, seconds)`, when set, is told of every
     request once it ended (status_code "error" when no answer came)."""
 
@@ -184,11 +195,12 @@ class JobnikClient:
         timeout: float = 30.0,
         retries: int = 3,
         pool_size: int = 10,
+        token: str | None = None,
         transport: Transport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.transport: Transport = transport or HttpTransport(
-            self.base_url, timeout=timeout, pool_size=pool_size
+            self.base_url, timeout=timeout, pool_size=pool_size, token=token
         )
         self.retries = retries
         self.observe: Callable[[str, str, bool, float], None] | None = None

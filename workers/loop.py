@@ -85,6 +85,7 @@ class Worker:
         handler: Handler,
         *,
         base_url: str | None = None,
+        token: str | None = None,
         client: JobnikClient | None = None,
         concurrency: int = 1,
         heartbeat_interval: float = 10.0,
@@ -96,7 +97,7 @@ class Worker:
         if client is None:
             if base_url is None:
                 raise ValueError("give base_url or client")
-            client = JobnikClient(base_url, pool_size=concurrency + 2)  # + heartbeats
+            client = JobnikClient(base_url, pool_size=concurrency + 2, token=token)  # + heartbeats
         self.metrics = WorkerMetrics(stage_type, registry)
         if client.observe is None:
             client.observe = self.metrics.http

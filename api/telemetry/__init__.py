@@ -1,5 +1,5 @@
 """What the server tells its operators: Prometheus metrics (metrics.py), one structured log line
-per request (access.py, logs.py), and OpenTelemetry traces (tracing.py, commands.py)."""
+per request (requests.py, logs.py), and OpenTelemetry traces (tracing.py, commands.py)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 from uuid import UUID
 
-from jobnik.api.telemetry.access import note_touched
+from jobnik.api.telemetry.requests import note_touched
 from jobnik.domain.application import Jobnik
 from jobnik.domain.errors import DatabaseError, JobnikError
 from jobnik.domain.jobs import Job

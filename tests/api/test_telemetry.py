@@ -24,7 +24,7 @@ from jobnik.domain.application import Jobnik
 from jobnik.projections.queries.views import Views
 from jobnik.projections.store.base import SqlStore
 
-from .conftest import TRACE, Api
+from .conftest import TRACE, Api, Secured
 
 DURATION = "http_request_duration_seconds"
 
@@ -192,6 +192,23 @@ def test_log_lines_hold_no_secrets_and_no_bodies(
     for leak in (secret, payload, "q-secret-value", "password"):
         assert leak not in written
     assert json.loads(formatter.format(created))["route"] == "/v1/jobs"
+
+
+def test_with_access_control_a_line_names_the_token_and_a_scrape_needs_one(
+    secured: Secured, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="jobnik.access")
+    bearer = secured.bearers["reader"]
+
+    listed = secured.call(bearer, "GET", "/v1/jobs")
+    anonymous = secured.anonymous("GET", "/metrics")
+    scraped = secured.call(bearer, "GET", "/metrics")
+
+    lines = access_lines(caplog)
+    written = "".join(JsonFormatter(JSON_FIELDS).format(line) for line in lines)
+    assert (listed.status_code, anonymous.status_code, scraped.status_code) == (200, 401, 200)
+    assert lines[0].principal == "the-reader"  # type: ignore[attr-defined]
+    assert bearer.split(".", 1)[1] not in written
 
 
 def test_scrapes_are_not_logged(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:

@@ -2,9 +2,10 @@
 
 It times the request, records it in `http_request_duration_seconds` under its route template
 (and `http_requests_in_flight` while it runs), and logs one line on the `jobnik.access` logger:
-request id, method, route template, status, duration, and the job, stage and task ids the
-request touched (its path parameters, and the ids of what its command returned, which
-`note_touched` records). Never headers, query strings or bodies: tokens and payloads stay out.
+request id, method, route template, status, duration, the token's name when access control is
+on, and the job, stage and task ids the request touched (its path parameters, and the ids of
+what its command returned, which `note_touched` records). Never headers, query strings or
+bodies: tokens and payloads stay out.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Final
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobnik.api.middleware import request_id
+from jobnik.api.permissions import PRINCIPAL_KEY
 from jobnik.api.telemetry.metrics import HTTP_REQUEST_DURATION, HTTP_REQUESTS_IN_FLIGHT, UNMATCHED
 
 access_log = logging.getLogger("jobnik.access")
@@ -85,6 +87,9 @@ def _log(scope: Scope, route: str, status: int, elapsed: float, touched: dict[st
         "status": status,
         "duration_ms": round(elapsed * 1000, 3),
     }
+    principal = scope.get(PRINCIPAL_KEY)
+    if principal is not None:
+        fields["principal"] = principal.name
     for param, value in (scope.get("path_params") or {}).items():
         if param in ID_PARAMS:
             fields[ID_PARAMS[param]] = str(value)
@@ -96,4 +101,4 @@ def _log(scope: Scope, route: str, status: int, elapsed: float, touched: dict[st
     )
 
 
-_TEXT_FIELDS: Final = ("request_id", *ID_PARAMS.values(), "task_count")
+_TEXT_FIELDS: Final = ("request_id", "principal", *ID_PARAMS.values(), "task_count")
