@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from jobnik.api.idempotency import IdempotencyKeys, fingerprint
 from jobnik.api.settings import Settings
+from jobnik.api.telemetry.tracing import current_traceparent
 from jobnik.domain.application import NO_TRACE, Jobnik
 from jobnik.domain.errors import InvalidRequest
 from jobnik.projections.queries.audit import Audit
@@ -55,7 +56,11 @@ ViewsDep = Annotated[Views, Depends(get_views)]
 
 
 async def incoming_trace(request: Request) -> tuple[str, str | None]:
-    """The caller's W3C trace context, used when the body names none."""
+    """The trace context a created entity stores when the body names none: the
+    request's own span when the server traces, else the caller's W3C headers."""
+    traced = current_traceparent()
+    if traced is not None:
+        return traced
     parent = request.headers.get("traceparent")
     if parent is None or not TRACEPARENT_RE.match(parent):
         return NO_TRACE, None

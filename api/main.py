@@ -17,9 +17,14 @@ from jobnik.api.limits import InputGate, Limits
 from jobnik.api.middleware import RequestIds, RequestPositions
 from jobnik.api.openapi import document_errors
 from jobnik.api.permissions import document_security
-from jobnik.api.routes import catchup, health, history, jobs, stages, tasks, tokens
+from jobnik.api.routes import catchup, health, history, jobs, metrics, stages, tasks, tokens
 from jobnik.api.settings import Settings
 from jobnik.api.sweeper import Sweeper
+from jobnik.api.telemetry import Telemetry
+from jobnik.api.telemetry.commands import ObservedCommands
+from jobnik.api.telemetry.metrics import ServerMetrics
+from jobnik.api.telemetry.requests import RequestTelemetry
+from jobnik.api.telemetry.tracing import instrument_app, instrument_database, provider_from
 from jobnik.api.waiters import Waiters
 from jobnik.domain.application import Jobnik
 from jobnik.domain.errors import StoreInUse
@@ -69,11 +74,13 @@ def create_app(
     idempotency: IdempotencyKeys | None = None,
     access: Access | None = None,
     settings: Settings | None = None,
+    telemetry: Telemetry | None = None,
     **fastapi: Any,
 ) -> FastAPI:
     """The v1 API over `jobnik` (commands) and `views` (queries), limited by `settings`;
     `access` decides who a request is (default: tokens once any exists in the store, as with
-    JOBNIK_AUTH unset)."""
+    JOBNIK_AUTH unset); `telemetry` what it records (default: metrics and request logs, no
+    traces)."""
     settings = settings if settings is not None else Settings.from_env({})
     app = FastAPI(
         title="jobnik",
@@ -82,7 +89,11 @@ def create_app(
         openapi_tags=TAGS,
         **fastapi,
     )
-    app.state.jobnik, app.state.views, app.state.settings = jobnik, views, settings
+    telemetry = telemetry if telemetry is not None else Telemetry()
+    if telemetry.provider is not None:
+        telemetry.tracer = instrument_app(app, telemetry.provider)
+    app.state.telemetry, app.state.settings = telemetry, settings
+    app.state.jobnik, app.state.views = ObservedCommands(jobnik, telemetry.tracer), views
     app.state.audit = audit if audit is not None else Audit(views.store)
     app.state.catchup = (
         catchup_views
@@ -98,7 +109,8 @@ def create_app(
     )
     app.state.waiters = Waiters(views.store, settings.max_waiters, settings.min_position_wait)
     errors.install(app)
-    for module in (jobs, stages, tasks, history, catchup, tokens, health):
+    modules = (jobs, stages, tasks, history, catchup, tokens, health)
+    for module in (*modules, metrics) if telemetry.metrics is not None else modules:
         # The routes themselves, not `include_router`: FastAPI keeps an included router as a
         # nested one, which it matches twice per request and whose route list it re-walks for
         # changes each time (0.2 ms of CPU per request here). Each route already carries its
@@ -112,7 +124,8 @@ def create_app(
     app.add_middleware(InputGate, limits=Limits.of(settings))
     app.add_middleware(Authenticate, access=app.state.access)  # before any body is read
     app.add_middleware(RequestPositions)
-    app.add_middleware(RequestIds)
+    app.add_middleware(RequestTelemetry, metrics=telemetry.metrics is not None)
+    app.add_middleware(RequestIds)  # the request id is set while the others run
     if settings.cors_origins:  # outermost: a browser's preflight carries no token
         app.add_middleware(
             CORSMiddleware,
@@ -175,6 +188,12 @@ def app_from_env(env: Mapping[str, str]) -> FastAPI:
 
 def app_from_settings(settings: Settings) -> FastAPI:
     """Open the configured store, migrate it, and serve it."""
+    metrics_dir = settings.prometheus_multiproc_dir
+    telemetry = Telemetry(
+        ServerMetrics(metrics_dir) if settings.metrics else None, provider_from(settings)
+    )
+    if telemetry.provider is not None:
+        instrument_database(telemetry.provider)  # before the store opens its connections
     store = SqlStore(settings.library_env())
     try:
         store.claim_server()
@@ -205,6 +224,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
         if sweeper:
             sweeper.stop()
         store.close()
+        telemetry.close()
 
     app = create_app(
         jobnik,
@@ -213,6 +233,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
         idempotency=keys,
         access=Access(settings.auth, TokenTable(TokenViews(store).all)),
         settings=settings,
+        telemetry=telemetry,
         lifespan=lifespan,
     )
     app.state.store, app.state.sweeper, app.state.catchup_runner = store, sweeper, runner
