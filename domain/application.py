@@ -11,10 +11,11 @@ from uuid import UUID, uuid4
 from jobnik.domain.errors import InvalidRequest, ParentTaskNotRunning
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Session
+from jobnik.domain.reruns import RerunCommands
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import Actor, JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.domain.work import NO_TRACE, WorkCommands, command, utcnow
+from jobnik.domain.work import NO_TRACE, command, utcnow
 
 __all__ = ["NO_TRACE", "Jobnik", "NewJob", "NewStage", "NewTask", "utcnow"]
 
@@ -52,8 +53,9 @@ class NewTask:
     tracestate: str | None = None
 
 
-class Jobnik(WorkCommands):
-    """The Jobnik contract's commands (jobnik-rules.md §3-§7 with §20), one transaction each."""
+class Jobnik(RerunCommands):
+    """The Jobnik contract's commands (jobnik-rules.md §3-§7 with §20), one transaction each;
+    the worker's (WorkCommands) and the operator's reruns (RerunCommands) besides."""
 
     # -- jobs -----------------------------------------------------------------------------
 
@@ -99,12 +101,13 @@ class Jobnik(WorkCommands):
         return job
 
     @command
-    def set_job_status(self, job_id: UUID, target: JobStatus) -> Job:
-        """PENDING (resume/start), PAUSED or ABORTED; abort cascades (rules §20 #4)."""
+    def set_job_status(self, job_id: UUID, target: JobStatus, reason: str | None = None) -> Job:
+        """PENDING (resume/start), PAUSED or ABORTED; abort cascades (rules §20 #4). `reason`
+        is recorded on the job's event."""
         now = self.clock()
         with self._write() as s:
             job = s.job(job_id)
-            job.request_status(target, now)
+            job.request_status(target, now, reason)
             if target in (JobStatus.PAUSED, JobStatus.ABORTED):
                 s.hold_queue(job.id)  # its queued tasks stop being dequeueable
             if target is not JobStatus.ABORTED:
@@ -129,11 +132,11 @@ class Jobnik(WorkCommands):
             self._abort_contents(s, child, now)
 
     @command
-    def change_priority(self, job_id: UUID, priority: Priority) -> bool:
+    def change_priority(self, job_id: UUID, priority: Priority, reason: str | None = None) -> bool:
         """False when the job already has that priority (the API answers 204)."""
         with self._write() as s:
             job = s.job(job_id)
-            changed = job.change_priority(priority, self.clock())
+            changed = job.change_priority(priority, self.clock(), reason)
             if changed:
                 s.hold_queue(job.id)  # its queued tasks are re-ranked
             s.save(job)
@@ -148,11 +151,11 @@ class Jobnik(WorkCommands):
         return job
 
     @command
-    def delete_job(self, job_id: UUID) -> None:
+    def delete_job(self, job_id: UUID, reason: str | None = None) -> None:
         """Remove a final job from every read model; its events stay (rules §20 #8)."""
         with self._write() as s:
             job = s.job(job_id)
-            job.delete(self.clock())
+            job.delete(self.clock(), reason)
             s.save(job)
 
     # -- stages ---------------------------------------------------------------------------

@@ -196,13 +196,22 @@ def _ended_job(status: JobStatus) -> tuple[Job, Any]:
     return job, only_event(job)
 
 
-@pytest.mark.parametrize("status", [JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.ABORTED])
+@pytest.mark.parametrize("status", [JobStatus.COMPLETED, JobStatus.ABORTED])
 def test_a_job_that_ends_leaves_the_queue(status: JobStatus) -> None:
     job, event = _ended_job(status)
 
     assert entity_ops(event, POSITION) == [
         Update(JOBS, {"id": job.id}, stamp(event, status=status.value, end_time=at(5))),
         Delete(QUEUE, {"job_id": job.id}),
+    ]
+
+
+def test_a_failed_job_closes_its_queued_tasks_for_a_rerun() -> None:
+    job, event = _ended_job(JobStatus.FAILED)
+
+    assert entity_ops(event, POSITION) == [
+        Update(JOBS, {"id": job.id}, stamp(event, status="FAILED", end_time=at(5))),
+        Update(QUEUE, {"job_id": job.id}, {"job_open": False}),
     ]
 
 
@@ -310,13 +319,22 @@ def _ended_stage(status: str) -> tuple[Stage, Any]:
     return stage, only_event(stage)
 
 
-@pytest.mark.parametrize("status", ["COMPLETED", "FAILED", "ABORTED"])
+@pytest.mark.parametrize("status", ["COMPLETED", "ABORTED"])
 def test_a_stage_that_ends_leaves_the_queue(status: str) -> None:
     stage, event = _ended_stage(status)
 
     assert entity_ops(event, POSITION) == [
         Update(STAGES, {"id": stage.id}, stamp(event, status=status, end_time=at(5))),
         Delete(QUEUE, {"stage_id": stage.id}),
+    ]
+
+
+def test_a_failed_stage_closes_its_queued_tasks_for_a_rerun() -> None:
+    stage, event = _ended_stage("FAILED")
+
+    assert entity_ops(event, POSITION) == [
+        Update(STAGES, {"id": stage.id}, stamp(event, status="FAILED", end_time=at(5))),
+        Update(QUEUE, {"stage_id": stage.id}, {"stage_open": False}),
     ]
 
 
