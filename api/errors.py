@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from jobnik.api.schemas import ErrorBody
 from jobnik.domain.errors import (
     DatabaseError,
     IdempotencyKeyReused,
@@ -59,6 +60,24 @@ def status_for(route: str | None, exc: JobnikError) -> int:
         if cls in HTTP_STATUS:
             return HTTP_STATUS[cls]
     return 500
+
+
+def error_answers(
+    *errors: type[JobnikError] | tuple[type[JobnikError], str],
+) -> dict[int | str, dict[str, Any]]:
+    """A route's documented error answers (its OpenAPI `responses`): for each HTTP status, the
+    `code`s the route answers with it and what each means (the error's own message, or the
+    text paired with it)."""
+    by_status: dict[int, list[str]] = {}
+    for item in errors:
+        cls, meaning = item if isinstance(item, tuple) else (item, None)
+        exc = cls()
+        line = f"- `{exc.code}`: {meaning or exc.message}"
+        by_status.setdefault(status_for(None, exc), []).append(line)
+    return {
+        status: {"model": ErrorBody, "description": "\n".join(lines)}
+        for status, lines in sorted(by_status.items())
+    }
 
 
 def error_response(status: int, message: str, code: str, **headers: str) -> JSONResponse:

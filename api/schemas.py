@@ -108,10 +108,6 @@ class CreateTask(Traced):
     max_attempts: Annotated[int, Field(ge=1)] = 3
 
 
-class JobStatusChange(ApiModel):
-    status: Literal[JobStatus.PENDING, JobStatus.PAUSED, JobStatus.ABORTED]
-
-
 class StageStatusChange(ApiModel):
     status: Literal[StageStatus.PENDING]
 
@@ -160,10 +156,6 @@ class LogLineOut(OutModel):
 
 class Appended(OutModel):
     appended: int
-
-
-class PriorityChange(ApiModel):
-    priority: Priority
 
 
 # -- responses ----------------------------------------------------------------------------

@@ -60,15 +60,18 @@ def _start(after: int, last_event_id: str | None) -> int:
 async def _stream(
     request: Request, read: Callable[[int], Page], after: int, until_terminal: bool
 ) -> AsyncIterator[dict[str, Any]]:
-    """Poll `read(after)`; each event is an SSE message whose id is its log position."""
+    """Poll `read(after)`; each event is an SSE message whose id is its log position. With
+    `until_terminal`, end once the latest event is a terminal one (a rerun's events may follow a
+    terminal event: they are streamed, up to the next end)."""
+    ended = False
     while not await request.is_disconnected():
         page = await run_in_threadpool(read, after)
         for e in page.items:
             data = EventOut.of(e).model_dump_json(by_alias=True)
             yield {"id": str(e.position), "event": e.type, "data": data}
-            after = e.position
-            if until_terminal and e.terminal:
-                return
+            after, ended = e.position, e.terminal
+        if until_terminal and ended and page.next is None:
+            return
         if not page.items:
             await asyncio.sleep(POLL_SECONDS)
 
@@ -81,7 +84,8 @@ async def job_stream(
     last_event_id: LastEventId = None,
     after: After = 0,
 ) -> EventSourceResponse:
-    """The job's events live (SSE); resumes after Last-Event-ID; ends after its terminal event."""
+    """The job's events live (SSE); resumes after Last-Event-ID; ends once the job's latest
+    event is a terminal one (COMPLETED, FAILED, ABORTED; a rerun reopens it: stream again)."""
     await run_in_threadpool(audit.job_history, job_id, 0, 1)  # 404 before the stream starts
     start = _start(after, last_event_id)
     return EventSourceResponse(

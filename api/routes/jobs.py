@@ -16,23 +16,34 @@ from jobnik.api.deps import (
     ViewsDep,
     reject_unknown_query,
 )
-from jobnik.api.schemas import (
-    CreateJob,
-    CreateStage,
-    JobName,
-    JobOut,
+from jobnik.api.errors import error_answers
+from jobnik.api.operator_schemas import (
+    JOB_NOT_ENDED,
+    MALFORMED,
+    REASON_MAX,
+    REASON_TEXT,
+    JobRerunRequest,
     JobStatusChange,
-    Message,
     PriorityChange,
-    StageOut,
+    RerunOut,
 )
+from jobnik.api.schemas import CreateJob, CreateStage, JobName, JobOut, Message, StageOut
 from jobnik.domain.application import NewJob, NewStage
+from jobnik.domain.errors import (
+    IllegalJobTransition,
+    JobNotFound,
+    JobNotInFiniteState,
+    RerunSkipsStages,
+    StageNotInJob,
+)
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobStatus, Priority
 from jobnik.projections.queries.views import StageView
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(reject_unknown_query)])
 
+JobId = Annotated[UUID, Path(alias="jobId")]
+NO_JOB = (JobNotFound, "no such job (or it was deleted)")
 ReturnStages = Annotated[bool, Query(alias="should_return_stages")]
 ReturnTasks = Annotated[bool, Query(alias="should_return_tasks")]
 Metadata = Annotated[dict[str, Any], Body()]
@@ -82,7 +93,7 @@ def create_job(body: CreateJob, jobnik: JobnikDep, incoming: TraceDep, once: Onc
 
 
 @router.post("/jobs/{jobId}/finish", status_code=202)
-def finish_job(jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")]) -> JobOut:
+def finish_job(jobnik: JobnikDep, job_id: JobId) -> JobOut:
     """jobnik (seed 004): no new stages or tasks from now on (FINISHING); the job completes,
     through its completion stages if it has any, once its work is done. Repeating it is a
     no-op; a job that has ended is refused."""
@@ -92,7 +103,7 @@ def finish_job(jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")]) 
 @router.get("/jobs/{jobId}")
 def get_job(
     views: ViewsDep,
-    job_id: Annotated[UUID, Path(alias="jobId")],
+    job_id: JobId,
     should_return_stages: ReturnStages = False,
     as_of: AsOfQuery = None,
 ) -> JobOut:
@@ -100,17 +111,24 @@ def get_job(
     return JobOut.of(views.job(job_id, with_stages=should_return_stages, as_of=as_of))
 
 
-@router.delete("/jobs/{jobId}")
-def delete_job(jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")]) -> Message:
+@router.delete(
+    "/jobs/{jobId}",
+    responses=error_answers(
+        MALFORMED, (JobNotInFiniteState, "the job has not ended: it cannot be deleted"), NO_JOB
+    ),
+)
+def delete_job(
+    jobnik: JobnikDep,
+    job_id: JobId,
+    reason: Annotated[str | None, Query(max_length=REASON_MAX, description=REASON_TEXT)] = None,
+) -> Message:
     """Delete a COMPLETED, FAILED or ABORTED job; its history stays in the event log."""
-    jobnik.delete_job(job_id)
+    jobnik.delete_job(job_id, reason)
     return Message(code="JOB_DELETED_SUCCESSFULLY")
 
 
 @router.patch("/jobs/{jobId}/user-metadata")
-def update_user_metadata(
-    jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")], body: Metadata
-) -> Message:
+def update_user_metadata(jobnik: JobnikDep, job_id: JobId, body: Metadata) -> Message:
     """Replace the job's user metadata (any status)."""
     jobnik.replace_job_user_metadata(job_id, body)
     return Message(code="JOB_MODIFIED_SUCCESSFULLY")
@@ -118,32 +136,61 @@ def update_user_metadata(
 
 @router.patch(
     "/jobs/{jobId}/priority",
-    responses={204: {"description": "unchanged; header Reason says why"}},
+    responses={
+        204: {"description": "unchanged; header Reason says why"},
+        **error_answers(MALFORMED, NO_JOB),
+    },
 )
-def update_job_priority(
-    jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")], body: PriorityChange
-) -> Any:
-    """Change the job's priority; 204 with a Reason header when it is already that priority."""
-    if not jobnik.change_priority(job_id, body.priority):
+def update_job_priority(jobnik: JobnikDep, job_id: JobId, body: PriorityChange) -> Any:
+    """Change the job's priority; 204 with a Reason header when it is already that priority.
+    jobnik: `reason` is recorded on the change's event."""
+    if not jobnik.change_priority(job_id, body.priority, body.reason):
         return Response(
             status_code=204, headers={"Reason": "PRIORITY_CANNOT_BE_UPDATED_TO_SAME_VALUE"}
         )
     return Message(code="JOB_MODIFIED_SUCCESSFULLY")
 
 
-@router.put("/jobs/{jobId}/status")
-def update_status(
-    jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")], body: JobStatusChange
-) -> Message:
-    """PENDING (resume), PAUSED or ABORTED; abort cascades to stages and queued tasks."""
-    jobnik.set_job_status(job_id, JobStatus(body.status))
+@router.put(
+    "/jobs/{jobId}/status",
+    responses=error_answers(
+        MALFORMED,
+        (IllegalJobTransition, "the job's status does not allow it (e.g. it has ended)"),
+        NO_JOB,
+    ),
+)
+def update_status(jobnik: JobnikDep, job_id: JobId, body: JobStatusChange) -> Message:
+    """PENDING (resume), PAUSED or ABORTED; abort cascades to stages and queued tasks.
+    jobnik: `reason` is recorded on the job's event."""
+    jobnik.set_job_status(job_id, JobStatus(body.status), body.reason)
     return Message(code="JOB_MODIFIED_SUCCESSFULLY")
+
+
+@router.post(
+    "/jobs/{jobId}/rerun",
+    responses=error_answers(
+        MALFORMED,
+        (StageNotInJob, "fromStageId names no stage of this job"),
+        JOB_NOT_ENDED,
+        RerunSkipsStages,
+        NO_JOB,
+    ),
+)
+def rerun_job(
+    jobnik: JobnikDep, job_id: JobId, body: Annotated[JobRerunRequest | None, Body()] = None
+) -> RerunOut:
+    """jobnik: a FAILED or ABORTED job runs again from its first unfinished stage, or from the
+    earlier stage `fromStageId` names; that stage and the ended stages after it reopen. A
+    reopened stage that had completed runs all its tasks again, any other its FAILED and
+    ABORTED ones, each with a fresh attempt budget. Answers what the rerun did."""
+    body = body or JobRerunRequest()
+    return RerunOut.of(jobnik.rerun_job(job_id, body.from_stage_id, body.reason))
 
 
 @router.get("/jobs/{jobId}/stages")
 def get_stages_by_job_id(
     views: ViewsDep,
-    job_id: Annotated[UUID, Path(alias="jobId")],
+    job_id: JobId,
     should_return_tasks: ReturnTasks = False,
 ) -> list[StageOut]:
     """The job's stages in order."""
@@ -153,7 +200,7 @@ def get_stages_by_job_id(
 @router.post("/jobs/{jobId}/stage", status_code=201, response_model=StageOut)
 def add_stage(
     jobnik: JobnikDep,
-    job_id: Annotated[UUID, Path(alias="jobId")],
+    job_id: JobId,
     body: CreateStage,
     incoming: TraceDep,
     once: OnceDep,

@@ -15,6 +15,14 @@ from jobnik.api.deps import (
     ViewsDep,
     reject_unknown_query,
 )
+from jobnik.api.errors import error_answers
+from jobnik.api.operator_schemas import (
+    JOB_NOT_ENDED,
+    MALFORMED,
+    STAGE_NOT_CURRENT,
+    RerunOut,
+    RerunRequest,
+)
 from jobnik.api.schemas import (
     CreateTask,
     Message,
@@ -25,6 +33,7 @@ from jobnik.api.schemas import (
     TaskOut,
 )
 from jobnik.domain.application import NewTask
+from jobnik.domain.errors import StageNotFound, StageNotRerunnable
 from jobnik.domain.statuses import StageStatus
 
 router = APIRouter(prefix="/v1", tags=["stages"], dependencies=[Depends(reject_unknown_query)])
@@ -83,6 +92,25 @@ def update_stage_status(jobnik: JobnikDep, stage_id: StageId, body: StageStatusC
     """Release a CREATED or WAITING stage (PENDING) once the previous stage has completed."""
     jobnik.release_stage(stage_id)
     return Message(code="STAGE_MODIFIED_SUCCESSFULLY")
+
+
+@router.post(
+    "/stages/{stageId}/rerun",
+    responses=error_answers(
+        MALFORMED,
+        StageNotRerunnable,
+        JOB_NOT_ENDED,
+        *STAGE_NOT_CURRENT,
+        (StageNotFound, "no such stage (a deleted job's stages are gone)"),
+    ),
+)
+def rerun_stage(
+    jobnik: JobnikDep, stage_id: StageId, body: Annotated[RerunRequest | None, Body()] = None
+) -> RerunOut:
+    """jobnik: run every FAILED and ABORTED task of the stage again, each with a fresh attempt
+    budget; the stage and its job reopen. The stage must be the job's current one (else rerun
+    the job). Answers what the rerun did."""
+    return RerunOut.of(jobnik.rerun_stage(stage_id, (body or RerunRequest()).reason))
 
 
 @router.get("/stages/{stageId}/tasks")
