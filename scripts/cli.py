@@ -168,7 +168,7 @@ def replay(job_id: Annotated[str, typer.Argument(help="the job's id")]) -> None:
     """The job's timeline as a table: position, time, entity, event, actor, and its status
     change and reason (pauses, aborts, reruns with the reason the operator gave)."""
     header = (
-        f"{'pos':>7}  {'time':<26}  {'entity':<6}  {'id':<8}  {'event':<24}  {'actor':<6}  details"
+        f"{'pos':>7}  {'time':<29}  {'entity':<6}  {'id':<8}  {'event':<24}  {'actor':<6}  details"
     )
     typer.echo(header)
     typer.echo("-" * len(header))

@@ -9,6 +9,8 @@ from uuid import uuid4
 
 import pytest
 
+from jobnik.workers import ApiError, JobnikClient, Producer
+
 from .conftest import Api, Json
 
 
@@ -381,3 +383,67 @@ def test_a_reason_longer_than_2000_characters_is_refused(
         r = api.http.request(method, path, **kwargs)
 
     assert (r.status_code, r.json()["code"]) == (400, "VALIDATION_ERROR"), r.text
+
+
+# -- the SDK -------------------------------------------------------------------------------------
+
+
+class AppTransport:
+    """The SDK's transport over the in-process app (the SDK's HTTP itself: test_sdk_transport)."""
+
+    def __init__(self, api: Api) -> None:
+        self.http = api.http
+
+    def __call__(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        r = self.http.request(method, path, content=body, headers=headers)
+        return r.status_code, r.content
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_producer_reruns_and_records_its_reasons(api: Api) -> None:
+    producer = Producer(JobnikClient("http://app", transport=AppTransport(api), retries=0))
+    job, [first, second], _ = failed_job(api, tasks=1, stages=2)
+    [task] = api.http.get(f"/v1/stages/{first['id']}/tasks").json()
+
+    by_task = producer.rerun_task(task["id"], reason="one")
+    api.run_task(first["type"], "FAILED")
+    by_stage = producer.rerun_stage(first["id"])
+    api.run_task(first["type"])
+    producer.abort(job["id"], reason="stop")
+    by_job = producer.rerun_job(job["id"], from_stage_id=first["id"], reason="all")
+    with pytest.raises(ApiError) as refused:
+        producer.rerun_job(job["id"])
+    producer.pause(job["id"], reason="later")
+    producer.set_priority(job["id"], "HIGH", reason="urgent")
+
+    assert (by_task.job_status, by_task.rerun_tasks, by_task.from_stage_id) == (
+        "IN_PROGRESS",
+        1,
+        first["id"],
+    )
+    assert (by_stage.reopened_stages, by_stage.rerun_tasks) == ([first["id"]], 1)
+    assert (by_job.reopened_stages, by_job.rerun_tasks) == ([first["id"], second["id"]], 2)
+    assert (refused.value.status, refused.value.code) == (400, "JOB_NOT_RERUNNABLE")
+    operator = {"JobReopened", "JobAborted", "JobPaused", "JobPriorityChanged"}
+    reasons = [(e["type"], e["reason"]) for e in events(api, job["id"]) if e["type"] in operator]
+    assert reasons == [
+        ("JobReopened", "one"),
+        ("JobReopened", None),
+        ("JobAborted", "stop"),
+        ("JobReopened", "all"),
+        ("JobPaused", "later"),
+        ("JobPriorityChanged", "urgent"),
+    ]
+
+
+def test_the_producer_deletes_an_ended_job_with_a_reason(api: Api) -> None:
+    producer = Producer(JobnikClient("http://app", transport=AppTransport(api), retries=0))
+    job = api.job_in("ABORTED")
+
+    producer.delete_job(job["id"], reason="tidy up")
+
+    assert api.http.get(f"/v1/jobs/{job['id']}").status_code == 404
+    assert events(api, job["id"])[-1]["reason"] == "tidy up"
