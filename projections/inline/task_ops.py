@@ -23,8 +23,7 @@ SUMMARY_KEY: Final = {
     TaskStatus.DELEGATED: "delegated",
 }
 _SUMMARY_OF: Final = {status.value: key for status, key in SUMMARY_KEY.items()}  # no enum call
-# Status strings as plain constants: an enum member's `.value` is a descriptor call (about a
-# microsecond), and the projection runs for every event of a rebuild.
+# (plain strings, as project.py's job and stage statuses, and for the same reason)
 TASK_ABORTED: Final = TaskStatus.ABORTED.value
 TASK_COMPLETED: Final = TaskStatus.COMPLETED.value
 TASK_FAILED: Final = TaskStatus.FAILED.value
