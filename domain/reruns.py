@@ -178,7 +178,8 @@ class RerunCommands(WorkCommands):
         """Reopen the job from `order[at]` (each stage before it COMPLETED): that stage runs
         (a completion stage through the job's completion phase), the ended stages after it wait
         for their turn, and `tasks` are rerun. Saved job and stages first: the tasks' queue rows
-        read their eligibility from them."""
+        read their eligibility from them. (No `Session.hold_queue`: an ended job's queue rows
+        are closed, FAILED, or gone, ABORTED, so no dequeue under way holds one.)"""
         start = order[at] if at < len(order) else None
         completing = job.completing and all(st.completion for st in order[at:])
         job.reopen(start.id if start else None, at, completing, now, Actor.API, reason)
