@@ -37,14 +37,9 @@ from jobnik.domain.errors import (
 )
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Session
+from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import (
-    JOB_RERUNNABLE,
-    TASK_FINAL,
-    TASK_RERUNNABLE,
-    Actor,
-    StageStatus,
-)
+from jobnik.domain.statuses import JOB_RERUNNABLE, TASK_FINAL, TASK_RERUNNABLE, StageStatus
 from jobnik.domain.tasks import Task
 from jobnik.domain.work import WorkCommands, command
 
@@ -78,7 +73,9 @@ class RerunCommands(WorkCommands):
     the job, stages and tasks each reopens."""
 
     @command
-    def rerun_task(self, task_id: UUID, reason: str | None = None) -> Rerun:
+    def rerun_task(
+        self, task_id: UUID, *, by: Principal = Actor.API, reason: str | None = None
+    ) -> Rerun:
         """A FAILED or ABORTED task back to the queue with a fresh attempt budget; its stage and
         job reopen."""
         now = self.clock()
@@ -97,10 +94,12 @@ class RerunCommands(WorkCommands):
                     f"{others} other task(s) of stage {stage.id} FAILED or were ABORTED: "
                     "rerun the stage"
                 )
-            return self._reopen_current(s, job, stage, [task], now, reason)
+            return self._reopen_current(s, job, stage, [task], now, by, reason)
 
     @command
-    def rerun_stage(self, stage_id: UUID, reason: str | None = None) -> Rerun:
+    def rerun_stage(
+        self, stage_id: UUID, *, by: Principal = Actor.API, reason: str | None = None
+    ) -> Rerun:
         """Every FAILED and ABORTED task of the stage back to the queue with a fresh attempt
         budget; the stage and its job reopen."""
         now = self.clock()
@@ -113,11 +112,16 @@ class RerunCommands(WorkCommands):
                 raise StageNotRerunnable(
                     f"stage {stage.id} is {stage.status} and has no FAILED or ABORTED task"
                 )
-            return self._reopen_current(s, job, stage, tasks, now, reason)
+            return self._reopen_current(s, job, stage, tasks, now, by, reason)
 
     @command
     def rerun_job(
-        self, job_id: UUID, from_stage_id: UUID | None = None, reason: str | None = None
+        self,
+        job_id: UUID,
+        from_stage_id: UUID | None = None,
+        *,
+        by: Principal = Actor.API,
+        reason: str | None = None,
     ) -> Rerun:
         """The job runs again from its first unfinished stage, or from the earlier stage named."""
         now = self.clock()
@@ -143,7 +147,7 @@ class RerunCommands(WorkCommands):
                 if st.is_final:  # (a stage still waiting for its turn holds no ended task)
                     done = st.status == StageStatus.COMPLETED
                     tasks += s.tasks_in(st.id, TASK_FINAL if done else TASK_RERUNNABLE)
-            return self._reopen(s, job, order, at, tasks, now, reason)
+            return self._reopen(s, job, order, at, tasks, now, by, reason)
 
     def _reopen_current(
         self,
@@ -152,6 +156,7 @@ class RerunCommands(WorkCommands):
         stage: Stage,
         tasks: list[Task],
         now: datetime,
+        by: Principal,
         reason: str | None,
     ) -> Rerun:
         """Reopen `stage`, which must be the job's current stage, with `tasks` rerun."""
@@ -163,7 +168,7 @@ class RerunCommands(WorkCommands):
             )
         if any(st.is_final for st in order[at + 1 :]):
             raise LaterStageEnded(f"later stages of job {job.id} ended with it: rerun the job")
-        return self._reopen(s, job, order, at, tasks, now, reason)
+        return self._reopen(s, job, order, at, tasks, now, by, reason)
 
     def _reopen(
         self,
@@ -173,6 +178,7 @@ class RerunCommands(WorkCommands):
         at: int,
         tasks: list[Task],
         now: datetime,
+        by: Principal,
         reason: str | None,
     ) -> Rerun:
         """Reopen the job from `order[at]` (each stage before it COMPLETED): that stage runs
@@ -182,12 +188,12 @@ class RerunCommands(WorkCommands):
         are closed, FAILED, or gone, ABORTED, so no dequeue under way holds one.)"""
         start = order[at] if at < len(order) else None
         completing = job.completing and all(st.completion for st in order[at:])
-        job.reopen(start.id if start else None, at, completing, now, Actor.API, reason)
+        job.reopen(start.id if start else None, at, completing, now, by, reason)
         reopened = [st for st in order[at:] if st.is_final]
         for st in reopened:
-            st.reopen(st is start, now, Actor.API, reason)
+            st.reopen(st is start, now, by, reason)
         for task in tasks:
-            task.rerun(now, Actor.API, reason)
+            task.rerun(now, by, reason)
         s.save(job, *reopened)
         if start is not None and start.completion and completing:
             self._after_phase(s, job, "completing", now)  # releases it, or completes it if empty

@@ -7,9 +7,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID, uuid4
 
-from jobnik.domain.base import Entity
-from jobnik.domain.errors import IllegalTaskTransition, StaleAttempt, TaskNotRerunnable
-from jobnik.domain.statuses import TASK_FINAL, TASK_TRANSITIONS, Actor
+from jobnik.domain.base import Entity, cause
+from jobnik.domain.errors import Forbidden, IllegalTaskTransition, StaleAttempt, TaskNotRerunnable
+from jobnik.domain.principals import Actor, Principal
+from jobnik.domain.statuses import TASK_FINAL, TASK_TRANSITIONS
 from jobnik.domain.statuses import TaskStatus as S
 
 DEFAULT_LEASE_SECONDS: Final = 30 * 60  # for clients that never heartbeat (rules §20 #7)
@@ -41,6 +42,7 @@ class Task(Entity):
         result: dict[str, Any] | None
         delegations: int
         delegated_at: datetime | None
+        holder: str | None  # the token whose dequeue opened the current attempt
 
     class TaskCreated(Entity.Created):
         stage_id: UUID
@@ -62,6 +64,7 @@ class Task(Entity):
             task.start_time = task.end_time = task.lease_expires_at = None
             task.lease_seconds = 0
             task.result, task.delegations, task.delegated_at = None, 0, None
+            task.holder = None
 
     class TaskDequeued(Entity.Event):
         """Attempt number `attempt` opened, leased until `lease_expires_at`."""
@@ -82,9 +85,15 @@ class Task(Entity):
                 seconds=DEFAULT_LEASE_SECONDS
             )
 
+        @property
+        def holder(self) -> str | None:
+            """The token the attempt belongs to (None: dequeued with access control off)."""
+            return self.actor if self.actor_role else None
+
         def apply(self, task: Task) -> None:
             task.status, task.start_time, task.attempt = S.IN_PROGRESS, self.timestamp, self.attempt
             task.lease_seconds, task.lease_expires_at = self.lease_seconds, self.lease_expires_at
+            task.holder = self.holder
 
     class TaskLeaseExtended(Entity.Event):
         """A heartbeat from the current attempt (SMILA's keep-alive)."""
@@ -254,14 +263,14 @@ class Task(Entity):
         traceparent: str,
         tracestate: str | None,
         now: datetime,
-        actor: Actor = Actor.API,
+        actor: Principal = Actor.API,
         id: UUID | None = None,
     ) -> Task:
         return cls._create(
             cls.TaskCreated,
             id=id or uuid4(),
             timestamp=now,
-            actor=str(actor),
+            **cause(actor),
             reason=None,
             stage_id=stage_id,
             job_id=job_id,
@@ -285,7 +294,36 @@ class Task(Entity):
         """Whether `attempt` (None: a client without fencing) is the current, open attempt."""
         return self.status == S.IN_PROGRESS and (attempt is None or attempt == self.attempt)
 
-    def refuse(self, attempt: int, request: str, now: datetime, actor: Actor) -> StaleAttempt:
+    def held_by_another(self, actor: Principal) -> bool:
+        """Whether the current attempt belongs to a token other than `actor`'s (fencing by
+        identity: only while access control is on, for attempts a token opened)."""
+        return (
+            actor.authenticated
+            and self.status == S.IN_PROGRESS
+            and self.holder is not None
+            and self.holder != actor.name
+        )
+
+    def refuse_another(
+        self, attempt: int | None, request: str, now: datetime, actor: Principal
+    ) -> Forbidden:
+        """Record a request from a token that does not hold the current attempt; returns the
+        error to raise after saving."""
+        self._emit(
+            self.TaskAttemptRefused,
+            now,
+            actor,
+            "the attempt belongs to another token",
+            attempt=self.attempt if attempt is None else attempt,
+            current_attempt=self.attempt,
+            request=request,
+        )
+        return Forbidden(
+            f"attempt {self.attempt} of task {self.id} belongs to token '{self.holder}', "
+            f"not to '{actor.name}'"
+        )
+
+    def refuse(self, attempt: int, request: str, now: datetime, actor: Principal) -> StaleAttempt:
         """Record a request from a stale attempt; returns the error to raise after saving."""
         self._emit(
             self.TaskAttemptRefused,
@@ -302,7 +340,7 @@ class Task(Entity):
         )
 
     def dequeue(
-        self, now: datetime, actor: Actor, lease_seconds: int = DEFAULT_LEASE_SECONDS
+        self, now: datetime, actor: Principal, lease_seconds: int = DEFAULT_LEASE_SECONDS
     ) -> None:
         """PENDING/RETRIED → IN_PROGRESS; opens attempt `attempt + 1`, leased `lease_seconds`."""
         self._check(S.IN_PROGRESS)
@@ -317,7 +355,7 @@ class Task(Entity):
             lease_expires_at=now + timedelta(seconds=lease_seconds),
         )
 
-    def extend_lease(self, now: datetime, actor: Actor) -> None:
+    def extend_lease(self, now: datetime, actor: Principal) -> None:
         """Push the lease `lease_seconds` past now (only an IN_PROGRESS task holds a lease)."""
         if self.status != S.IN_PROGRESS:
             raise IllegalTaskTransition(f"a {self.status} task holds no lease")
@@ -329,7 +367,9 @@ class Task(Entity):
             lease_expires_at=now + timedelta(seconds=self.lease_seconds),
         )
 
-    def complete(self, now: datetime, actor: Actor, result: dict[str, Any] | None = None) -> None:
+    def complete(
+        self, now: datetime, actor: Principal, result: dict[str, Any] | None = None
+    ) -> None:
         self._check(S.COMPLETED)
         self._emit(
             self.TaskCompleted,
@@ -340,7 +380,7 @@ class Task(Entity):
             result=result,
         )
 
-    def delegate(self, open_children: int, now: datetime, actor: Actor) -> None:
+    def delegate(self, open_children: int, now: datetime, actor: Principal) -> None:
         """IN_PROGRESS → DELEGATED: wait for `open_children` child jobs to end."""
         self._check(S.DELEGATED)
         self._emit(
@@ -368,7 +408,7 @@ class Task(Entity):
             open_children=open_children,
         )
 
-    def redispatch(self, now: datetime, actor: Actor, reason: str) -> None:
+    def redispatch(self, now: datetime, actor: Principal, reason: str) -> None:
         """DELEGATED → PENDING: back in the queue; the handler sees its children's outcomes."""
         self._check(S.PENDING)
         self._emit(
@@ -376,7 +416,7 @@ class Task(Entity):
         )
 
     def fail(
-        self, now: datetime, actor: Actor, reason: str | None = None, *, cause: str = ERROR
+        self, now: datetime, actor: Principal, reason: str | None = None, *, cause: str = ERROR
     ) -> None:
         """RETRIED while attempts remain, else FAILED (rules §7); fatal fails at once."""
         attempts = self.attempts + 1
@@ -399,7 +439,7 @@ class Task(Entity):
         self,
         status: S,
         now: datetime,
-        actor: Actor,
+        actor: Principal,
         reason: str | None = None,
         *,
         fatal: bool = False,
@@ -411,7 +451,7 @@ class Task(Entity):
         else:
             self.fail(now, actor, reason, cause=FATAL if fatal else ERROR)
 
-    def give_back(self, now: datetime, actor: Actor, reason: str) -> None:
+    def give_back(self, now: datetime, actor: Principal, reason: str) -> None:
         """IN_PROGRESS → PENDING: the worker returns it unfinished; no attempt is spent."""
         if self.status != S.IN_PROGRESS:
             raise IllegalTaskTransition.between(self.status, S.PENDING)
@@ -420,7 +460,9 @@ class Task(Entity):
             self.TaskReturned, now, actor, reason, stage_id=self.stage_id, attempt=self.attempt
         )
 
-    def abort(self, now: datetime, actor: Actor, reason: str, reported: S | None = None) -> None:
+    def abort(
+        self, now: datetime, actor: Principal, reason: str, reported: S | None = None
+    ) -> None:
         """Cancel the task with its job; a late report is recorded in `reported`."""
         if self.is_final:
             return
@@ -434,7 +476,7 @@ class Task(Entity):
             reported=str(reported) if reported else None,
         )
 
-    def rerun(self, now: datetime, actor: Actor, reason: str | None) -> None:
+    def rerun(self, now: datetime, actor: Principal, reason: str | None) -> None:
         """A final task (COMPLETED, FAILED, ABORTED) → PENDING; which ones a command reruns is
         the command's choice (domain/reruns.py)."""
         if not self.is_final:
@@ -450,7 +492,7 @@ class Task(Entity):
         )
 
     def append_log(
-        self, lines: Sequence[str], now: datetime, actor: Actor, attempt: int | None = None
+        self, lines: Sequence[str], now: datetime, actor: Principal, attempt: int | None = None
     ) -> None:
         self._emit(
             self.TaskLogged,
@@ -462,6 +504,6 @@ class Task(Entity):
         )
 
     def replace_user_metadata(
-        self, user_metadata: dict[str, Any], now: datetime, actor: Actor
+        self, user_metadata: dict[str, Any], now: datetime, actor: Principal
     ) -> None:
         self._emit(self.TaskUserMetadataReplaced, now, actor, user_metadata=user_metadata)

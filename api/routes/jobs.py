@@ -27,6 +27,7 @@ from jobnik.api.operator_schemas import (
     PriorityChange,
     RerunOut,
 )
+from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import CreateJob, CreateStage, JobName, JobOut, Message, StageOut
 from jobnik.domain.application import NewJob, NewStage
 from jobnik.domain.errors import (
@@ -37,10 +38,14 @@ from jobnik.domain.errors import (
     StageNotInJob,
 )
 from jobnik.domain.ports import Summary
+from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import JobStatus, Priority
 from jobnik.projections.queries.views import StageView
 
-router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(reject_unknown_query)])
+P = Permission
+router = APIRouter(
+    prefix="/v1", tags=["jobs"], dependencies=[Depends(authorize), Depends(reject_unknown_query)]
+)
 
 JobId = Annotated[UUID, Path(alias="jobId")]
 NO_JOB = (JobNotFound, "no such job (or it was deleted)")
@@ -49,7 +54,7 @@ ReturnTasks = Annotated[bool, Query(alias="should_return_tasks")]
 Metadata = Annotated[dict[str, Any], Body()]
 
 
-@router.get("/jobs")
+@router.get("/jobs", openapi_extra=needs(P.READ))
 def find_jobs(
     views: ViewsDep,
     job_name: Annotated[JobName | None, Query()] = None,
@@ -77,8 +82,10 @@ def find_jobs(
     return [JobOut.of(j) for j in found]
 
 
-@router.post("/jobs", status_code=201, response_model=JobOut)
-def create_job(body: CreateJob, jobnik: JobnikDep, incoming: TraceDep, once: OnceDep) -> Any:
+@router.post("/jobs", status_code=201, response_model=JobOut, openapi_extra=needs(P.PRODUCE))
+def create_job(
+    body: CreateJob, jobnik: JobnikDep, incoming: TraceDep, once: OnceDep, by: PrincipalDep
+) -> Any:
     """Create a job; it starts PENDING. A retry with the same Idempotency-Key creates nothing."""
     new = NewJob(
         name=body.name,
@@ -89,18 +96,18 @@ def create_job(body: CreateJob, jobnik: JobnikDep, incoming: TraceDep, once: Onc
         parent_task_id=body.parent_task_id,
         **body.trace(incoming),  # type: ignore[arg-type]
     )
-    return once(lambda: JobOut.of(jobnik.create_job(new)))
+    return once(lambda: JobOut.of(jobnik.create_job(new, by=by)))
 
 
-@router.post("/jobs/{jobId}/finish", status_code=202)
-def finish_job(jobnik: JobnikDep, job_id: JobId) -> JobOut:
+@router.post("/jobs/{jobId}/finish", status_code=202, openapi_extra=needs(P.PRODUCE))
+def finish_job(jobnik: JobnikDep, job_id: JobId, by: PrincipalDep) -> JobOut:
     """jobnik (seed 004): no new stages or tasks from now on (FINISHING); the job completes,
     through its completion stages if it has any, once its work is done. Repeating it is a
     no-op; a job that has ended is refused."""
-    return JobOut.of(jobnik.finish_job(job_id))
+    return JobOut.of(jobnik.finish_job(job_id, by=by))
 
 
-@router.get("/jobs/{jobId}")
+@router.get("/jobs/{jobId}", openapi_extra=needs(P.READ))
 def get_job(
     views: ViewsDep,
     job_id: JobId,
@@ -116,21 +123,25 @@ def get_job(
     responses=error_answers(
         MALFORMED, (JobNotInFiniteState, "the job has not ended: it cannot be deleted"), NO_JOB
     ),
+    openapi_extra=needs(P.OPERATE),
 )
 def delete_job(
     jobnik: JobnikDep,
     job_id: JobId,
+    by: PrincipalDep,
     reason: Annotated[str | None, Query(max_length=REASON_MAX, description=REASON_TEXT)] = None,
 ) -> Message:
     """Delete a COMPLETED, FAILED or ABORTED job; its history stays in the event log."""
-    jobnik.delete_job(job_id, reason)
+    jobnik.delete_job(job_id, by=by, reason=reason)
     return Message(code="JOB_DELETED_SUCCESSFULLY")
 
 
-@router.patch("/jobs/{jobId}/user-metadata")
-def update_user_metadata(jobnik: JobnikDep, job_id: JobId, body: Metadata) -> Message:
+@router.patch("/jobs/{jobId}/user-metadata", openapi_extra=needs(P.PRODUCE))
+def update_user_metadata(
+    jobnik: JobnikDep, job_id: JobId, body: Metadata, by: PrincipalDep
+) -> Message:
     """Replace the job's user metadata (any status)."""
-    jobnik.replace_job_user_metadata(job_id, body)
+    jobnik.replace_job_user_metadata(job_id, body, by=by)
     return Message(code="JOB_MODIFIED_SUCCESSFULLY")
 
 
@@ -140,11 +151,14 @@ def update_user_metadata(jobnik: JobnikDep, job_id: JobId, body: Metadata) -> Me
         204: {"description": "unchanged; header Reason says why"},
         **error_answers(MALFORMED, NO_JOB),
     },
+    openapi_extra=needs(P.PRODUCE),
 )
-def update_job_priority(jobnik: JobnikDep, job_id: JobId, body: PriorityChange) -> Any:
+def update_job_priority(
+    jobnik: JobnikDep, job_id: JobId, body: PriorityChange, by: PrincipalDep
+) -> Any:
     """Change the job's priority; 204 with a Reason header when it is already that priority.
     jobnik: `reason` is recorded on the change's event."""
-    if not jobnik.change_priority(job_id, body.priority, body.reason):
+    if not jobnik.change_priority(job_id, body.priority, by=by, reason=body.reason):
         return Response(
             status_code=204, headers={"Reason": "PRIORITY_CANNOT_BE_UPDATED_TO_SAME_VALUE"}
         )
@@ -158,11 +172,14 @@ def update_job_priority(jobnik: JobnikDep, job_id: JobId, body: PriorityChange) 
         (IllegalJobTransition, "the job's status does not allow it (e.g. it has ended)"),
         NO_JOB,
     ),
+    openapi_extra=needs(P.PRODUCE),
 )
-def update_status(jobnik: JobnikDep, job_id: JobId, body: JobStatusChange) -> Message:
+def update_status(
+    jobnik: JobnikDep, job_id: JobId, body: JobStatusChange, by: PrincipalDep
+) -> Message:
     """PENDING (resume), PAUSED or ABORTED; abort cascades to stages and queued tasks.
     jobnik: `reason` is recorded on the job's event."""
-    jobnik.set_job_status(job_id, JobStatus(body.status), body.reason)
+    jobnik.set_job_status(job_id, JobStatus(body.status), by=by, reason=body.reason)
     return Message(code="JOB_MODIFIED_SUCCESSFULLY")
 
 
@@ -175,19 +192,23 @@ def update_status(jobnik: JobnikDep, job_id: JobId, body: JobStatusChange) -> Me
         RerunSkipsStages,
         NO_JOB,
     ),
+    openapi_extra=needs(P.OPERATE),
 )
 def rerun_job(
-    jobnik: JobnikDep, job_id: JobId, body: Annotated[JobRerunRequest | None, Body()] = None
+    jobnik: JobnikDep,
+    job_id: JobId,
+    by: PrincipalDep,
+    body: Annotated[JobRerunRequest | None, Body()] = None,
 ) -> RerunOut:
     """jobnik: a FAILED or ABORTED job runs again from its first unfinished stage, or from the
     earlier stage `fromStageId` names; that stage and the ended stages after it reopen. A
     reopened stage that had completed runs all its tasks again, any other its FAILED and
     ABORTED ones, each with a fresh attempt budget. Answers what the rerun did."""
     body = body or JobRerunRequest()
-    return RerunOut.of(jobnik.rerun_job(job_id, body.from_stage_id, body.reason))
+    return RerunOut.of(jobnik.rerun_job(job_id, body.from_stage_id, by=by, reason=body.reason))
 
 
-@router.get("/jobs/{jobId}/stages")
+@router.get("/jobs/{jobId}/stages", openapi_extra=needs(P.READ))
 def get_stages_by_job_id(
     views: ViewsDep,
     job_id: JobId,
@@ -197,13 +218,16 @@ def get_stages_by_job_id(
     return [StageOut.of(s) for s in views.stages_of_job(job_id, with_tasks=should_return_tasks)]
 
 
-@router.post("/jobs/{jobId}/stage", status_code=201, response_model=StageOut)
+@router.post(
+    "/jobs/{jobId}/stage", status_code=201, response_model=StageOut, openapi_extra=needs(P.PRODUCE)
+)
 def add_stage(
     jobnik: JobnikDep,
     job_id: JobId,
     body: CreateStage,
     incoming: TraceDep,
     once: OnceDep,
+    by: PrincipalDep,
 ) -> Any:
     """Append a stage: WAITING if asked, PENDING when first, else CREATED until its turn."""
     new = NewStage(
@@ -215,4 +239,4 @@ def add_stage(
         failure_patterns=tuple(body.failure_patterns),
         **body.trace(incoming),  # type: ignore[arg-type]
     )
-    return once(lambda: StageOut.of(StageView(jobnik.add_stage(job_id, new), Summary())))
+    return once(lambda: StageOut.of(StageView(jobnik.add_stage(job_id, new, by=by), Summary())))

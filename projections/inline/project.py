@@ -26,6 +26,7 @@ from jobnik.projections.inline.tables import (
     TASKS,
 )
 from jobnik.projections.inline.task_ops import TASK_PROJECT
+from jobnik.projections.inline.tokens import TOKEN_PROJECT
 
 OPEN_JOB: Final = frozenset({JobStatus.PENDING, JobStatus.IN_PROGRESS})
 OPEN_STAGE: Final = frozenset({StageStatus.PENDING, StageStatus.IN_PROGRESS})
@@ -222,6 +223,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Stage.StageReopened: _stage_reopened,
     Stage.StageUserMetadataReplaced: lambda e, _: [_stage(e, user_metadata=e.user_metadata)],
     **TASK_PROJECT,
+    **TOKEN_PROJECT,
 }
 
 

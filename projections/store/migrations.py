@@ -13,6 +13,7 @@ from jobnik.projections.store.schema import (
     ddl_leases,
     ddl_projections,
     ddl_seeds,
+    ddl_tokens,
 )
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ MIGRATIONS: Final = [
     (5, "idempotency keys", ddl_idempotency),
     (6, "delegation, job modes, completion stages, task results", ddl_seeds),
     (7, "optimistic write sessions: freshness check, WAL flush rows", ddl_freshness),
+    (8, "access control: tokens, the holder of a task's attempt", ddl_tokens),
 ]
 # After these, rows written before them are rebuilt from the log (through the upcasters).
 REBUILD_AFTER: Final = frozenset({2, 3})

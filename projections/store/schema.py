@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Final
 
 # Column kinds, so one loader turns either backend's row into the same Python values.
-JSON_COLUMNS: Final = frozenset({"data", "user_metadata", "result", "failure_patterns"})
+JSON_COLUMNS: Final = frozenset(
+    {"data", "user_metadata", "result", "failure_patterns", "stage_types"}
+)
 UUID_COLUMNS: Final = frozenset(
     {"id", "job_id", "stage_id", "task_id", "entity_id", "last_job_id"}
     | {"parent_task_id", "parent_job_id"}
@@ -15,6 +17,7 @@ TIME_COLUMNS: Final = frozenset(
     | {"last_interaction", "rebuilt_at"}  # catch-up projections and their registry
     | {"finish_time", "delegated_at"}
     | {"created_at"}  # Idempotency-Keys
+    | {"expires_at", "issued_at", "revoked_at"}  # tokens
 )
 BOOL_COLUMNS: Final = frozenset(
     {"started", "stage_open", "job_open", "deleted", "finishing", "completing", "completion"}
@@ -281,3 +284,30 @@ def ddl_freshness(backend: str) -> list[str]:
     if backend != "postgres":
         return []
     return [_DDL_FRESHNESS.strip(), _DDL_WAL_FLUSH.strip()]
+
+
+# Migration 8 (access control): the tokens read model, and the token that holds a task's current
+# attempt. Rows from before equal what the projection writes for their events (no token events;
+# attempts opened with access control off belong to no token), so nothing is rebuilt.
+_DDL_TOKENS: Final = """
+CREATE TABLE IF NOT EXISTS tokens_v1 (
+    id {uuid} PRIMARY KEY,
+    version BIGINT NOT NULL,
+    name TEXT NOT NULL UNIQUE,
+    role TEXT NOT NULL,
+    stage_types {json} NOT NULL,
+    expires_at {time},
+    secret_hash TEXT NOT NULL,
+    issued_at {time} NOT NULL,
+    issued_by TEXT NOT NULL,
+    update_time {time} NOT NULL,
+    revoked_at {time},
+    revoked_by TEXT
+);
+ALTER TABLE tasks_v1 ADD COLUMN holder TEXT
+"""
+
+
+def ddl_tokens(backend: str) -> list[str]:
+    """Migration 8: tokens, and the holder of a task's attempt."""
+    return _split(_DDL_TOKENS, backend)

@@ -8,18 +8,20 @@ from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 from jobnik.domain.base import Entity
-from jobnik.domain.errors import JobNotFound, StageNotFound, TaskNotFound
+from jobnik.domain.errors import JobNotFound, StageNotFound, TaskNotFound, TokenNotFound
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
+from jobnik.domain.tokens import Token
 from jobnik.projections.inline.rows import (
     job_from_row,
     stage_from_row,
     summary_from_row,
     task_from_row,
+    token_from_row,
 )
-from jobnik.projections.inline.tables import JOBS, QUEUE, STAGES, SUMMARIES, TASKS
+from jobnik.projections.inline.tables import JOBS, QUEUE, STAGES, SUMMARIES, TASKS, TOKENS
 from jobnik.projections.store.batch import BatchCursor, Later
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.written import Snapshot
@@ -231,6 +233,9 @@ class SqlSession:
             if row is not None:
                 self._fetched[task_id] = row
         return cast(Task, self._load(TASKS, task_id, task_from_row, TaskNotFound))
+
+    def token(self, token_id: UUID) -> Token:
+        return cast(Token, self._load(TOKENS, token_id, token_from_row, TokenNotFound))
 
     def _recall(self, task_id: UUID) -> bool:
         """Start from this process's last write of the task, its stage and job (`written`), if

@@ -11,7 +11,7 @@ import pytest
 
 from jobnik.workers import ApiError, JobnikClient, Producer
 
-from .conftest import Api, Json
+from .conftest import Api, Json, Secured
 
 
 def post(api: Api, path: str, body: Json | None = None) -> Any:
@@ -447,3 +447,21 @@ def test_the_producer_deletes_an_ended_job_with_a_reason(api: Api) -> None:
 
     assert api.http.get(f"/v1/jobs/{job['id']}").status_code == 404
     assert events(api, job["id"])[-1]["reason"] == "tidy up"
+
+
+def test_with_access_control_a_rerun_records_the_operators_token_and_needs_its_role(
+    secured: Secured,
+) -> None:
+    job, _, _ = failed_job(secured.api, tasks=1)
+
+    refused = secured.call(secured.bearers["producer"], "POST", f"/v1/jobs/{job['id']}/rerun")
+    r = secured.call(
+        secured.bearers["operator"], "POST", f"/v1/jobs/{job['id']}/rerun", {"reason": "ok"}
+    )
+
+    assert (refused.status_code, refused.json()["code"]) == (403, "FORBIDDEN")
+    assert r.status_code == 200, r.text
+    reopened = [e for e in events(secured.api, job["id"]) if e["type"] != "TaskFailed"][-3:]
+    assert {(e["actor"], e["actorRole"], e["reason"]) for e in reopened} == {
+        ("the-operator", "operator", "ok")
+    }

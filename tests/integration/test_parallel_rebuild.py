@@ -19,7 +19,7 @@ from jobnik.projections.rebuild import parallel, passes
 from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.rebuild.verify import verify
 from jobnik.projections.store.base import SqlStore
-from tests.integration.test_rebuild import busy_workload, snapshot
+from tests.integration.test_rebuild import access_workload, busy_workload, snapshot
 
 
 @pytest.fixture
@@ -61,6 +61,7 @@ def test_a_rebuild_in_parts_writes_exactly_the_live_rows(
 ) -> None:
     busy_workload(jobnik, random.Random(seed), 400)
     delegating_workload(jobnik)
+    access_workload(jobnik)  # token events: routed as jobs of their own
     live = snapshot(store)
     head = int(store.recorder.max_notification_id() or 0)
 

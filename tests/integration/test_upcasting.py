@@ -8,8 +8,9 @@ from eventsourcing.persistence import StoredEvent
 
 from jobnik.domain.application import NO_TRACE
 from jobnik.domain.jobs import Job
+from jobnik.domain.principals import Actor
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import Actor, Priority, TaskStatus
+from jobnik.domain.statuses import Priority, TaskStatus
 from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS, ERROR, Task
 from jobnik.projections.catchup import registry
 from jobnik.projections.store import migrations

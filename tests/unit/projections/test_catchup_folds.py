@@ -4,8 +4,9 @@ from collections import Counter
 from typing import Any
 
 from jobnik.domain.jobs import Job
+from jobnik.domain.principals import Actor
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import Actor, JobStatus
+from jobnik.domain.statuses import JobStatus
 from jobnik.domain.tasks import TIMEOUT, Task
 from jobnik.projections.catchup import last_status, run_stats
 from jobnik.projections.rebuild.shadow import Renamer, live_of
