@@ -152,9 +152,7 @@ class Job(Entity):
             job.status, job.end_time = S.ABORTED, self.timestamp
 
     class JobReopened(Entity.Event):
-        """A rerun gave the ended job work again, from stage `from_stage_id` (None: no stage
-        reopened); its stage counts as they are now. `status`: IN_PROGRESS once it had
-        started, else PENDING."""
+        """A rerun gave the ended job work again, from `from_stage_id` (None: none reopened)."""
 
         previous: str
         status: str
@@ -350,8 +348,7 @@ class Job(Entity):
         actor: Principal,
         reason: str | None,
     ) -> None:
-        """FAILED or ABORTED → running again (IN_PROGRESS once started, else PENDING), with
-        `completed_stages` of its stages still COMPLETED."""
+        """FAILED or ABORTED → running again, with `completed_stages` still COMPLETED."""
         if self.status not in JOB_RERUNNABLE:
             raise JobNotRerunnable(f"job {self.id} is {self.status}")
         self._emit(
