@@ -109,3 +109,9 @@ STAGE_DEQUEUEABLE: Final = frozenset({S.PENDING, S.IN_PROGRESS})
 TASK_QUEUED: Final = frozenset({T.PENDING, T.RETRIED})
 # Tasks a job's abort takes with it at once (IN_PROGRESS ones end with their worker's report).
 TASK_ABORTABLE: Final = frozenset({T.PENDING, T.RETRIED, T.DELEGATED})
+
+# Reruns: the only way out of a final status (the tables above keep final statuses absorbing).
+# An operator reruns a FAILED or ABORTED job, or a FAILED or ABORTED task (alone or with its
+# stage); a job rerun also runs the tasks of the COMPLETED stages it reopens again.
+JOB_RERUNNABLE: Final = frozenset({J.FAILED, J.ABORTED})
+TASK_RERUNNABLE: Final = frozenset({T.FAILED, T.ABORTED})

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID, uuid4
 
 from jobnik.domain.base import Entity, cause
-from jobnik.domain.errors import Forbidden, IllegalTaskTransition, StaleAttempt
+from jobnik.domain.errors import Forbidden, IllegalTaskTransition, StaleAttempt, TaskNotRerunnable
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import TASK_FINAL, TASK_TRANSITIONS
 from jobnik.domain.statuses import TaskStatus as S
@@ -209,6 +209,18 @@ class Task(Entity):
 
         def apply(self, task: Task) -> None:
             task.status, task.end_time, task.lease_expires_at = S.ABORTED, self.timestamp, None
+
+    class TaskRerun(Entity.Event):
+        """An operator's rerun: queued again with a fresh attempt budget (`attempts` back to 0;
+        `attempt` keeps counting, so reports from earlier attempts stay stale)."""
+
+        stage_id: UUID
+        job_id: UUID
+        previous: str
+
+        def apply(self, task: Task) -> None:
+            task.status, task.attempts, task.end_time = S.PENDING, 0, None
+            task.lease_expires_at, task.result = None, None
 
     class TaskAttemptRefused(Entity.Event):
         """A report or heartbeat from an attempt that is no longer current: recorded, refused."""
@@ -462,6 +474,21 @@ class Task(Entity):
             stage_id=self.stage_id,
             previous=self.status,
             reported=str(reported) if reported else None,
+        )
+
+    def rerun(self, now: datetime, actor: Principal, reason: str | None) -> None:
+        """A final task (COMPLETED, FAILED, ABORTED) → PENDING; which ones a command reruns is
+        the command's choice (domain/reruns.py)."""
+        if not self.is_final:
+            raise TaskNotRerunnable(f"task {self.id} is {self.status}: it has not ended")
+        self._emit(
+            self.TaskRerun,
+            now,
+            actor,
+            reason,
+            stage_id=self.stage_id,
+            job_id=self.job_id,
+            previous=self.status,
         )
 
     def append_log(

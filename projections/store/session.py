@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
@@ -290,6 +291,16 @@ class SqlSession:
             f"SELECT * FROM {TASKS} WHERE job_id = {self.p('job_id')} "
             "AND status IN ('PENDING', 'RETRIED', 'DELEGATED') ORDER BY creation_time, id",
             {"job_id": self.d.dump("job_id", job_id)},
+        )
+        return [cast(Task, self._remember(task_from_row(r))) for r in rows]
+
+    def tasks_in(self, stage_id: UUID, statuses: Collection[str]) -> list[Task]:
+        self.lock()
+        wanted = {f"st{i}": str(status) for i, status in enumerate(sorted(statuses))}
+        rows = self.cur.all(
+            f"SELECT * FROM {TASKS} WHERE stage_id = {self.p('stage_id')} AND status IN "
+            f"({', '.join(self.p(k) for k in wanted)}) ORDER BY creation_time, id",
+            {"stage_id": self.d.dump("stage_id", stage_id), **wanted},
         )
         return [cast(Task, self._remember(task_from_row(r))) for r in rows]
 
