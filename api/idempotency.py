@@ -21,9 +21,9 @@ from jobnik.api.positions import note_written
 from jobnik.domain.errors import IdempotencyKeyReused
 from jobnik.domain.work import run_retrying
 from jobnik.projections.store.base import SqlStore
-from jobnik.projections.store.schema import IDEMPOTENCY_KEYS
 
 DEFAULT_TTL: Final = 24 * 3600.0
+IDEMPOTENCY_KEYS: Final = "jobnik_idempotency_keys"
 
 SELECT_KEY: Final = (
     f"SELECT fingerprint, status, body, position FROM {IDEMPOTENCY_KEYS} "

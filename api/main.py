@@ -21,7 +21,8 @@ from jobnik.projections.catchup.runner import CatchUpRunner
 from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.catchup_views import CatchUpViews
 from jobnik.projections.queries.views import Views
-from jobnik.projections.rebuild.bluegreen import rebuild
+from jobnik.projections.rebuild.bluegreen import rebuild, rebuild_outdated
+from jobnik.projections.startup import migrate
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.leader import LeaderLock
 
@@ -93,7 +94,13 @@ def projections_at_start(store: SqlStore, settings: Settings) -> CatchUpRunner |
                 extra={"action": "projection_stale", "projection": s.name},
             )
     if mode == "auto" and outdated(store, [INLINE]):  # re-checked under the rebuild lock
-        rebuild(store, names=[INLINE.name], only_outdated=True, wait=3600)
+        rebuild(
+            store,
+            names=[INLINE.name],
+            only_outdated=True,
+            wait=3600,
+            processes=settings.rebuild_processes,
+        )
     if settings.catchup_interval <= 0:
         return None
     return CatchUpRunner(
@@ -101,7 +108,11 @@ def projections_at_start(store: SqlStore, settings: Settings) -> CatchUpRunner |
         CATCH_UP,
         LeaderLock(store, "catchup"),
         interval=settings.catchup_interval,
-        rebuild_stale=mode == "auto",
+        rebuild=(
+            (lambda p: rebuild_outdated(store, p.name, settings.rebuild_processes))
+            if mode == "auto"
+            else None
+        ),
     )
 
 
@@ -113,7 +124,7 @@ def app_from_env(env: Mapping[str, str]) -> FastAPI:
 def app_from_settings(settings: Settings) -> FastAPI:
     """Open the configured store, migrate it, and serve it."""
     store = SqlStore(settings.library_env())
-    store.migrate()
+    migrate(store, settings.rebuild_processes)
     jobnik = Jobnik(store, lease_seconds=settings.lease_seconds)
     keys = IdempotencyKeys(store, settings.idempotency_ttl)
     interval = settings.sweep_interval

@@ -21,7 +21,7 @@ from jobnik.domain.tasks import Task
 from jobnik.projections.catchup.last_status import JobDefinition, JobLink
 from jobnik.projections.catchup.run_stats import Counts, JobStatistics
 from jobnik.projections.queries.audit import Entry, Page
-from jobnik.projections.queries.views import ChildJob, JobView, StageView
+from jobnik.projections.queries.results import ChildJob, JobView, StageView
 
 TRACEPARENT, TRACESTATE = TRACEPARENT_RE.pattern, TRACESTATE_RE.pattern
 

@@ -78,6 +78,7 @@ from jobnik.domain.errors import (
 )
 from jobnik.domain.statuses import TaskStatus
 from jobnik.domain.work import conflicts_retried
+from jobnik.projections.startup import migrate
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
 from jobnik.scripts import bench_floor
@@ -212,7 +213,7 @@ class CountingStore(SqlStore):
 def engine(url: str) -> Iterator[CountingStore]:
     store = CountingStore(library_env({"JOBNIK_DATABASE_URL": url}))
     try:
-        store.migrate()
+        migrate(store)
         yield store
     finally:
         store.close()

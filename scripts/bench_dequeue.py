@@ -61,6 +61,7 @@ from typing import Any
 from urllib.parse import urlparse, urlunparse
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.projections.startup import migrate
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
 from jobnik.projections.store.session import SqlSession
@@ -99,7 +100,7 @@ def open_store(backend: str, label: str, pg_url: str, tmp: Path) -> Iterator[Sql
         url = urlunparse(urlparse(pg_url)._replace(path=f"/{name}"))
         store = SqlStore(library_env({"JOBNIK_DATABASE_URL": url}))
         try:
-            store.migrate()
+            migrate(store)
             yield store
         finally:
             store.close()
@@ -109,7 +110,7 @@ def open_store(backend: str, label: str, pg_url: str, tmp: Path) -> Iterator[Sql
         path = tmp / f"bench_{label}.db"
         store = SqlStore(library_env({"JOBNIK_DATABASE_URL": f"sqlite:///{path}"}))
         try:
-            store.migrate()
+            migrate(store)
             yield store
         finally:
             store.close()

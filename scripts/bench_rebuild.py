@@ -69,6 +69,7 @@ from urllib.parse import urlparse, urlunparse
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.ports import Session
 from jobnik.domain.statuses import TaskStatus
+from jobnik.projections.startup import migrate
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
 from jobnik.projections.store.dialect import SQLITE
@@ -219,7 +220,7 @@ def write_log(path: Path, events: int, label: str) -> str:
     url = f"sqlite:///{path}"
     store = SqlStore(library_env({"JOBNIK_DATABASE_URL": url}))
     try:
-        store.migrate()
+        migrate(store)
         generate(store, events, label)
     finally:
         store.close()
@@ -254,7 +255,7 @@ def copy(sqlite_url: str, pg_url: str) -> None:
     target = SqlStore(library_env({"JOBNIK_DATABASE_URL": pg_url}))
     started = time.perf_counter()
     try:
-        target.migrate()
+        migrate(target)
         assert source.lite is not None
         assert target.pg is not None
         tables = [t for p in ALL for t in p.tables]

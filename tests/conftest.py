@@ -32,6 +32,7 @@ import psycopg
 import pytest
 
 from jobnik.domain.application import Jobnik
+from jobnik.projections.startup import migrate
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
 
@@ -281,7 +282,7 @@ def store(env: dict[str, str]) -> Iterator[SqlStore]:
     """A migrated store, closed after the test."""
     s = SqlStore(library_env(env))
     try:
-        s.migrate()
+        migrate(s)
         yield s
     finally:
         s.close()
@@ -293,7 +294,7 @@ def pg_store(pg_database_url: str) -> Iterator[SqlStore]:
     _reset(pg_database_url)
     s = SqlStore(library_env({"JOBNIK_DATABASE_URL": pg_database_url}))
     try:
-        s.migrate()
+        migrate(s)
         yield s
     finally:
         s.close()

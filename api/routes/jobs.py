@@ -29,7 +29,7 @@ from jobnik.api.schemas import (
 from jobnik.domain.application import NewJob, NewStage
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobStatus, Priority
-from jobnik.projections.queries.views import StageView
+from jobnik.projections.queries.results import StageView
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(reject_unknown_query)])
 

@@ -16,10 +16,6 @@ from jobnik.projections.store.dialect import Dialect
 from jobnik.projections.store.names import identity
 
 Batch = Sequence[tuple[int, Any]]  # (log position, decoded domain event), in log order
-_TYPES: Final = {
-    "postgres": {"uuid": "uuid", "json": "jsonb", "time": "timestamptz", "bool": "boolean"},
-    "sqlite": {"uuid": "TEXT", "json": "TEXT", "time": "TEXT", "bool": "INTEGER"},
-}
 _PARAM: Final = re.compile(r"%\((\w+)\)s")
 
 
@@ -59,9 +55,9 @@ class CatchUpProjection(ABC):
     def topics(self) -> tuple[str, ...]:
         return tuple(get_topic(cls) for cls in self.events)
 
-    def create(self, backend: str) -> list[str]:
+    def create(self, dialect: Dialect) -> list[str]:
         """The statements that create the projection's (live) tables."""
-        return [s.strip() for s in self.ddl.format(**_TYPES[backend]).split(";") if s.strip()]
+        return [s.strip() for s in self.ddl.format(**dialect.types).split(";") if s.strip()]
 
     @abstractmethod
     def apply(self, cur: Cursor, batch: Batch, sql: Sql, prepared: Any = None) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from jobnik.projections.catchup import tracking
@@ -142,11 +142,11 @@ class CatchUpRunner:
 
     Wakes on every write this process commits (the store's `on_commit`) and otherwise every
     `interval` seconds (writes from other processes), but starts rounds at most every `min_gap`
-    seconds, so that under load one round applies the events of many commits. With
-    `rebuild_stale`, a projection whose rows an older version of its code built is rebuilt
-    blue/green first (the old rows keep serving meanwhile); without, it is caught up with the
-    new code as it is. Rows built by a newer version (a rolling deploy's newer processes) are
-    left alone.
+    seconds, so that under load one round applies the events of many commits. With `rebuild`
+    (`rebuild.bluegreen.rebuild_outdated`), a projection whose rows an older version of its code
+    built is rebuilt blue/green first (the old rows keep serving meanwhile); without, it is caught
+    up with the new code as it is. Rows built by a newer version (a rolling deploy's newer
+    processes) are left alone.
     """
 
     def __init__(
@@ -157,12 +157,12 @@ class CatchUpRunner:
         *,
         interval: float = 0.2,
         batch: int = BATCH,
-        rebuild_stale: bool = True,
+        rebuild: Callable[[CatchUpProjection], None] | None = None,
         follower_interval: float = 2.0,
         min_gap: float = 0.05,
     ) -> None:
         self.store, self.projections, self.lock = store, list(projections), lock
-        self.interval, self.batch, self.rebuild_stale = interval, batch, rebuild_stale
+        self.interval, self.batch, self.rebuild = interval, batch, rebuild
         self.min_gap = min(min_gap, interval)  # shortest time between two rounds' starts
         self.follower_interval = max(interval, follower_interval)  # how often to try the lock
         self.leading = False
@@ -205,25 +205,13 @@ class CatchUpRunner:
             entry = registry.get(projection.name)
             if entry is None or entry.version > projection.version:
                 continue  # not registered yet, or built by a newer version (rolling deploy)
-            if entry.version < projection.version and self.rebuild_stale:
-                self._rebuild(projection)
+            if entry.version < projection.version and self.rebuild is not None:
+                self.rebuild(projection)
                 continue
             due.append((projection, entry))
         moved = catch_up_together(self.store, due, head, self.batch)
         self.applied += moved
         return moved
-
-    def _rebuild(self, projection: CatchUpProjection) -> None:
-        from jobnik.projections.rebuild.bluegreen import RebuildBusy, rebuild
-
-        log.info(
-            "rebuilding stale projection",
-            extra={"action": "projection_rebuild", "projection": projection.name},
-        )
-        try:
-            rebuild(self.store, names=[projection.name], only_outdated=True)
-        except RebuildBusy:  # another process rebuilds; its swap will show up in the registry
-            log.info("rebuild busy elsewhere", extra={"action": "projection_rebuild_busy"})
 
     def _run(self) -> None:
         failures = 0

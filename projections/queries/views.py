@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from jobnik.domain.errors import JobNotFound, StageNotFound, TaskNotFound
-from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
-from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.projections.inline.rows import (
     job_from_row,
@@ -20,37 +17,16 @@ from jobnik.projections.inline.rows import (
     summary_from_row,
     task_from_row,
 )
+from jobnik.projections.queries.audit import Audit
+from jobnik.projections.queries.results import ChildJob, JobView, StageView
+from jobnik.projections.queries.timetravel import AsOf, TimeTravel
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
-
-if TYPE_CHECKING:
-    from jobnik.projections.queries.timetravel import AsOf, TimeTravel
 
 STAGE_SELECT = (
     "SELECT s.*, m.pending, m.in_progress, m.completed, m.failed, m.created, m.retried, "
     "m.aborted, m.total, m.delegated FROM stages_v1 s JOIN summaries_v1 m ON m.stage_id = s.id"
 )
-
-
-@dataclass(frozen=True)
-class StageView:
-    stage: Stage
-    summary: Summary
-    tasks: list[Task] | None = None
-
-
-@dataclass(frozen=True)
-class JobView:
-    job: Job
-    stages: list[StageView] | None = None
-
-
-@dataclass(frozen=True)
-class ChildJob:
-    """A child job of a delegated task, with its tasks that completed with a result."""
-
-    job: Job
-    results: list[Task]
 
 
 class _Where:
@@ -87,9 +63,6 @@ class Views:
 
     @cached_property
     def history(self) -> TimeTravel:
-        from jobnik.projections.queries.audit import Audit
-        from jobnik.projections.queries.timetravel import TimeTravel
-
         return TimeTravel(Audit(self.store))
 
     def job(self, job_id: UUID, *, with_stages: bool = False, as_of: AsOf | None = None) -> JobView:

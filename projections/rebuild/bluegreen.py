@@ -63,7 +63,8 @@ def rebuild(
 
     `only_outdated`: only those whose rows an older version built, judged once the rebuild lock
     is held (so processes starting together rebuild once). `wait`: seconds to wait for the lock.
-    `processes`: how many replay the log on PostgreSQL (default `parallel.processes()`).
+    `processes`: how many replay the log on PostgreSQL (default: one per CPU, see
+    `parallel.processes`).
     """
     projections = by_name(names)
     with rebuild_lock(store, wait=wait), fewer_collections():
@@ -74,7 +75,7 @@ def rebuild(
         work = Pass(store, shadows_of(store, projections), progress, keep=True)
         work.create()
         try:
-            work.build(processes=processes or parallel.processes())
+            work.build(processes=parallel.processes(processes))
             with store.cursor(write=True, swap=True) as cur:  # writers wait until the commit
                 _lock_entries(cur, projections)
                 head = work.finish(cur)
@@ -101,3 +102,15 @@ def _lock_entries(cur: Cursor, projections: Sequence[Projection]) -> None:
     """Wait for catch-up batches in flight (they hold their registry rows until they commit);
     rows locked in name order, as a catch-up round locks them."""
     tracking.locked(cur, [p.name for p in projections])
+
+
+def rebuild_outdated(store: SqlStore, name: str, processes: int | None = None) -> None:
+    """Rebuild projection `name` if an older version of its code built its rows, unless another
+    process is rebuilding (its swap will show up in the registry)."""
+    log.info(
+        "rebuilding stale projection", extra={"action": "projection_rebuild", "projection": name}
+    )
+    try:
+        rebuild(store, names=[name], only_outdated=True, processes=processes)
+    except RebuildBusy:
+        log.info("rebuild busy elsewhere", extra={"action": "projection_rebuild_busy"})

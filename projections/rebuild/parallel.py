@@ -35,7 +35,7 @@ import os
 import queue
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.process import BaseProcess
 from typing import Any, Final
@@ -57,19 +57,13 @@ MAX_PROCESSES: Final = 8
 Route = tuple[int, int]  # (this part, of so many parts)
 
 
-def processes(env: Mapping[str, str] = os.environ) -> int:
-    """Processes a PostgreSQL rebuild replays with: JOBNIK_REBUILD_PROCESSES, by default one per
-    CPU (up to 8); 1 replays in the rebuilding process alone."""
-    raw = env.get("JOBNIK_REBUILD_PROCESSES", "").strip()
-    if not raw:
-        return max(1, min(os.cpu_count() or 1, MAX_PROCESSES))
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"JOBNIK_REBUILD_PROCESSES must be a whole number, got {raw!r}") from None
-    if n < 1:
-        raise ValueError(f"JOBNIK_REBUILD_PROCESSES must be at least 1, got {n}")
-    return n
+def processes(configured: int | None = None) -> int:
+    """Processes a PostgreSQL rebuild replays with: `configured` (the server's
+    `rebuild_processes` setting), else one per CPU, up to MAX_PROCESSES; 1 replays in the
+    rebuilding process alone."""
+    if configured is not None:
+        return configured
+    return max(1, min(os.cpu_count() or 1, MAX_PROCESSES))
 
 
 def _job_hex(job: str, events: str) -> str:

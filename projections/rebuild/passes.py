@@ -112,7 +112,7 @@ class Pass:
         with self.store.cursor(write=True, lock=False) as cur:
             for s in self.shadows:
                 drop_shadows(cur, s.projection.tables)
-                for statement in s.projection.create(self.store.backend):
+                for statement in s.projection.create(self.store.dialect):
                     index = _INDEX.match(statement)
                     if index and index.group(1) in s.projection.late_indexes:
                         self.late.append(s.rename(statement))

@@ -45,7 +45,7 @@ def verify(
         work = Pass(store, shadows_of(store, projections), progress)
         work.create()
         try:
-            work.build(processes=processes or parallel.processes())
+            work.build(processes=parallel.processes(processes))
             with _frozen(store, work, projections) as cur:
                 return [
                     d

@@ -14,6 +14,7 @@ import logging
 import sqlite3
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from contextvars import ContextVar
@@ -36,7 +37,6 @@ from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.dialect import POSTGRES, SQLITE, Dialect
 from jobnik.projections.store.eventlog import EventLog
 from jobnik.projections.store.executor import OpExecutor
-from jobnik.projections.store.migrations import migrate
 from jobnik.projections.store.session import SqlSession
 from jobnik.projections.store.written import RecentWrites
 
@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 # lock, write sessions shared (they never wait for each other) and the swap exclusive: a swap
 # waits for the sessions under way, and new ones wait for the swap before they read anything.
 _SWAP_KEY: Final = 0x6A6F626E  # "jobn"
+MIGRATION_KEY: Final = zlib.crc32(b"jobnik-migrations")
 WRITING: Final = f"SELECT pg_advisory_xact_lock_shared({_SWAP_KEY})"
 SWAPPING: Final = f"SELECT pg_advisory_xact_lock({_SWAP_KEY})"
 
@@ -152,11 +153,19 @@ class SqlStore:
         assert self.lite is not None
         return self.lite.pool.db_name
 
-    def migrate(self) -> list[int]:
-        """Create or upgrade every table; safe when several processes start at once.
-
-        Returns the migrations this call applied."""
-        return migrate(self)
+    @contextmanager
+    def migration_lock(self) -> Iterator[None]:
+        """Held while a process creates or upgrades the schema, so that processes starting at
+        once take turns (PostgreSQL: a session advisory lock; SQLite: writers take turns)."""
+        if self.pg is None:
+            yield
+            return
+        with self.pg.get_connection() as conn:  # a session lock, held across the library's DDL
+            conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_KEY,))
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_KEY,))
 
     def close(self) -> None:
         if self._writer_pool is not None:  # opened by the first PostgreSQL write session

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
@@ -17,6 +17,14 @@ class Dialect:
     """PostgreSQL: native uuid, jsonb, timestamptz and boolean columns."""
 
     name = "postgres"
+    # Column types by kind, for the schema's placeholders ({uuid}, {json}, ...).
+    types: ClassVar[Mapping[str, str]] = {
+        "uuid": "uuid",
+        "json": "jsonb",
+        "time": "timestamptz",
+        "bool": "boolean",
+        "false": "false",
+    }
 
     def param(self, name: str) -> str:
         return f"%({name})s"
@@ -53,6 +61,13 @@ class SQLiteDialect(Dialect):
     """SQLite: uuids, JSON and ISO-8601 UTC times as TEXT, booleans as 0/1."""
 
     name = "sqlite"
+    types: ClassVar[Mapping[str, str]] = {
+        "uuid": "TEXT",
+        "json": "TEXT",
+        "time": "TEXT",
+        "bool": "INTEGER",
+        "false": "0",
+    }
 
     def param(self, name: str) -> str:
         return f":{name}"

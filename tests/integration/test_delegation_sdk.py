@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from jobnik.domain.statuses import Actor
 from jobnik.domain.work import utcnow
+from jobnik.projections.startup import migrate
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
 from jobnik.scripts.cli import app, parse_duration
@@ -85,7 +86,7 @@ def test_the_redispatch_safety_net_requeues_what_the_engine_missed(
     from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 
     store = SqlStore(library_env({"JOBNIK_DATABASE_URL": database_url}))
-    store.migrate()
+    migrate(store)
     engine = Jobnik(store)
     job = engine.create_job(NewJob(name="parent", data={}))
     stage = engine.add_stage(job.id, NewStage(type="plan", data={}))

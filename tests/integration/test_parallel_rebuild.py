@@ -151,19 +151,12 @@ def test_a_log_that_cannot_be_routed_is_replayed_in_one_process(
     assert everything_in_parallel == ([-1] if store.pg is not None else [])
 
 
-@pytest.mark.parametrize(("value", "expected"), [("1", 1), ("3", 3), (" 2 ", 2)])
-def test_the_number_of_processes_is_read_from_the_environment(value: str, expected: int) -> None:
-    assert parallel.processes({"JOBNIK_REBUILD_PROCESSES": value}) == expected
-
-
-@pytest.mark.parametrize("value", ["0", "-1", "two"])
-def test_a_bad_number_of_processes_is_refused_naming_the_setting(value: str) -> None:
-    with pytest.raises(ValueError, match="JOBNIK_REBUILD_PROCESSES"):
-        parallel.processes({"JOBNIK_REBUILD_PROCESSES": value})
-
-
 def test_by_default_a_rebuild_uses_each_cpu() -> None:
-    assert 1 <= parallel.processes({}) <= parallel.MAX_PROCESSES
+    assert 1 <= parallel.processes(None) <= parallel.MAX_PROCESSES
+
+
+def test_a_configured_number_of_processes_is_used_as_it_is() -> None:
+    assert parallel.processes(3) == 3
 
 
 def test_routes_give_the_parts_equal_work_and_keep_each_job_whole(pg_store: SqlStore) -> None:

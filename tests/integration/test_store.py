@@ -14,11 +14,12 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.projections.inline.tables import JOBS
+from jobnik.projections.startup import migrate
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
-from jobnik.projections.store.migrations import MIGRATIONS, migrate
+from jobnik.projections.store.migrations import MIGRATIONS
 
-ALL_VERSIONS = [version for version, _, _ in MIGRATIONS]
+ALL_VERSIONS = [m.version for m in MIGRATIONS]
 TASKS = 2000
 WORKERS = 8
 

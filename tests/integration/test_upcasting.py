@@ -11,7 +11,7 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import Actor, Priority, TaskStatus
 from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS, ERROR, Task
-from jobnik.projections.catchup import registry
+from jobnik.projections.startup import migrate
 from jobnik.projections.store import migrations
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
@@ -96,12 +96,7 @@ def test_events_stored_by_the_first_release_upgrade_and_load(database_url: str) 
     env = library_env({"JOBNIK_DATABASE_URL": database_url})
     old = SqlStore(env)
     old.create_tables()
-    saved, migrations.MIGRATIONS = MIGRATIONS, MIGRATIONS[:1]  # the first release's schema
-    saved_ensure, registry.ensure = registry.ensure, lambda store: None  # no registry then
-    try:
-        migrations.migrate(old)
-    finally:
-        migrations.MIGRATIONS, registry.ensure = saved, saved_ensure
+    migrations.apply(old, until=1)  # the first release's schema (and no registry then)
     with old.cursor(write=True) as cur:  # drop the scratch rows: the log is what was stored
         for table in ("queue_v1", "tasks_v1", "summaries_v1", "stages_v1", "jobs_v1"):
             cur.execute(f"DELETE FROM {table}")
@@ -110,13 +105,13 @@ def test_events_stored_by_the_first_release_upgrade_and_load(database_url: str) 
     old.close()
 
     store = SqlStore(env)
-    applied = store.migrate()  # the later ones, then a rebuild through the upcasters
+    applied = migrate(store)  # the later ones, then a rebuild through the upcasters
     loaded = [store.mapper.to_domain_event(n) for n in store.recorder.select_notifications(1, 100)]
     with store.session(write=False) as s:
         row = s.task(task.id)
         job, stage = s.job(row.job_id), s.stage(row.stage_id)
 
-    assert applied == [version for version, *_ in MIGRATIONS[1:]]
+    assert applied == [m.version for m in MIGRATIONS[1:]]
     dequeued = [e for e in loaded if isinstance(e, Task.TaskDequeued)]
     assert [e.lease_seconds for e in dequeued] == [DEFAULT_LEASE_SECONDS] * 2
     assert dequeued[1].lease_expires_at == dequeued[1].timestamp + timedelta(
