@@ -23,8 +23,8 @@ from jobnik.projections.queries.catchup_views import CatchUpViews
 from jobnik.projections.queries.views import Views
 from jobnik.projections.rebuild.bluegreen import rebuild, rebuild_outdated
 from jobnik.projections.startup import migrate
+from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
-from jobnik.projections.store.leader import LeaderLock
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def projections_at_start(store: SqlStore, settings: Settings) -> CatchUpRunner |
     return CatchUpRunner(
         store,
         CATCH_UP,
-        LeaderLock(store, "catchup"),
+        store.leader_lock("catchup"),
         interval=settings.catchup_interval,
         rebuild=(
             (lambda p: rebuild_outdated(store, p.name, settings.rebuild_processes))
@@ -123,13 +123,13 @@ def app_from_env(env: Mapping[str, str]) -> FastAPI:
 
 def app_from_settings(settings: Settings) -> FastAPI:
     """Open the configured store, migrate it, and serve it."""
-    store = SqlStore(settings.library_env())
+    store = open_store(settings.library_env())
     migrate(store, settings.rebuild_processes)
     jobnik = Jobnik(store, lease_seconds=settings.lease_seconds)
     keys = IdempotencyKeys(store, settings.idempotency_ttl)
     interval = settings.sweep_interval
     sweeper = (
-        Sweeper(jobnik, LeaderLock(store, "sweeper"), interval, purge=keys.purge)
+        Sweeper(jobnik, store.leader_lock("sweeper"), interval, purge=keys.purge)
         if interval > 0
         else None
     )

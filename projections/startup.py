@@ -20,6 +20,6 @@ def migrate(store: SqlStore, processes: int | None = None) -> list[int]:
         store.create_tables()
         applied = migrations.apply(store)
         ensure(store)
-        if migrations.REBUILD_AFTER.intersection(applied) and store.recorder.max_notification_id():
+        if migrations.REBUILD_AFTER.intersection(applied) and store.head():
             rebuild(store, names=[INLINE.name], wait=600, processes=processes)
     return applied

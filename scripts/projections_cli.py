@@ -32,10 +32,10 @@ def open_store(settings: Settings | None = None) -> SqlStore:
     """The store the settings (by default the environment's) name, migrated."""
     from jobnik.api.settings import Settings
     from jobnik.projections.startup import migrate
-    from jobnik.projections.store.base import SqlStore
+    from jobnik.projections.store.backends import open_store as open_database
 
     settings = settings or Settings()
-    store = SqlStore(settings.library_env())
+    store = open_database(settings.library_env())
     migrate(store, settings.rebuild_processes)
     return store
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 from eventsourcing.utils import get_topic
 
@@ -16,7 +15,6 @@ from jobnik.projections.store.dialect import Dialect
 from jobnik.projections.store.names import identity
 
 Batch = Sequence[tuple[int, Any]]  # (log position, decoded domain event), in log order
-_PARAM: Final = re.compile(r"%\((\w+)\)s")
 
 
 class Sql:
@@ -30,7 +28,7 @@ class Sql:
 
     def _text(self, template: str) -> str:
         text = self.rename(template)
-        return _PARAM.sub(r":\1", text) if self.dialect.name == "sqlite" else text
+        return self.dialect.params(text)
 
     def __call__(self, template: str) -> str:
         return self._cached(template)
@@ -72,12 +70,12 @@ class CatchUpProjection(ABC):
 
 @contextmanager
 def pipelined(cur: Cursor) -> Iterator[None]:
-    """PostgreSQL pipeline mode for a run of statements: sent without waiting for each answer
-    (a read, or the block's end, waits for them all). A projection batch is hundreds of small
-    writes, so this saves a network round trip per statement."""
-    # (A rebuild's deferred cursor, rebuild/writer.py, has no raw cursor: its thread waits.)
-    if cur.dialect.name == "postgres" and cur.raw is not None:
-        with cur.raw.connection.pipeline():
-            yield
-    else:
+    """Pipeline mode for a run of statements, where the driver has it (PostgreSQL): sent
+    without waiting for each answer (a read, or the block's end, waits for them all). A
+    projection batch is hundreds of small writes: this saves a round trip per statement."""
+    # (A rebuild's deferred cursor, store/pagewriter.py, has no raw cursor: its thread waits.)
+    if cur.raw is None:
+        yield
+        return
+    with cur.dialect.pipeline(cur.raw):
         yield

@@ -59,7 +59,7 @@ def catch_up(
             found = tracking.get(cur, projection.name)
         if found is None:
             return 0
-        seen = found, int(store.recorder.max_notification_id() or 0)
+        seen = found, store.head()
     entry, head = seen
     return catch_up_together(store, [(projection, entry)], head, limit)
 
@@ -98,9 +98,7 @@ def _catch_up_from(
 ) -> int:
     """`catch_up_together` for projections that are all at position `start`."""
     topics = sorted({t for p, _ in due for t in p.topics})
-    notes = store.recorder.select_notifications(
-        start, limit, stop=head, topics=topics, inclusive_of_start=False
-    )
+    notes = store.notifications(start, limit, stop=head, topics=topics)
     end = notes[-1].id if len(notes) == limit else head  # the filter may skip the rest to head
     events = [(n.id, n.topic, store.mapper.to_domain_event(n)) for n in notes]
     moved = 0
@@ -197,7 +195,7 @@ class CatchUpRunner:
             return 0
         with self.store.cursor(write=False) as cur:
             registry = tracking.entries(cur)
-        head = int(self.store.recorder.max_notification_id() or 0)
+        head = self.store.head()
         due = []
         for projection in self.projections:
             if self._stop.is_set():

@@ -50,7 +50,7 @@ def locked(cur: Cursor, names: Sequence[str]) -> dict[str, int]:
     """The positions of `names`, their rows locked (PostgreSQL) until the transaction ends, in
     name order (two lockers of the same rows never wait for each other crosswise): how a
     catch-up round and a rebuild's swap take turns."""
-    lock = " ORDER BY name FOR UPDATE" if cur.dialect.name == "postgres" else ""
+    lock = f" ORDER BY name{cur.dialect.for_update}"
     p = cur.dialect.param
     params = {f"n{i}": name for i, name in enumerate(names)}
     listed = ", ".join(p(k) for k in params)

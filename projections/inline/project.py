@@ -17,6 +17,7 @@ from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.projections.inline.history import entity_row
 from jobnik.projections.inline.ops import Add, Delete, Enqueue, IndexEvent, Insert, Op, Update
+from jobnik.projections.inline.queue import is_open
 from jobnik.projections.inline.tables import (
     ENTITY_JOBS,
     JOBS,
@@ -39,7 +40,6 @@ SUMMARY_KEY: Final = {
     TaskStatus.DELEGATED: "delegated",
 }
 _SUMMARY_OF: Final = {status.value: key for status, key in SUMMARY_KEY.items()}  # no enum call
-OPEN_JOB: Final = frozenset({JobStatus.PENDING, JobStatus.IN_PROGRESS})
 # Status strings as plain constants: an enum member's `.value` is a descriptor call (about a
 # microsecond), and the projection runs for every event of a rebuild.
 JOB_IN_PROGRESS: Final = JobStatus.IN_PROGRESS.value
@@ -137,7 +137,7 @@ def _ended(
 def _job_resumed(e: Job.JobResumed, _: int) -> list[Op]:
     return [
         _job(e, status=e.status),
-        Update(QUEUE, {"job_id": e.originator_id}, {"job_open": e.status in OPEN_JOB}),
+        Update(QUEUE, {"job_id": e.originator_id}, {"job_open": is_open(e.status)}),
     ]
 
 
@@ -311,7 +311,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     ],
     Job.JobPaused: lambda e, _: [
         _job(e, status=JOB_PAUSED),
-        Update(QUEUE, {"job_id": e.originator_id}, {"job_open": False}),
+        Update(QUEUE, {"job_id": e.originator_id}, {"job_open": is_open(JOB_PAUSED)}),
     ],
     Job.JobResumed: _job_resumed,
     Job.JobProgressed: lambda e, _: [
@@ -326,7 +326,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Stage.StageAdded: _stage_added,
     Stage.StageReleased: lambda e, _: [
         _stage(e, status=STAGE_PENDING),
-        Update(QUEUE, {"stage_id": e.originator_id}, {"stage_open": True}),
+        Update(QUEUE, {"stage_id": e.originator_id}, {"stage_open": is_open(STAGE_PENDING)}),
     ],
     Stage.StageStarted: lambda e, _: [_stage(e, status=STAGE_IN_PROGRESS, start_time=e.timestamp)],
     Stage.StageCompleted: _ended(_stage, "stage_id", StageStatus.COMPLETED),

@@ -18,6 +18,8 @@ PRIMARY_KEYS: Final = {
     ENTITY_JOBS: "entity_id",
     JOB_EVENTS: "job_id, position",
 }
+# The same, as column tuples.
+KEYS: Final = {t: tuple(c.strip() for c in cols.split(",")) for t, cols in PRIMARY_KEYS.items()}
 
 SUMMARY_COUNTERS: Final = (
     "pending",

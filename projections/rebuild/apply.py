@@ -45,7 +45,7 @@ def _inline_applier(store: SqlStore, rename: Callable[[str], str]) -> Applier:
     shadow tables, which only the rebuild writes, a page at a time folded (fold.py)."""
     executor = OpExecutor(store.dialect, None if rename is identity else rename)
     if _inline_preparer(rename) is not None:
-        folder = Fold(executor, rename, store.events_table if store.pg is not None else None)
+        folder = Fold(executor, store.bulk(rename))
 
         def fold(cur: Cursor, batch: Batch, prepared: Any = None) -> None:
             ops, index = prepared if prepared is not None else fold_ops(batch)

@@ -26,7 +26,6 @@ from jobnik.projections.rebuild.passes import Pass, Progress, fewer_collections,
 from jobnik.projections.rebuild.shadow import swap
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
-from jobnik.projections.store.leader import LeaderLock
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +37,7 @@ class RebuildBusy(RuntimeError):
 @contextmanager
 def rebuild_lock(store: SqlStore, *, wait: float = 0.0) -> Iterator[None]:
     """Hold this database's rebuild lock; `wait` seconds for it, else RebuildBusy."""
-    lock = LeaderLock(store, "rebuild")
+    lock = store.leader_lock("rebuild")
     deadline = time.monotonic() + wait
     while not lock.acquire():
         if time.monotonic() >= deadline:
@@ -81,7 +80,7 @@ def rebuild(
                 head = work.finish(cur)
                 now = datetime.now(UTC)
                 for s in work.shadows:
-                    swap(cur, s.projection.tables)
+                    swap(store, cur, s.projection.tables)
                     tracking.record_rebuild(cur, s.projection.name, s.projection.version, head, now)
         except BaseException:
             work.drop()

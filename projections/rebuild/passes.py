@@ -11,7 +11,7 @@ import gc
 import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -24,9 +24,9 @@ from jobnik.projections.rebuild.apply import Applier, Prepare, applier, preparer
 from jobnik.projections.rebuild.log import PAGE, read_pages
 from jobnik.projections.rebuild.readahead import read_ahead
 from jobnik.projections.rebuild.shadow import Renamer, drop_shadows
-from jobnik.projections.rebuild.writer import Writer
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
+from jobnik.projections.store.pagewriter import Writer
 
 _INDEX: Final = re.compile(r"\s*CREATE (?:UNIQUE )?INDEX (?:IF NOT EXISTS )?(\w+)")
 Progress = Callable[[int, int], None]  # (events applied so far, events to apply in all)
@@ -135,7 +135,7 @@ class Pass:
                 drop_shadows(cur, s.projection.tables)
 
     def head(self) -> int:
-        return int(self.store.recorder.max_notification_id() or 0)
+        return self.store.head()
 
     def build(self, near: int | None = None, processes: int = 1) -> None:
         """Feed the shadows until they are within `near` (a page) of the head (no lock held),
@@ -193,7 +193,7 @@ class Pass:
         per_job = [s for s in self.shadows if s.projection.per_job]
         if (
             processes < 2
-            or self.store.pg is None
+            or not self.store.replays_in_parallel
             or not per_job
             or head - self.position < parallel.MIN_EVENTS
         ):
@@ -224,15 +224,10 @@ class Pass:
         self.applied += applied
         self.position = head
 
-    @contextmanager
-    def _writers(self) -> Iterator[list[Writer] | None]:
-        """On PostgreSQL a writer per shadow (writer.py): a page is written while the next one
-        is folded. SQLite has one writer connection: pages are applied in turn."""
-        if self.store.pg is None:
-            yield None
-            return
-        with ExitStack() as stack:
-            yield [stack.enter_context(Writer(self.store)) for _ in self.shadows]
+    def _writers(self) -> AbstractContextManager[list[Writer] | None]:
+        """A page writer per shadow where the backend writes side by side (a page is written
+        while the next one is folded), else None: pages are applied in turn."""
+        return self.store.page_writers(len(self.shadows))
 
     def finish(self, cur: Cursor) -> int:
         """Feed the shadows the rest of the log, in the caller's transaction; returns the head.
@@ -294,4 +289,4 @@ def feed_part(
     """What a part's process runs (parallel.run_parts): its jobs' events into the shadows."""
     with fewer_collections():
         work = Pass(store, shadows_of(store, by_name(names)), lambda n, _: applied(n))
-        work.replay(read_pages(store, after, PAGE, head, (), route=route), head)
+        work.replay(read_pages(store, after, PAGE, head, (), part=route), head)

@@ -30,6 +30,7 @@ from psycopg import generators, pq
 from psycopg.adapt import Transformer
 
 from jobnik.domain.errors import ConcurrencyConflict, DatabaseError
+from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.dialect import Dialect
 
 # SQLSTATEs that mean "run the command again": serialization_failure (our stale-read check
@@ -149,7 +150,7 @@ class Later:
         self.rows: list[dict[str, Any]] | None = None
 
 
-class BatchCursor:
+class BatchCursor(Cursor):
     """The write session's cursor: the `Cursor` interface over queued statements.
 
     Values are rendered as literals by psycopg's adapters (`Transformer.as_literal`, the same
@@ -160,8 +161,8 @@ class BatchCursor:
     def __init__(
         self, conn: psycopg.Connection[Any], dialect: Dialect, first: Sequence[str] = ()
     ) -> None:
+        super().__init__(None, dialect)
         self.conn = conn
-        self.dialect = dialect
         self.first = list(first)  # statements the transaction begins with, after BEGIN
         self.began = False
         self.locked = False  # set by the session once it queued the writer lock
@@ -226,13 +227,13 @@ class BatchCursor:
         rows = [row % {k: self._literal(v) for k, v in p.items()} for p in params]
         self._queue.append(f"{sql[:start]}{', '.join(rows)}{sql[end:]}")
 
-    def later(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> Later:
+    def queued(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> Later:
         """Queue a query; its rows arrive with the next `flush`."""
         self.execute(sql, params)
         return self._want()
 
-    def later_prepared(self, sql: str, params: Mapping[str, Any], *, rows: int = 1) -> Later:
-        """`later` for a hot query, prepared as `execute_prepared` does."""
+    def queued_prepared(self, sql: str, params: Mapping[str, Any], *, rows: int = 1) -> Later:
+        """`queued` for a hot query, prepared as `execute_prepared` does."""
         self.execute_prepared(sql, params, rows=rows)
         return self._want()
 
@@ -244,7 +245,7 @@ class BatchCursor:
     def raw_all(
         self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()
     ) -> list[dict[str, Any]]:
-        result = self.later(sql, params)
+        result = self.queued(sql, params)
         self.flush()
         assert result.rows is not None
         return result.rows

@@ -12,6 +12,7 @@ import pytest
 
 from jobnik.projections.startup import migrate
 from jobnik.projections.store import migrations
+from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
 from jobnik.projections.store.cursor import Cursor
@@ -94,12 +95,12 @@ def _emptied(store: SqlStore, database_url: str) -> None:
 
 def test_a_database_migrated_release_by_release_equals_a_new_one(database_url: str) -> None:
     env = library_env({"JOBNIK_DATABASE_URL": database_url})
-    new = SqlStore(env)
+    new = open_store(env)
     assert migrate(new) == [m.version for m in migrations.MIGRATIONS]
     fresh = catalog(new)
     _emptied(new, database_url)
 
-    old = SqlStore(env)
+    old = open_store(env)
     try:
         old.create_tables()
         for m in migrations.MIGRATIONS:

@@ -13,6 +13,7 @@ from jobnik.domain.statuses import Actor, Priority, TaskStatus
 from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS, ERROR, Task
 from jobnik.projections.startup import migrate
 from jobnik.projections.store import migrations
+from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
 from jobnik.projections.store.migrations import MIGRATIONS
@@ -94,7 +95,7 @@ def first_release_log(store: SqlStore) -> tuple[list[StoredEvent], Task]:
 
 def test_events_stored_by_the_first_release_upgrade_and_load(database_url: str) -> None:
     env = library_env({"JOBNIK_DATABASE_URL": database_url})
-    old = SqlStore(env)
+    old = open_store(env)
     old.create_tables()
     migrations.apply(old, until=1)  # the first release's schema (and no registry then)
     with old.cursor(write=True) as cur:  # drop the scratch rows: the log is what was stored
@@ -104,7 +105,7 @@ def test_events_stored_by_the_first_release_upgrade_and_load(database_url: str) 
     old.recorder.insert_events(log)
     old.close()
 
-    store = SqlStore(env)
+    store = open_store(env)
     applied = migrate(store)  # the later ones, then a rebuild through the upcasters
     loaded = [store.mapper.to_domain_event(n) for n in store.recorder.select_notifications(1, 100)]
     with store.session(write=False) as s:
@@ -136,7 +137,7 @@ def test_events_stored_by_the_first_release_upgrade_and_load(database_url: str) 
 
 
 def test_a_completion_stored_before_results_loads_with_no_result(database_url: str) -> None:
-    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": database_url}))
+    store = open_store(library_env({"JOBNIK_DATABASE_URL": database_url}))
     now = datetime(2026, 1, 1, tzinfo=UTC)
     task = Task.create(
         stage_id=uuid4(),

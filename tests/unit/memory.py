@@ -23,6 +23,7 @@ from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, Update
 from jobnik.projections.inline.project import batches
+from jobnik.projections.inline.queue import queue_row
 from jobnik.projections.inline.rows import (
     job_from_row,
     stage_from_row,
@@ -89,18 +90,7 @@ class Tables:
             stage = self.one(STAGES, id=op.stage_id)
             job = self.one(JOBS, id=stage["job_id"])
             assert not self.where(QUEUE, {"task_id": op.task_id}), "task enqueued twice"
-            self.rows[QUEUE].append(
-                {
-                    "task_id": op.task_id,
-                    "job_id": job["id"],
-                    "stage_id": stage["id"],
-                    "stage_type": stage["type"],
-                    "priority_rank": job["priority_rank"],
-                    "seq": op.seq,
-                    "stage_open": stage["status"] in ("PENDING", "IN_PROGRESS"),
-                    "job_open": job["status"] in ("PENDING", "IN_PROGRESS"),
-                }
-            )
+            self.rows[QUEUE].append(queue_row(op.task_id, stage, job, op.seq))
 
     def copy(self) -> Tables:
         """A copy to write on: rows are copied, values are only ever replaced, never mutated."""
