@@ -45,35 +45,9 @@ class OpExecutor:
             return f"UPDATE {table} SET {sets} WHERE {where}"
         if kind is Delete:
             return f"DELETE FROM {table} WHERE {where}"
-        if kind is IndexEvent and self.d.name == "postgres":  # VALUES: batches take many rows
-            return (
-                "INSERT INTO job_events_v1 (job_id, position) SELECT e.job_id, v.position "
-                f"FROM (VALUES ({p('entity_id')}::uuid, {p('position')}::bigint)) "
-                "AS v(entity_id, position) "
-                "JOIN entity_jobs_v1 e ON e.entity_id = v.entity_id"
-            )
         if kind is IndexEvent:
-            return (
-                f"INSERT INTO job_events_v1 (job_id, position) SELECT job_id, {p('position')} "
-                f"FROM entity_jobs_v1 WHERE entity_id = {p('entity_id')}"
-            )
-        if self.d.name == "postgres":  # Enqueue, as above
-            return (
-                "INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, seq, "
-                "stage_open, job_open) SELECT v.task_id, s.job_id, s.id, s.type, j.priority_rank, "
-                "v.seq, s.status IN ('PENDING', 'IN_PROGRESS'), j.status IN ('PENDING', "
-                f"'IN_PROGRESS') FROM (VALUES ({p('task_id')}::uuid, {p('stage_id')}::uuid, "
-                f"{p('seq')}::bigint)) "
-                "AS v(task_id, stage_id, seq) JOIN stages_v1 s ON s.id = v.stage_id "
-                "JOIN jobs_v1 j ON j.id = s.job_id"
-            )
-        return (  # Enqueue: priority and eligibility from the job and stage rows
-            "INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, seq, "
-            "stage_open, job_open) "
-            f"SELECT {p('task_id')}, s.job_id, s.id, s.type, j.priority_rank, {p('seq')}, "
-            "s.status IN ('PENDING', 'IN_PROGRESS'), j.status IN ('PENDING', 'IN_PROGRESS') "
-            f"FROM stages_v1 s JOIN jobs_v1 j ON j.id = s.job_id WHERE s.id = {p('stage_id')}"
-        )
+            return self.d.sql("file_event")
+        return self.d.sql("enqueue")  # Enqueue
 
     def statement(self, op: Op) -> tuple[str, dict[str, Any]]:
         d = self.d

@@ -63,3 +63,22 @@ SELECT pg_advisory_lock(%(key)s);
 
 -- name: migrated
 SELECT pg_advisory_unlock(%(key)s);
+
+-- == the inline read models' statements that are not one table's row (store/executor.py) ====
+
+-- name: enqueue
+-- Queue a task: its priority and whether it can be dequeued come from its stage and job rows.
+-- VALUES: a batch of tasks becomes one statement.
+INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, seq, stage_open,
+    job_open)
+SELECT v.task_id, s.job_id, s.id, s.type, j.priority_rank, v.seq, s.status IN {open},
+    j.status IN {open}
+FROM (VALUES (%(task_id)s::uuid, %(stage_id)s::uuid, %(seq)s::bigint)) AS v(task_id, stage_id, seq)
+JOIN stages_v1 s ON s.id = v.stage_id JOIN jobs_v1 j ON j.id = s.job_id;
+
+-- name: file_event
+-- The history index: file the event at a position under its aggregate's job.
+INSERT INTO job_events_v1 (job_id, position)
+SELECT e.job_id, v.position
+FROM (VALUES (%(entity_id)s::uuid, %(position)s::bigint)) AS v(entity_id, position)
+JOIN entity_jobs_v1 e ON e.entity_id = v.entity_id;
