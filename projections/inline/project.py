@@ -28,7 +28,7 @@ from jobnik.projections.inline.tables import (
     TASKS,
 )
 
-# Summary keys by task status (rules §9: camelCase on the wire, snake_case here).
+# A stage summary's counter by task status (snake_case here, camelCase on the wire).
 SUMMARY_KEY: Final = {
     TaskStatus.PENDING: "pending",
     TaskStatus.IN_PROGRESS: "in_progress",
@@ -39,9 +39,9 @@ SUMMARY_KEY: Final = {
     TaskStatus.ABORTED: "aborted",
     TaskStatus.DELEGATED: "delegated",
 }
-_SUMMARY_OF: Final = {status.value: key for status, key in SUMMARY_KEY.items()}  # no enum call
-# Status strings as plain constants: an enum member's `.value` is a descriptor call (about a
-# microsecond), and the projection runs for every event of a rebuild.
+_SUMMARY_OF: Final = {status.value: key for status, key in SUMMARY_KEY.items()}
+# Status strings as plain constants, not `Enum.value` lookups: the projection runs for every
+# event of a rebuild.
 JOB_IN_PROGRESS: Final = JobStatus.IN_PROGRESS.value
 JOB_PAUSED: Final = JobStatus.PAUSED.value
 JOB_PENDING: Final = JobStatus.PENDING.value
@@ -55,28 +55,21 @@ TASK_PENDING: Final = TaskStatus.PENDING.value
 TASK_RETRIED: Final = TaskStatus.RETRIED.value
 
 
-def _job(e: Any, **values: Any) -> Update:
-    return Update(
-        JOBS,
-        {"id": e.originator_id},
-        {"version": e.originator_version, "update_time": e.timestamp, **values},
-    )
+def _updates(table: str) -> Callable[..., Update]:
+    """The Update an event of an aggregate makes to its row of `table`: its version, its update
+    time, and `values`."""
+
+    def update(e: Any, **values: Any) -> Update:
+        return Update(
+            table,
+            {"id": e.originator_id},
+            {"version": e.originator_version, "update_time": e.timestamp, **values},
+        )
+
+    return update
 
 
-def _stage(e: Any, **values: Any) -> Update:
-    return Update(
-        STAGES,
-        {"id": e.originator_id},
-        {"version": e.originator_version, "update_time": e.timestamp, **values},
-    )
-
-
-def _task(e: Any, **values: Any) -> Update:
-    return Update(
-        TASKS,
-        {"id": e.originator_id},
-        {"version": e.originator_version, "update_time": e.timestamp, **values},
-    )
+_job, _stage, _task = _updates(JOBS), _updates(STAGES), _updates(TASKS)
 
 
 def _summary(e: Any, **deltas: int) -> Add:

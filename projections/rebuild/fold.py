@@ -28,72 +28,36 @@ page's (aggregate, position) pairs are filed by one set-based statement after th
 `entity_jobs_v1` rows. That files the same events, since an aggregate's first event is its
 creation, the one that makes its `entity_jobs_v1` row, and nothing deletes those rows.
 
-Memory keys a row by its primary key: a one-column key (always a uuid) by the UUID's integer,
-which is hashed and compared in C (`_memo`).
-
-Between pages memory keeps the stage and job rows it knows whole (`KEPT`, a bounded number), so
-Enqueues rarely read them back: on PostgreSQL the page's statements run on a writer thread
-(store/pagewriter.py) while the next page folds, and a read there waits for every write queued
-before it.
-What the writes send is taken from memory when they are queued (COPY rows as tuples, arrays), so
-later folding cannot change a write still in the queue.
-
-The rows a page inserts into tasks and queue (`CARRIED`) are written with the page after it
-instead: a task's next events usually come within a page, and folded into its new row there
-(its queue row deleted before it was ever written) the row is written once, not inserted and then
-updated or deleted. Nothing reads those tables' rows between the two pages (a barrier writes
-them first; a Delete by another column judges them in memory), a row is carried once (memory
-stays within two pages), and the pass ends with an empty page, which writes the last carry.
+What memory keeps between pages, and the rows it carries to the next one: rowstate.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
-from uuid import UUID
+from typing import Any
 
 from jobnik.projections.inline.ops import Add, Delete, Enqueue, IndexEvent, Insert, Op, Update
 from jobnik.projections.inline.queue import queue_row
-from jobnik.projections.inline.tables import JOBS, KEYS, QUEUE, STAGES, TASKS
+from jobnik.projections.inline.tables import JOBS, QUEUE, STAGES
+from jobnik.projections.rebuild.rowstate import (
+    CARRIED,
+    GONE,
+    KEEP,
+    KEPT,
+    LOADED,
+    MISSING,
+    NEW,
+    PATCH,
+    PK,
+    PK1,
+    Barrier,
+    Row,
+    memo,
+    stored_key,
+)
 from jobnik.projections.store.bulk import BulkWriter
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.executor import OpExecutor
-
-NEW, LOADED, PATCH, GONE = "new", "loaded", "patch", "gone"
-PK: Final[Mapping[str, tuple[str, ...]]] = KEYS
-
-KEPT: Final = (STAGES, JOBS)  # rows kept from page to page (Enqueue reads them), up to
-KEEP: Final = 1000  # rows per table
-CARRIED: Final = (TASKS, QUEUE)  # tables whose new rows wait for the next page (`Fold._carry`)
-PK1: Final = {t: cols[0] for t, cols in PK.items() if len(cols) == 1}
-_MISSING: Final = object()
-
-
-class Row:
-    """What the page did to one row.
-
-    NEW: `values` is the whole row, to insert (after deleting the stored one when `replaces`).
-    LOADED: `values` is the whole stored row; `dirty` the columns to write back.
-    PATCH: the stored row, if any, gets `values` set and `adds` added.
-    GONE: there is no row (any more); `replaces`: a stored one, if any, must be deleted.
-    """
-
-    # (millions are made: no dataclass)
-    __slots__ = ("adds", "carried", "dirty", "replaces", "state", "values")
-
-    def __init__(
-        self, state: str, values: dict[str, Any] | None = None, replaces: bool = False
-    ) -> None:
-        self.state = state
-        self.values: dict[str, Any] = {} if values is None else values
-        self.adds: dict[str, int] = {}
-        self.dirty: set[str] = set()
-        self.replaces = replaces
-        self.carried = False  # a NEW row held back from the page before (`Fold.flush`)
-
-
-class Barrier(Exception):
-    """The operation cannot be folded: write what is folded, then run it as SQL."""
 
 
 class Fold:
@@ -156,9 +120,9 @@ class Fold:
             table = self.rows[table_name] = {}
         single = PK1.get(table_name)
         if single is not None and len(key) == 1:  # the usual case, without a call to _pk
-            value = key.get(single, _MISSING)
-            if value is not _MISSING:
-                return table, _memo(value)
+            value = key.get(single, MISSING)
+            if value is not MISSING:
+                return table, memo(value)
         return table, self._pk(table_name, key)
 
     def _delete_op(self, op: Delete) -> None:
@@ -248,10 +212,10 @@ class Fold:
         """The primary key `key` names (of a whole `row`), or Barrier if it names another set."""
         single = PK1.get(table)
         if single is not None and (row or len(key) == 1):
-            value = key.get(single, _MISSING)
-            if value is _MISSING:
+            value = key.get(single, MISSING)
+            if value is MISSING:
                 raise Barrier
-            return _memo(value)
+            return memo(value)
         pk = PK.get(table)
         if pk is None or (not row and len(key) != len(pk)) or any(c not in key for c in pk):
             raise Barrier
@@ -262,7 +226,7 @@ class Fold:
             return  # the Enqueue found no stage or job row: INSERT ... SELECT inserts nothing
         single = PK1.get(table)
         if single is not None and single in values:
-            key = _memo(values[single])
+            key = memo(values[single])
         else:
             key = self._pk(table, values, row=True)
         rows = self.rows.get(table)
@@ -280,12 +244,12 @@ class Fold:
     def _known(self, table: str, key: Any) -> dict[str, Any] | None:
         """The row of `table` with primary key `key` (None: no such row), read from the
         database when memory has no word of it: then the stored row is the row as it is."""
-        row = self.rows.get(table, {}).get(_memo(key))
+        row = self.rows.get(table, {}).get(memo(key))
         if row is None:
             if any(op.table == table for op in self.where):
                 raise Barrier  # the stored row may be one a pending Delete removes
             self._load(self.cur, table, {key})
-            row = self.rows[table][_memo(key)]
+            row = self.rows[table][memo(key)]
         if row.state == PATCH:
             raise Barrier  # changed in memory, not known whole
         return row.values if row.state in (NEW, LOADED) else None
@@ -306,7 +270,7 @@ class Fold:
         table = QUEUE if isinstance(op, Enqueue) else op.table
         rows = self.rows.get(table, {})
         if isinstance(op, Enqueue):
-            rows.pop(_memo(op.task_id), None)
+            rows.pop(memo(op.task_id), None)
             return
         if isinstance(op, Insert):
             rows.pop(self._pk(table, op.row, row=True), None)
@@ -333,9 +297,9 @@ class Fold:
         found = self.bulk.load(cur, table, ordered)
         rows = self.rows.setdefault(table, {})
         for key in ordered:
-            rows[_memo(key)] = Row(GONE)
+            rows[memo(key)] = Row(GONE)
         for r in found:
-            rows[_memo(r["id"])] = Row(LOADED, r)
+            rows[memo(r["id"])] = Row(LOADED, r)
         return found
 
     # -- writing -------------------------------------------------------------------------------
@@ -349,7 +313,7 @@ class Fold:
             cur.execute(*self.executor.statement(op))
         self.where.clear()
         for table, rows in self.rows.items():
-            doomed = [_stored(table, k) for k, r in rows.items() if r.replaces]
+            doomed = [stored_key(table, k) for k, r in rows.items() if r.replaces]
             if doomed:
                 self.bulk.delete(cur, table, doomed)
         for table, rows in self.rows.items():
@@ -369,7 +333,7 @@ class Fold:
                 else:
                     continue
                 patches.setdefault((tuple(sets), tuple(adds)), []).append(
-                    (_stored(table, key), sets, adds)
+                    (stored_key(table, key), sets, adds)
                 )
             for (set_cols, add_cols), items in patches.items():
                 self.bulk.update(cur, table, set_cols, add_cols, items)
@@ -428,18 +392,3 @@ class Fold:
         if col is None or (col.has_default and col.default is None):
             raise Barrier  # unknown column or a default we do not evaluate: let SQL do it
         return col.default
-
-
-def _memo(value: Any) -> Any:
-    """How memory keys a row by a one-column primary key: a UUID by its integer, which Python
-    hashes and compares in C (a UUID's __hash__ and __eq__ are Python calls: a tenth of the
-    fold's time, measured), anything else as it is. Several columns: a tuple of their values."""
-    return value.int if type(value) is UUID else value
-
-
-def _stored(table: str, key: Any) -> tuple[Any, ...]:
-    """The primary key's values as the database holds them, from memory's key (`_memo`): every
-    one-column primary key of the read models is a uuid."""
-    if table in PK1:
-        return (UUID(int=key) if type(key) is int else key,)
-    return tuple(key)

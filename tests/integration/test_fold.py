@@ -11,7 +11,8 @@ import pytest
 
 from jobnik.projections.inline.ops import Add, Delete, Insert, Op, Update
 from jobnik.projections.inline.tables import PRIMARY_KEYS, QUEUE, SUMMARIES
-from jobnik.projections.rebuild.fold import PK1, Fold
+from jobnik.projections.rebuild.fold import Fold
+from jobnik.projections.rebuild.rowstate import PK1
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.bulk import Column
 from jobnik.projections.store.executor import OpExecutor
