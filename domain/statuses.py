@@ -117,3 +117,8 @@ STAGE_DEQUEUEABLE: Final = frozenset({S.PENDING, S.IN_PROGRESS})
 TASK_QUEUED: Final = frozenset({T.PENDING, T.RETRIED})
 # Tasks a job's abort takes with it at once (IN_PROGRESS ones end with their worker's report).
 TASK_ABORTABLE: Final = frozenset({T.PENDING, T.RETRIED, T.DELEGATED})
+
+# A dequeue's lease when the client names none, for clients that never heartbeat.
+DEFAULT_LEASE_SECONDS: Final = 30 * 60
+# Why a task failed or was retried: the run statistics count them apart.
+ERROR, TIMEOUT, FATAL = "error", "timeout", "fatal"

@@ -22,8 +22,15 @@ from jobnik.domain.errors import (
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Session, Store
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import Actor, JobStatus, StageStatus, TaskStatus
-from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS, TIMEOUT, Task
+from jobnik.domain.statuses import (
+    DEFAULT_LEASE_SECONDS,
+    TIMEOUT,
+    Actor,
+    JobStatus,
+    StageStatus,
+    TaskStatus,
+)
+from jobnik.domain.tasks import Task
 
 NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"
 

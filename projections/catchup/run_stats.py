@@ -36,8 +36,8 @@ from uuid import UUID
 
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import JOB_FINAL, JobStatus, TaskStatus
-from jobnik.domain.tasks import FATAL, TIMEOUT, Task
+from jobnik.domain.statuses import FATAL, JOB_FINAL, TIMEOUT, JobStatus, TaskStatus
+from jobnik.domain.tasks import Task
 from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql
 from jobnik.projections.store.cursor import Cursor
 

@@ -11,8 +11,7 @@ import pytest
 from eventsourcing.application import Application
 
 from jobnik.domain.base import Entity
-from jobnik.domain.statuses import Actor, JobStatus, Priority, StageStatus, TaskStatus
-from jobnik.domain.tasks import TIMEOUT
+from jobnik.domain.statuses import TIMEOUT, Actor, JobStatus, Priority, StageStatus, TaskStatus
 
 from ..builders import NOW, at, new_job, new_stage, new_task, replay, stage_in
 
