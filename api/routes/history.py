@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from jobnik.api.deps import AuditDep, reject_unknown_query
 from jobnik.api.schemas import EventOut, EventPage
+from jobnik.domain.errors import InvalidRequest
 from jobnik.projections.queries.audit import TOPICS, Page
 
 router = APIRouter(prefix="/v1", tags=["history"], dependencies=[Depends(reject_unknown_query)])
@@ -27,8 +28,6 @@ POLL_SECONDS = 0.25
 def _types(types: list[str] | None) -> list[str]:
     unknown = [t for t in types or [] if t not in TOPICS]
     if unknown:
-        from jobnik.domain.errors import InvalidRequest
-
         raise InvalidRequest(f"request/query/type must be one of the event types, not {unknown}")
     return types or []
 
