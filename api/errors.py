@@ -139,10 +139,4 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def crash(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", extra={"action": "unhandled_error"})
-        code = "DATABASE_RELATED_ERROR" if _is_database_error(exc) else "UNKNOWN_ERROR"
-        return error_response(500, "Internal Server Error", code)
-
-
-def _is_database_error(exc: BaseException) -> bool:
-    module = type(exc).__module__
-    return module.startswith(("psycopg", "sqlite3", "eventsourcing"))
+        return error_response(500, "Internal Server Error", "UNKNOWN_ERROR")

@@ -181,7 +181,7 @@ class TaskCommands:
     def fail(
         self, now: datetime, actor: Actor, reason: str | None = None, *, cause: str = ERROR
     ) -> None:
-        """RETRIED while attempts remain, else FAILED (rules §7); fatal fails at once."""
+        """RETRIED while attempts remain, else FAILED; fatal fails at once."""
         attempts = self.attempts + 1
         retry = cause != FATAL and attempts < self.max_attempts
         target = S.RETRIED if retry else S.FAILED

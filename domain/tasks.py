@@ -63,7 +63,7 @@ class Task(TaskCommands, Entity):
             task.lease_seconds, task.lease_expires_at = self.lease_seconds, self.lease_expires_at
 
     class TaskLeaseExtended(Entity.Event):
-        """A heartbeat from the current attempt (SMILA's keep-alive)."""
+        """A heartbeat from the current attempt (a keep-alive)."""
 
         attempt: int
         lease_expires_at: datetime

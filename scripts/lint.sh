@@ -6,4 +6,5 @@ PY=${PY:-.venv/bin/python}
 "$PY" -m ruff check domain projections api workers scripts tests
 "$PY" -m ruff format --check domain projections api workers scripts
 "$PY" -m mypy
-"$PY" -m importlinter.cli  # the layers and acyclic packages: [tool.importlinter] in pyproject
+# the layers and acyclic packages: [tool.importlinter] in pyproject.toml
+"$PY" -c 'import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports())'

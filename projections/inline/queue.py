@@ -1,8 +1,10 @@
-"""Which queued task can be dequeued: the one definition of the rule.
+"""Which queued task can be dequeued: the rule as the queue read model keeps it.
 
-A task waits in the queue (`queue_v1`) from its creation, a retry, a hand-back or its child jobs'
-end until a worker dequeues it or it ends. It can be dequeued while its stage and its job are both
-open: PENDING or IN_PROGRESS (not paused, waiting, or ended). The queue row keeps the two answers
+The rule is the domain's (domain/statuses.py: JOB_DEQUEUEABLE, STAGE_DEQUEUEABLE); everything
+that writes or reads the queue takes it from here. A task waits in the queue (`queue_v1`) from
+its creation, a retry, a hand-back or its child jobs' end until a worker dequeues it or it ends.
+It can be dequeued while its stage and its job are both open: PENDING or IN_PROGRESS (not
+paused, waiting, or ended). The queue row keeps the two answers
 (`stage_open`, `job_open`), set when the task is queued and changed by the events that move its
 stage or job in or out of OPEN; a claim takes the first row with both, by job priority then
 queue order (`seq`, the log position that queued it).
@@ -13,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from jobnik.domain.statuses import JobStatus, StageStatus
+from jobnik.domain.statuses import JOB_DEQUEUEABLE, STAGE_DEQUEUEABLE
 
-OPEN: Final = frozenset({JobStatus.PENDING.value, JobStatus.IN_PROGRESS.value})
-assert {StageStatus.PENDING.value, StageStatus.IN_PROGRESS.value} == OPEN
+OPEN: Final = frozenset(s.value for s in JOB_DEQUEUEABLE)
+# (one set of strings serves both: the queue row's flags are worked out the same way)
+assert frozenset(s.value for s in STAGE_DEQUEUEABLE) == OPEN
 # The same, for SQL that works the flags out from the stage and job rows (`IN {OPEN_SQL}`).
 OPEN_SQL: Final = "(" + ", ".join(f"'{s}'" for s in sorted(OPEN)) + ")"
 

@@ -187,7 +187,7 @@ class Views:
             return int(row["n"]) if row else 0
 
     def children(self, task_id: UUID) -> list[ChildJob]:
-        """The child jobs of `task_id` (seed 001), oldest first, with their tasks' results."""
+        """The child jobs of `task_id` (delegation), oldest first, with their tasks' results."""
         by_task = self._by_id("t", task_id)
         with self.store.cursor(write=False) as cur:
             if cur.one(f"SELECT id FROM tasks_v1 WHERE id = {self.p('t')}", by_task) is None:

@@ -8,11 +8,12 @@ from contextlib import contextmanager
 
 import psycopg
 import psycopg_pool
-from eventsourcing.persistence import PersistenceError
+from eventsourcing.domain import EventSourcingError
 
 from jobnik.domain.errors import DatabaseError
 
-DRIVER_ERRORS = (sqlite3.Error, psycopg.Error, psycopg_pool.PoolTimeout, PersistenceError)
+# The drivers' roots, and the library's (its persistence errors, a closed pool, ...).
+DRIVER_ERRORS = (sqlite3.Error, psycopg.Error, psycopg_pool.PoolTimeout, EventSourcingError)
 
 
 @contextmanager

@@ -296,7 +296,7 @@ def test_a_catch_up_version_bump_is_rebuilt_by_the_runner_while_the_old_rows_ser
     # the next version of the projection says CANCELED where this one said FAILED
     bumped = LastStatus.version + 1
     monkeypatch.setattr(LastStatus, "version", bumped)
-    monkeypatch.setitem(last_status.SEED_STATUS, JobStatus.ABORTED, "CANCELED")
+    monkeypatch.setitem(last_status.DEFINITION_STATUS, JobStatus.ABORTED, "CANCELED")
 
     with serve(http_env) as client:
         store = client.app.state.store  # type: ignore[attr-defined]

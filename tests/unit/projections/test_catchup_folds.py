@@ -37,7 +37,7 @@ def test_last_status_follows_the_job_created_last() -> None:
 
 
 def test_jobnik_statuses_map_onto_seed_001s_vocabulary() -> None:
-    assert {s: last_status.SEED_STATUS[s] for s in JobStatus} == {
+    assert {s: last_status.DEFINITION_STATUS[s] for s in JobStatus} == {
         JobStatus.CREATED: "PENDING",
         JobStatus.PENDING: "PENDING",
         JobStatus.PAUSED: "PENDING",
@@ -46,7 +46,7 @@ def test_jobnik_statuses_map_onto_seed_001s_vocabulary() -> None:
         JobStatus.FAILED: "FAILED",
         JobStatus.ABORTED: "FAILED",
     }
-    assert set(last_status.SEED_STATUS.values()) <= set(last_status.COUNT_KEYS)
+    assert set(last_status.DEFINITION_STATUS.values()) <= set(last_status.COUNT_KEYS)
 
 
 def test_run_stats_count_a_retry_as_a_new_task_and_keep_its_cause() -> None:
