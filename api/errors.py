@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobnik.domain.errors import (
     DatabaseError,
+    Forbidden,
     IdempotencyKeyReused,
     IllegalJobTransition,
     IllegalTransition,
@@ -24,12 +25,17 @@ from jobnik.domain.errors import (
     PayloadTooLarge,
     StageNotFound,
     TaskNotFound,
+    TokenExists,
+    Unauthenticated,
     UpdateConflict,
 )
 
 log = logging.getLogger(__name__)
 
 HTTP_STATUS: Final[Mapping[type[JobnikError], int]] = {
+    Unauthenticated: 401,
+    Forbidden: 403,
+    TokenExists: 409,
     PayloadTooLarge: 413,
     NotFound: 404,
     IllegalTransition: 400,
@@ -65,6 +71,11 @@ def error_response(status: int, message: str, code: str, **headers: str) -> JSON
     if status >= 500:
         message = "Internal Server Error"
     return JSONResponse({"message": message, "code": code}, status_code=status, headers=headers)
+
+
+def unauthenticated(exc: Unauthenticated) -> JSONResponse:
+    """401 with the challenge RFC 6750 asks for."""
+    return error_response(401, exc.message, exc.code, **{"WWW-Authenticate": "Bearer"})
 
 
 def _path(loc: Sequence[Any]) -> str:
@@ -121,6 +132,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(JobnikError)
     async def domain_error(request: Request, exc: JobnikError) -> JSONResponse:
+        if isinstance(exc, Unauthenticated):
+            return unauthenticated(exc)
         route = request.scope.get("route")
         return error_response(status_for(getattr(route, "name", None), exc), exc.message, exc.code)
 

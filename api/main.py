@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from jobnik.api import errors, positions
+from jobnik.api.access import Access, TokenTable
 from jobnik.api.idempotency import IdempotencyKeys
-from jobnik.api.middleware import BodyLimit, RequestIds, RequestPositions
-from jobnik.api.routes import catchup, health, history, jobs, stages, tasks
+from jobnik.api.middleware import Authenticate, BodyLimit, RequestIds, RequestPositions
+from jobnik.api.permissions import document_security
+from jobnik.api.routes import catchup, health, history, jobs, stages, tasks, tokens
 from jobnik.api.settings import Settings
 from jobnik.api.sweeper import Sweeper
 from jobnik.domain.application import Jobnik
@@ -20,6 +23,7 @@ from jobnik.projections.catchup.registry import CATCH_UP, INLINE, outdated, stat
 from jobnik.projections.catchup.runner import CatchUpRunner
 from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.catchup_views import CatchUpViews
+from jobnik.projections.queries.tokens import TokenViews
 from jobnik.projections.queries.views import Views
 from jobnik.projections.rebuild.bluegreen import rebuild, rebuild_outdated
 from jobnik.projections.startup import migrate
@@ -37,9 +41,12 @@ def create_app(
     audit: Audit | None = None,
     catchup_views: CatchUpViews | None = None,
     idempotency: IdempotencyKeys | None = None,
+    access: Access | None = None,
+    cors_origins: Sequence[str] = (),
     **fastapi: Any,
 ) -> FastAPI:
-    """The v1 API over `jobnik` (commands) and `views` (queries)."""
+    """The v1 API over `jobnik` (commands) and `views` (queries); `access` decides who a
+    request is (default: tokens once any exists in the store, as with JOBNIK_AUTH unset)."""
     app = FastAPI(
         title="jobnik",
         version="0.1.0",
@@ -56,8 +63,12 @@ def create_app(
     if positions.note_written not in views.store.on_commit:  # a write's X-Jobnik-Position
         views.store.on_commit.append(positions.note_written)
     app.state.idempotency = idempotency if idempotency is not None else IdempotencyKeys(views.store)
+    app.state.token_views = TokenViews(views.store)
+    app.state.access = (
+        access if access is not None else Access(None, TokenTable(app.state.token_views.all))
+    )
     errors.install(app)
-    for module in (jobs, stages, tasks, history, catchup, health):
+    for module in (jobs, stages, tasks, history, catchup, tokens, health):
         # The routes themselves, not `include_router`: FastAPI keeps an included router as a
         # nested one, which it matches twice per request and whose route list it re-walks for
         # changes each time (0.2 ms of CPU per request here). Each route already carries its
@@ -68,9 +79,29 @@ def create_app(
     # (tests/api/test_endpoints.py), so the order changes nothing else.
     app.router.routes.sort(key=lambda r: getattr(r, "endpoint", None) not in WORKER_ROUTES)
     app.add_middleware(BodyLimit)
+    app.add_middleware(Authenticate, access=app.state.access)  # before any body is read
     app.add_middleware(RequestPositions)
     app.add_middleware(RequestIds)
+    if cors_origins:  # outermost: a browser's preflight carries no token
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(cors_origins),
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=["X-Request-Id", "X-Jobnik-Position", "X-Jobnik-Projection-Position"],
+        )
+    _document_security(app)
     return app
+
+
+def _document_security(app: FastAPI) -> None:
+    """The OpenAPI document with the bearer scheme and each operation's roles, 401 and 403."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        return document_security(build())
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def projections_at_start(store: SqlStore, settings: Settings) -> CatchUpRunner | None:
@@ -154,6 +185,8 @@ def app_from_settings(settings: Settings) -> FastAPI:
         Views(store),
         catchup_views=CatchUpViews(store, wait, on_served=positions.note_served),
         idempotency=keys,
+        access=Access(settings.auth, TokenTable(TokenViews(store).all)),
+        cors_origins=settings.cors_origins,
         lifespan=lifespan,
     )
     app.state.store, app.state.sweeper, app.state.catchup_runner = store, sweeper, runner

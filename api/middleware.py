@@ -1,4 +1,5 @@
-"""The API's ASGI middleware: request ids, body limits and the log positions a request reached."""
+"""The API's ASGI middleware: request ids, authentication, body limits and the log positions a
+request reached."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import uuid
 from contextvars import ContextVar
 from typing import Final
 
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobnik.api import errors, positions
-from jobnik.domain.errors import PayloadTooLarge
+from jobnik.api.access import PUBLIC_PATHS, Access
+from jobnik.api.permissions import PRINCIPAL_KEY
+from jobnik.domain.errors import PayloadTooLarge, Unauthenticated
 
 MAX_BODY: Final = 1024 * 1024  # request bodies up to 1 MB, as Jobnik's manager takes
 
@@ -50,6 +54,33 @@ class RequestIds:
             await self.app(scope, receive, send_with_id)
         finally:
             REQUEST_ID.reset(token)
+
+
+class Authenticate:
+    """Who the request is (api/access.py), before anything reads its body: the principal goes
+    in the scope for `permissions.authorize`; a request that needs a token and has no valid one
+    gets 401 UNAUTHENTICATED with `WWW-Authenticate: Bearer`. The token copy is read again off
+    the event loop when it is due."""
+
+    def __init__(self, app: ASGIApp, access: Access) -> None:
+        self.app, self.access = app, access
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        if self.access.needs_reload:
+            await run_in_threadpool(self.access.tokens.reload)
+        authorization = dict(scope.get("headers") or []).get(b"authorization")
+        try:
+            principal = self.access.authenticate(
+                authorization.decode("latin-1") if authorization else None
+            )
+        except Unauthenticated as exc:
+            await errors.unauthenticated(exc)(scope, receive, send)
+            return
+        scope[PRINCIPAL_KEY] = principal
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:

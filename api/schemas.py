@@ -518,6 +518,9 @@ class EventOut(ApiModel):
     version: int
     time: datetime
     actor: str
+    actor_role: str | None = Field(
+        None, description="the role of the token `actor` names; absent for api, worker, system"
+    )
     reason: str | None = None
     payload: dict[str, Any]
 
@@ -531,6 +534,7 @@ class EventOut(ApiModel):
             version=e.version,
             time=e.time,
             actor=e.actor,
+            actor_role=e.actor_role,
             reason=e.reason,
             payload=jsonable_encoder({to_camel(k): v for k, v in e.payload.items()}),
         )

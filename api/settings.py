@@ -8,10 +8,10 @@ Nothing below the entry points reads `os.environ`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 
 from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS
 from jobnik.projections.store.config import library_env
@@ -53,6 +53,22 @@ class Settings(BaseSettings):
     rebuild_processes: int | None = Field(
         None, ge=1, description="processes a PostgreSQL rebuild replays with (default: CPUs)"
     )
+    auth: Literal["tokens", "off"] | None = Field(
+        None,
+        description="access control: tokens (a bearer token on every request), off (none); "
+        "unset: tokens once any token has been issued, open before that (docs/security.md)",
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="origins browsers may call the API from, comma-separated (none by default)",
+    )
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [o.strip() for o in value.split(",") if o.strip()]
+        return value
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -69,9 +85,9 @@ class Settings(BaseSettings):
     def as_env(self) -> dict[str, str]:
         """These settings as `JOBNIK_*` variables (for child processes and library settings)."""
         return {
-            PREFIX + name.upper(): str(value)
+            PREFIX + name.upper(): ",".join(value) if isinstance(value, list) else str(value)
             for name, value in self.model_dump().items()
-            if value is not None
+            if value is not None and value != []
         }
 
 

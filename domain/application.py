@@ -8,11 +8,13 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
+from jobnik.domain.access import TokenCommands
 from jobnik.domain.errors import InvalidRequest, ParentTaskNotRunning
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Session
+from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import Actor, JobMode, JobStatus, Priority, StageStatus, TaskStatus
+from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.domain.work import NO_TRACE, WorkCommands, command, utcnow
 
@@ -52,13 +54,13 @@ class NewTask:
     tracestate: str | None = None
 
 
-class Jobnik(WorkCommands):
+class Jobnik(WorkCommands, TokenCommands):
     """The Jobnik contract's commands (jobnik-rules.md §3-§7 with §20), one transaction each."""
 
     # -- jobs -----------------------------------------------------------------------------
 
     @command
-    def create_job(self, new: NewJob) -> Job:
+    def create_job(self, new: NewJob, *, by: Principal = Actor.API) -> Job:
         """A job; with `parent_task_id`, a child job of that (running) task (seed 001)."""
         now = self.clock()
         with self._write() as s:
@@ -79,6 +81,7 @@ class Jobnik(WorkCommands):
                 traceparent=new.traceparent,
                 tracestate=new.tracestate,
                 now=now,
+                actor=by,
                 mode=new.mode,
                 parent_task_id=new.parent_task_id,
                 parent_job_id=parent_job_id,
@@ -87,24 +90,24 @@ class Jobnik(WorkCommands):
         return job
 
     @command
-    def finish_job(self, job_id: UUID) -> Job:
+    def finish_job(self, job_id: UUID, *, by: Principal = Actor.API) -> Job:
         """Seed 004's finish: no new stages or tasks; the job completes when its work is done."""
         now = self.clock()
         with self._write() as s:
             job = s.job(job_id)
-            if job.finish(now):
-                phase = job.next_phase(now, Actor.API)
+            if job.finish(now, by):
+                phase = job.next_phase(now, by)
                 s.save(job)
                 self._after_phase(s, job, phase, now)
         return job
 
     @command
-    def set_job_status(self, job_id: UUID, target: JobStatus) -> Job:
+    def set_job_status(self, job_id: UUID, target: JobStatus, *, by: Principal = Actor.API) -> Job:
         """PENDING (resume/start), PAUSED or ABORTED; abort cascades (rules §20 #4)."""
         now = self.clock()
         with self._write() as s:
             job = s.job(job_id)
-            job.request_status(target, now)
+            job.request_status(target, now, actor=by)
             if target in (JobStatus.PAUSED, JobStatus.ABORTED):
                 s.hold_queue(job.id)  # its queued tasks stop being dequeueable
             if target is not JobStatus.ABORTED:
@@ -129,41 +132,45 @@ class Jobnik(WorkCommands):
             self._abort_contents(s, child, now)
 
     @command
-    def change_priority(self, job_id: UUID, priority: Priority) -> bool:
+    def change_priority(
+        self, job_id: UUID, priority: Priority, *, by: Principal = Actor.API
+    ) -> bool:
         """False when the job already has that priority (the API answers 204)."""
         with self._write() as s:
             job = s.job(job_id)
-            changed = job.change_priority(priority, self.clock())
+            changed = job.change_priority(priority, self.clock(), by)
             if changed:
                 s.hold_queue(job.id)  # its queued tasks are re-ranked
             s.save(job)
         return changed
 
     @command
-    def replace_job_user_metadata(self, job_id: UUID, user_metadata: dict[str, Any]) -> Job:
+    def replace_job_user_metadata(
+        self, job_id: UUID, user_metadata: dict[str, Any], *, by: Principal = Actor.API
+    ) -> Job:
         with self._write() as s:
             job = s.job(job_id)
-            job.replace_user_metadata(user_metadata, self.clock(), Actor.API)
+            job.replace_user_metadata(user_metadata, self.clock(), by)
             s.save(job)
         return job
 
     @command
-    def delete_job(self, job_id: UUID) -> None:
+    def delete_job(self, job_id: UUID, *, by: Principal = Actor.API) -> None:
         """Remove a final job from every read model; its events stay (rules §20 #8)."""
         with self._write() as s:
             job = s.job(job_id)
-            job.delete(self.clock())
+            job.delete(self.clock(), by)
             s.save(job)
 
     # -- stages ---------------------------------------------------------------------------
 
     @command
-    def add_stage(self, job_id: UUID, new: NewStage) -> Stage:
+    def add_stage(self, job_id: UUID, new: NewStage, *, by: Principal = Actor.API) -> Stage:
         now = self.clock()
         with self._write() as s:
             job = s.job(job_id)
             stage_id = uuid4()
-            order = job.append_stage(stage_id, now, Actor.API, completion=new.completion)
+            order = job.append_stage(stage_id, now, by, completion=new.completion)
             previous = self._normal_before(s, job, order)
             stage = Stage.add(
                 id=stage_id,
@@ -178,6 +185,7 @@ class Jobnik(WorkCommands):
                 previous_completed=previous is not None
                 and previous.status == StageStatus.COMPLETED,
                 now=now,
+                actor=by,
                 completion=new.completion,
                 failure_patterns=new.failure_patterns,
             )
@@ -185,27 +193,31 @@ class Jobnik(WorkCommands):
         return stage
 
     @command
-    def release_stage(self, stage_id: UUID) -> Stage:
+    def release_stage(self, stage_id: UUID, *, by: Principal = Actor.API) -> Stage:
         """A user's PUT PENDING on a stage (rules §4.2); a PENDING stage is a no-op."""
         with self._write() as s:
             stage = s.stage(stage_id)
             previous = self._normal_before(s, s.job(stage.job_id), stage.order)
-            stage.release(previous, self.clock(), Actor.API)
+            stage.release(previous, self.clock(), by)
             s.save(stage)
         return stage
 
     @command
-    def replace_stage_user_metadata(self, stage_id: UUID, user_metadata: dict[str, Any]) -> Stage:
+    def replace_stage_user_metadata(
+        self, stage_id: UUID, user_metadata: dict[str, Any], *, by: Principal = Actor.API
+    ) -> Stage:
         with self._write() as s:
             stage = s.stage(stage_id)
-            stage.replace_user_metadata(user_metadata, self.clock(), Actor.API)
+            stage.replace_user_metadata(user_metadata, self.clock(), by)
             s.save(stage)
         return stage
 
     # -- tasks ----------------------------------------------------------------------------
 
     @command
-    def add_tasks(self, stage_id: UUID, new: Sequence[NewTask]) -> list[Task]:
+    def add_tasks(
+        self, stage_id: UUID, new: Sequence[NewTask], *, by: Principal = Actor.API
+    ) -> list[Task]:
         if not new:
             raise InvalidRequest("request/body must NOT have fewer than 1 items")
         now = self.clock()
@@ -225,6 +237,7 @@ class Jobnik(WorkCommands):
                     traceparent=n.traceparent,
                     tracestate=n.tracestate,
                     now=now,
+                    actor=by,
                 )
                 for n in new
             ]
@@ -232,9 +245,11 @@ class Jobnik(WorkCommands):
         return tasks
 
     @command
-    def replace_task_user_metadata(self, task_id: UUID, user_metadata: dict[str, Any]) -> Task:
+    def replace_task_user_metadata(
+        self, task_id: UUID, user_metadata: dict[str, Any], *, by: Principal = Actor.API
+    ) -> Task:
         with self._write() as s:
             task = s.task(task_id)
-            task.replace_user_metadata(user_metadata, self.clock(), Actor.API)
+            task.replace_user_metadata(user_metadata, self.clock(), by)
             s.save(task)
         return task

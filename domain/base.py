@@ -1,14 +1,16 @@
-"""What every aggregate shares: each event's cause (actor, reason); restoring from a snapshot."""
+"""What every aggregate shares: each event's cause (actor, its role, reason); restoring from a
+snapshot."""
 
 from __future__ import annotations
 
+from dataclasses import field
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 
-from jobnik.domain.statuses import Actor
+from jobnik.domain.principals import Principal
 
 A = TypeVar("A", bound="Entity")
 
@@ -19,6 +21,10 @@ class Entity(Aggregate):
     class Event(Aggregate.Event):
         actor: str
         reason: str | None
+        # The token role of `actor` (None: a built-in actor, or an event from before roles).
+        # A keyword field with a default: events stored without it load with None, and the
+        # events' own fields keep their order.
+        actor_role: str | None = field(default=None, kw_only=True)
 
     @classmethod
     def restore(
@@ -54,8 +60,13 @@ class Entity(Aggregate):
         self,
         event_class: type[Aggregate.Event],
         now: datetime,
-        actor: Actor,
+        actor: Principal,
         reason: str | None = None,
         **fields: Any,
     ) -> None:
-        self.trigger_event(event_class, timestamp=now, actor=str(actor), reason=reason, **fields)
+        self.trigger_event(event_class, timestamp=now, reason=reason, **cause(actor), **fields)
+
+
+def cause(actor: Principal) -> dict[str, Any]:
+    """The event fields that name `actor`."""
+    return {"actor": actor.name, "actor_role": str(actor.role) if actor.role else None}

@@ -156,3 +156,39 @@ class IdempotencyKeyReused(JobnikError):
     """This Idempotency-Key was used for a different request (another body or endpoint)."""
 
     code = "IDEMPOTENCY_KEY_REUSED"
+
+
+class Unauthenticated(JobnikError):
+    """a bearer token is required: missing, unknown, expired or revoked"""
+
+    code = "UNAUTHENTICATED"
+
+
+class Forbidden(JobnikError):
+    """this token's role does not allow the operation"""
+
+    code = "FORBIDDEN"
+
+
+class AttemptRequired(InvalidRequest):
+    """a worker token's report must name its attempt (the dequeue's `attempt`)"""
+
+    code = "ATTEMPT_REQUIRED"
+
+
+class TokenNotFound(NotFound):
+    """TOKEN_NOT_FOUND"""
+
+    code = "TOKEN_NOT_FOUND"
+
+
+class TokenExists(JobnikError):
+    """a token of this name exists or existed: names are never reused"""
+
+    code = "TOKEN_EXISTS"
+
+
+class Exposed(JobnikError):
+    """refusing to serve without access control on a non-loopback address"""
+
+    code = "EXPOSED_WITHOUT_AUTH"

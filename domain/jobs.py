@@ -6,14 +6,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
-from jobnik.domain.base import Entity
+from jobnik.domain.base import Entity, cause
 from jobnik.domain.errors import (
     IllegalJobTransition,
     JobFinishing,
     JobInFiniteState,
     JobNotInFiniteState,
 )
-from jobnik.domain.statuses import JOB_FINAL, JOB_TRANSITIONS, Actor, JobMode, Priority
+from jobnik.domain.principals import Actor, Principal
+from jobnik.domain.statuses import JOB_FINAL, JOB_TRANSITIONS, JobMode, Priority
 from jobnik.domain.statuses import JobStatus as S
 
 
@@ -179,7 +180,7 @@ class Job(Entity):
         traceparent: str,
         tracestate: str | None,
         now: datetime,
-        actor: Actor = Actor.API,
+        actor: Principal = Actor.API,
         id: UUID | None = None,
         mode: JobMode = JobMode.RUN_ONCE,
         parent_task_id: UUID | None = None,
@@ -189,7 +190,7 @@ class Job(Entity):
             cls.JobCreated,
             id=id or uuid4(),
             timestamp=now,
-            actor=str(actor),
+            **cause(actor),
             reason=None,
             name=name,
             data=data,
@@ -232,7 +233,7 @@ class Job(Entity):
             raise IllegalJobTransition.between(self.status, target)
 
     def append_stage(
-        self, stage_id: UUID, now: datetime, actor: Actor, *, completion: bool = False
+        self, stage_id: UUID, now: datetime, actor: Principal, *, completion: bool = False
     ) -> int:
         """Give a new stage the next order; refused once the job is final or finishing."""
         self.check_accepts_work()
@@ -242,16 +243,16 @@ class Job(Entity):
         )
         return order
 
-    def finish(self, now: datetime) -> bool:
+    def finish(self, now: datetime, actor: Principal = Actor.API) -> bool:
         """Seed 004's finish command. False (no event) when already finishing."""
         if self.is_final:
             raise JobInFiniteState
         if self.finishing:
             return False
-        self._emit(self.JobFinishing, now, Actor.API, "finish requested")
+        self._emit(self.JobFinishing, now, actor, "finish requested")
         return True
 
-    def next_phase(self, now: datetime, actor: Actor) -> str | None:
+    def next_phase(self, now: datetime, actor: Principal) -> str | None:
         """After a stage completed or a finish: 'completing' when the completion stages are due
         (the caller releases them), 'completed' when the job just completed, else None."""
         if self.is_final or not self.closes_by_itself:
@@ -268,31 +269,37 @@ class Job(Entity):
             return "completed"
         return None
 
-    def abort(self, now: datetime, actor: Actor, reason: str) -> None:
+    def abort(self, now: datetime, actor: Principal, reason: str) -> None:
         """Aborted with its parent (a delegating task's job was aborted); final jobs stay."""
         if not self.is_final:
             self._emit(self.JobAborted, now, actor, reason, previous=self.status)
 
-    def request_status(self, target: S, now: datetime, reason: str | None = None) -> None:
+    def request_status(
+        self,
+        target: S,
+        now: datetime,
+        reason: str | None = None,
+        actor: Principal = Actor.API,
+    ) -> None:
         """A user's PUT status: PENDING (resume or start), PAUSED or ABORTED."""
         target = S(target)
         if target not in (S.PENDING, S.PAUSED, S.ABORTED):
             raise IllegalJobTransition.between(self.status, target)
         self._check(target)
         if target is S.PAUSED:
-            self._emit(self.JobPaused, now, Actor.API, reason, previous=self.status)
+            self._emit(self.JobPaused, now, actor, reason, previous=self.status)
         elif target is S.ABORTED:
-            self._emit(self.JobAborted, now, Actor.API, reason, previous=self.status)
+            self._emit(self.JobAborted, now, actor, reason, previous=self.status)
         else:  # resume restores IN_PROGRESS when the job had started (rules §20 #2)
             resumed = S.IN_PROGRESS if self.started else S.PENDING
-            self._emit(self.JobResumed, now, Actor.API, reason, status=resumed)
+            self._emit(self.JobResumed, now, actor, reason, status=resumed)
 
-    def start(self, now: datetime, actor: Actor) -> None:
+    def start(self, now: datetime, actor: Principal) -> None:
         """A stage of the job started: PENDING → IN_PROGRESS (rules §5 R3)."""
         if self.status == S.PENDING:
             self._emit(self.JobStarted, now, actor)
 
-    def stage_completed(self, stage_id: UUID, now: datetime, actor: Actor) -> str | None:
+    def stage_completed(self, stage_id: UUID, now: datetime, actor: Principal) -> str | None:
         """Count a completed stage; the job completes when every stage has (rules §5 R6) and
         it closes by itself (seed 004). Returns what `next_phase` says."""
         done = self.completed_stages + 1
@@ -307,29 +314,31 @@ class Job(Entity):
         )
         return self.next_phase(now, actor)
 
-    def stage_failed(self, stage_id: UUID, now: datetime, actor: Actor) -> None:
+    def stage_failed(self, stage_id: UUID, now: datetime, actor: Principal) -> None:
         """A stage failed: the job fails (rules §5 R8)."""
         if self.is_final:
             return
         self._check(S.FAILED)
         self._emit(self.JobFailed, now, actor, "a stage failed", stage_id=stage_id)
 
-    def change_priority(self, priority: Priority, now: datetime) -> bool:
+    def change_priority(
+        self, priority: Priority, now: datetime, actor: Principal = Actor.API
+    ) -> bool:
         """False (and no event) when the priority is already `priority`."""
         if self.priority == priority:
             return False
         self._emit(
-            self.JobPriorityChanged, now, Actor.API, previous=self.priority, priority=str(priority)
+            self.JobPriorityChanged, now, actor, previous=self.priority, priority=str(priority)
         )
         return True
 
     def replace_user_metadata(
-        self, user_metadata: dict[str, Any], now: datetime, actor: Actor
+        self, user_metadata: dict[str, Any], now: datetime, actor: Principal
     ) -> None:
         self._emit(self.JobUserMetadataReplaced, now, actor, user_metadata=user_metadata)
 
-    def delete(self, now: datetime) -> None:
+    def delete(self, now: datetime, actor: Principal = Actor.API) -> None:
         """Only a final job can be deleted; its history stays in the event log."""
         if not self.is_final:
             raise JobNotInFiniteState
-        self._emit(self.JobDeleted, now, Actor.API)
+        self._emit(self.JobDeleted, now, actor)

@@ -13,6 +13,7 @@ from jobnik.domain.base import Entity
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
+from jobnik.domain.tokens import Token
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,10 @@ class Session(Protocol):
     def stage(self, stage_id: UUID) -> Stage: ...
 
     def task(self, task_id: UUID) -> Task: ...
+
+    def token(self, token_id: UUID) -> Token:
+        """The token (revoked ones too); TokenNotFound when none has that id."""
+        ...
 
     def stage_at(self, job_id: UUID, order: int) -> Stage | None: ...
 

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
-from jobnik.domain.base import Entity
+from jobnik.domain.base import Entity, cause
 from jobnik.domain.errors import (
     AddTasksNotAllowed,
     CompletionStageHeld,
@@ -16,7 +16,8 @@ from jobnik.domain.errors import (
     InvalidRequest,
     StageInFiniteState,
 )
-from jobnik.domain.statuses import STAGE_FINAL, STAGE_TRANSITIONS, Actor
+from jobnik.domain.principals import Actor, Principal
+from jobnik.domain.statuses import STAGE_FINAL, STAGE_TRANSITIONS
 from jobnik.domain.statuses import StageStatus as S
 
 
@@ -126,7 +127,7 @@ class Stage(Entity):
         start_as_waiting: bool,
         previous_completed: bool,
         now: datetime,
-        actor: Actor = Actor.API,
+        actor: Principal = Actor.API,
         completion: bool = False,
         failure_patterns: Sequence[str] = (),
     ) -> Stage:
@@ -152,7 +153,7 @@ class Stage(Entity):
             cls.StageAdded,
             id=id or uuid4(),
             timestamp=now,
-            actor=str(actor),
+            **cause(actor),
             reason=None,
             job_id=job_id,
             order=order,
@@ -192,7 +193,7 @@ class Stage(Entity):
         if self.status == S.IN_PROGRESS:
             raise AddTasksNotAllowed
 
-    def release(self, previous_stage: Stage | None, now: datetime, actor: Actor) -> None:
+    def release(self, previous_stage: Stage | None, now: datetime, actor: Principal) -> None:
         """A user's PUT PENDING, with the rules' order of checks (rules §4.2)."""
         if self.status == S.PENDING:
             return
@@ -210,7 +211,7 @@ class Stage(Entity):
             previous=self.status,
         )
 
-    def release_after_previous(self, now: datetime, actor: Actor) -> None:
+    def release_after_previous(self, now: datetime, actor: Principal) -> None:
         """The previous stage completed: a CREATED stage becomes PENDING; WAITING stays (R6.1).
 
         Completion stages wait for the completion phase instead."""
@@ -224,7 +225,7 @@ class Stage(Entity):
                 previous=self.status,
             )
 
-    def release_for_completion(self, now: datetime, actor: Actor) -> None:
+    def release_for_completion(self, now: datetime, actor: Principal) -> None:
         """The job's completion phase began: a held completion stage becomes PENDING."""
         if self.completion and self.status == S.CREATED:
             self._emit(
@@ -236,21 +237,23 @@ class Stage(Entity):
                 previous=self.status,
             )
 
-    def start(self, now: datetime, actor: Actor) -> bool:
+    def start(self, now: datetime, actor: Principal) -> bool:
         """First dequeue of the stage: PENDING → IN_PROGRESS (R2). True when it started."""
         if self.status != S.PENDING:
             return False
         self._emit(self.StageStarted, now, actor, job_id=self.job_id)
         return True
 
-    def complete(self, now: datetime, actor: Actor, reason: str = "all tasks completed") -> None:
+    def complete(
+        self, now: datetime, actor: Principal, reason: str = "all tasks completed"
+    ) -> None:
         """IN_PROGRESS → COMPLETED; a released completion stage with no tasks completes from
         PENDING (seed 004: an empty completion phase ends at once)."""
         if not (self.completion and self.status == S.PENDING):
             self._check(S.COMPLETED)
         self._emit(self.StageCompleted, now, actor, reason, job_id=self.job_id)
 
-    def fail(self, task_id: UUID, now: datetime, actor: Actor) -> bool:
+    def fail(self, task_id: UUID, now: datetime, actor: Principal) -> bool:
         """A task failed for good: the stage fails unless it has already (R7). True if it failed."""
         if self.status == S.FAILED:
             return False
@@ -260,14 +263,14 @@ class Stage(Entity):
         )
         return True
 
-    def abort(self, now: datetime, actor: Actor, reason: str) -> None:
+    def abort(self, now: datetime, actor: Principal, reason: str) -> None:
         """Cascaded from the job's abort (rules §20 #4); final stages keep their status."""
         if self.is_final:
             return
         self._emit(self.StageAborted, now, actor, reason, job_id=self.job_id, previous=self.status)
 
     def replace_user_metadata(
-        self, user_metadata: dict[str, Any], now: datetime, actor: Actor
+        self, user_metadata: dict[str, Any], now: datetime, actor: Principal
     ) -> None:
         self._emit(self.StageUserMetadataReplaced, now, actor, user_metadata=user_metadata)
 

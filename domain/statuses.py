@@ -59,14 +59,6 @@ class Priority(StrEnum):
         return PRIORITY_RANK[self]
 
 
-class Actor(StrEnum):
-    """Who caused an event."""
-
-    API = "api"
-    WORKER = "worker"
-    SYSTEM = "system"
-
-
 PRIORITY_RANK: Final[Mapping[Priority, int]] = {p: i for i, p in enumerate(Priority)}
 
 J, S, T = JobStatus, StageStatus, TaskStatus

@@ -14,15 +14,9 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate
 
 from jobnik.domain.base import Entity
-from jobnik.domain.errors import IllegalTaskTransition, StaleAttempt
-from jobnik.domain.statuses import (
-    DEFAULT_LEASE_SECONDS,
-    ERROR,
-    FATAL,
-    TASK_FINAL,
-    TASK_TRANSITIONS,
-    Actor,
-)
+from jobnik.domain.errors import Forbidden, IllegalTaskTransition, StaleAttempt
+from jobnik.domain.principals import Actor, Principal
+from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, ERROR, FATAL, TASK_FINAL, TASK_TRANSITIONS
 from jobnik.domain.statuses import TaskStatus as S
 
 
@@ -49,6 +43,7 @@ class TaskCommands:
         result: dict[str, Any] | None
         delegations: int
         delegated_at: datetime | None
+        holder: str | None  # the token whose dequeue opened the current attempt
         # the events (tasks.py)
         TaskDequeued: type[Entity.Event]
         TaskLeaseExtended: type[Entity.Event]
@@ -71,7 +66,7 @@ class TaskCommands:
             self,
             event_class: type[Aggregate.Event],
             now: datetime,
-            actor: Actor,
+            actor: Principal,
             reason: str | None = None,
             **fields: Any,
         ) -> None: ...
@@ -88,7 +83,36 @@ class TaskCommands:
         """Whether `attempt` (None: a client without fencing) is the current, open attempt."""
         return self.status == S.IN_PROGRESS and (attempt is None or attempt == self.attempt)
 
-    def refuse(self, attempt: int, request: str, now: datetime, actor: Actor) -> StaleAttempt:
+    def held_by_another(self, actor: Principal) -> bool:
+        """Whether the current attempt belongs to a token other than `actor`'s (fencing by
+        identity: only while access control is on, for attempts a token opened)."""
+        return (
+            actor.authenticated
+            and self.status == S.IN_PROGRESS
+            and self.holder is not None
+            and self.holder != actor.name
+        )
+
+    def refuse_another(
+        self, attempt: int | None, request: str, now: datetime, actor: Principal
+    ) -> Forbidden:
+        """Record a request from a token that does not hold the current attempt; returns the
+        error to raise after saving."""
+        self._emit(
+            self.TaskAttemptRefused,
+            now,
+            actor,
+            "the attempt belongs to another token",
+            attempt=self.attempt if attempt is None else attempt,
+            current_attempt=self.attempt,
+            request=request,
+        )
+        return Forbidden(
+            f"attempt {self.attempt} of task {self.id} belongs to token '{self.holder}', "
+            f"not to '{actor.name}'"
+        )
+
+    def refuse(self, attempt: int, request: str, now: datetime, actor: Principal) -> StaleAttempt:
         """Record a request from a stale attempt; returns the error to raise after saving."""
         self._emit(
             self.TaskAttemptRefused,
@@ -105,7 +129,7 @@ class TaskCommands:
         )
 
     def dequeue(
-        self, now: datetime, actor: Actor, lease_seconds: int = DEFAULT_LEASE_SECONDS
+        self, now: datetime, actor: Principal, lease_seconds: int = DEFAULT_LEASE_SECONDS
     ) -> None:
         """PENDING/RETRIED → IN_PROGRESS; opens attempt `attempt + 1`, leased `lease_seconds`."""
         self._check(S.IN_PROGRESS)
@@ -120,7 +144,7 @@ class TaskCommands:
             lease_expires_at=now + timedelta(seconds=lease_seconds),
         )
 
-    def extend_lease(self, now: datetime, actor: Actor) -> None:
+    def extend_lease(self, now: datetime, actor: Principal) -> None:
         """Push the lease `lease_seconds` past now (only an IN_PROGRESS task holds a lease)."""
         if self.status != S.IN_PROGRESS:
             raise IllegalTaskTransition(f"a {self.status} task holds no lease")
@@ -132,7 +156,9 @@ class TaskCommands:
             lease_expires_at=now + timedelta(seconds=self.lease_seconds),
         )
 
-    def complete(self, now: datetime, actor: Actor, result: dict[str, Any] | None = None) -> None:
+    def complete(
+        self, now: datetime, actor: Principal, result: dict[str, Any] | None = None
+    ) -> None:
         self._check(S.COMPLETED)
         self._emit(
             self.TaskCompleted,
@@ -143,7 +169,7 @@ class TaskCommands:
             result=result,
         )
 
-    def delegate(self, open_children: int, now: datetime, actor: Actor) -> None:
+    def delegate(self, open_children: int, now: datetime, actor: Principal) -> None:
         """IN_PROGRESS → DELEGATED: wait for `open_children` child jobs to end."""
         self._check(S.DELEGATED)
         self._emit(
@@ -171,7 +197,7 @@ class TaskCommands:
             open_children=open_children,
         )
 
-    def redispatch(self, now: datetime, actor: Actor, reason: str) -> None:
+    def redispatch(self, now: datetime, actor: Principal, reason: str) -> None:
         """DELEGATED → PENDING: back in the queue; the handler sees its children's outcomes."""
         self._check(S.PENDING)
         self._emit(
@@ -179,7 +205,7 @@ class TaskCommands:
         )
 
     def fail(
-        self, now: datetime, actor: Actor, reason: str | None = None, *, cause: str = ERROR
+        self, now: datetime, actor: Principal, reason: str | None = None, *, cause: str = ERROR
     ) -> None:
         """RETRIED while attempts remain, else FAILED; fatal fails at once."""
         attempts = self.attempts + 1
@@ -202,7 +228,7 @@ class TaskCommands:
         self,
         status: S,
         now: datetime,
-        actor: Actor,
+        actor: Principal,
         reason: str | None = None,
         *,
         fatal: bool = False,
@@ -214,7 +240,7 @@ class TaskCommands:
         else:
             self.fail(now, actor, reason, cause=FATAL if fatal else ERROR)
 
-    def give_back(self, now: datetime, actor: Actor, reason: str) -> None:
+    def give_back(self, now: datetime, actor: Principal, reason: str) -> None:
         """IN_PROGRESS → PENDING: the worker returns it unfinished; no attempt is spent."""
         if self.status != S.IN_PROGRESS:
             raise IllegalTaskTransition.between(self.status, S.PENDING)
@@ -223,7 +249,9 @@ class TaskCommands:
             self.TaskReturned, now, actor, reason, stage_id=self.stage_id, attempt=self.attempt
         )
 
-    def abort(self, now: datetime, actor: Actor, reason: str, reported: S | None = None) -> None:
+    def abort(
+        self, now: datetime, actor: Principal, reason: str, reported: S | None = None
+    ) -> None:
         """Cancel the task with its job; a late report is recorded in `reported`."""
         if self.is_final:
             return
@@ -238,7 +266,7 @@ class TaskCommands:
         )
 
     def append_log(
-        self, lines: Sequence[str], now: datetime, actor: Actor, attempt: int | None = None
+        self, lines: Sequence[str], now: datetime, actor: Principal, attempt: int | None = None
     ) -> None:
         self._emit(
             self.TaskLogged,
@@ -250,6 +278,6 @@ class TaskCommands:
         )
 
     def replace_user_metadata(
-        self, user_metadata: dict[str, Any], now: datetime, actor: Actor
+        self, user_metadata: dict[str, Any], now: datetime, actor: Principal
     ) -> None:
         self._emit(self.TaskUserMetadataReplaced, now, actor, user_metadata=user_metadata)

@@ -6,8 +6,9 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
-from jobnik.domain.base import Entity
-from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, ERROR, Actor
+from jobnik.domain.base import Entity, cause
+from jobnik.domain.principals import Actor, Principal
+from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, ERROR
 from jobnik.domain.statuses import TaskStatus as S
 from jobnik.domain.task_commands import TaskCommands
 
@@ -38,6 +39,7 @@ class Task(TaskCommands, Entity):
             task.start_time = task.end_time = task.lease_expires_at = None
             task.lease_seconds = 0
             task.result, task.delegations, task.delegated_at = None, 0, None
+            task.holder = None
 
     class TaskDequeued(Entity.Event):
         """Attempt number `attempt` opened, leased until `lease_expires_at`."""
@@ -58,9 +60,15 @@ class Task(TaskCommands, Entity):
                 seconds=DEFAULT_LEASE_SECONDS
             )
 
+        @property
+        def holder(self) -> str | None:
+            """The token the attempt belongs to (None: dequeued with access control off)."""
+            return self.actor if self.actor_role else None
+
         def apply(self, task: Task) -> None:
             task.status, task.start_time, task.attempt = S.IN_PROGRESS, self.timestamp, self.attempt
             task.lease_seconds, task.lease_expires_at = self.lease_seconds, self.lease_expires_at
+            task.holder = self.holder
 
     class TaskLeaseExtended(Entity.Event):
         """A heartbeat from the current attempt (a keep-alive)."""
@@ -218,14 +226,14 @@ class Task(TaskCommands, Entity):
         traceparent: str,
         tracestate: str | None,
         now: datetime,
-        actor: Actor = Actor.API,
+        actor: Principal = Actor.API,
         id: UUID | None = None,
     ) -> Task:
         return cls._create(
             cls.TaskCreated,
             id=id or uuid4(),
             timestamp=now,
-            actor=str(actor),
+            **cause(actor),
             reason=None,
             stage_id=stage_id,
             job_id=job_id,

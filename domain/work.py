@@ -13,19 +13,21 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from uuid import UUID
 
 from jobnik.domain.errors import (
+    AttemptRequired,
     ConcurrencyConflict,
     DelegationRefused,
+    Forbidden,
     StaleAttempt,
     TaskNotFound,
     TaskStatusUpdateFailed,
 )
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Session, Store
+from jobnik.domain.principals import Actor, Principal, Role
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import (
     DEFAULT_LEASE_SECONDS,
     TIMEOUT,
-    Actor,
     JobStatus,
     StageStatus,
     TaskStatus,
@@ -93,7 +95,9 @@ class Beat:
 
 
 class WorkCommands:
-    """Commands workers call, fenced by attempt number when the client sends one."""
+    """Commands workers call, fenced by attempt number when the client sends one, and by the
+    token that opened the attempt when access control is on; a worker token works only on its
+    stage types."""
 
     def __init__(
         self,
@@ -110,15 +114,18 @@ class WorkCommands:
         return self.store.session(write=True)
 
     @command
-    def dequeue(self, stage_type: str, lease_seconds: int | None = None) -> Task:
+    def dequeue(
+        self, stage_type: str, lease_seconds: int | None = None, *, by: Principal = Actor.WORKER
+    ) -> Task:
         """Claim the next eligible task of `stage_type`; TaskNotFound when there is none."""
+        by.check_stage_type(stage_type)
         now = self.clock()
         with self._write() as s:
             task = s.claim(stage_type)
             if task is None:
                 raise TaskNotFound
             stage, job = s.stage(task.stage_id), s.job(task.job_id)
-            task.dequeue(now, Actor.WORKER, lease_seconds or self.lease_seconds)
+            task.dequeue(now, by, lease_seconds or self.lease_seconds)
             if stage.start(now, Actor.SYSTEM):
                 job.start(now, Actor.SYSTEM)
             s.save(task, stage, job)
@@ -134,29 +141,37 @@ class WorkCommands:
         reason: str | None = None,
         fatal: bool = False,
         result: dict[str, Any] | None = None,
+        by: Principal = Actor.WORKER,
     ) -> Task:
         """A worker's COMPLETED (with its `result`), FAILED or DELEGATED, with every cascade
         (rules §5, §7; seed 001's delegation and semantic failures).
 
         With `attempt`, a report from an attempt that is no longer current is recorded and
         refused (StaleAttempt, 409). Without it (Jobnik's SDK), the task must not have changed
-        since this request first read it (TaskStatusUpdateFailed, 409; rules §4.3).
+        since this request first read it (TaskStatusUpdateFailed, 409; rules §4.3). A worker
+        token must name its attempt (AttemptRequired).
         """
+        if attempt is None and by.role is Role.WORKER:
+            raise AttemptRequired
         seen = None
         if attempt is None:
             with self.store.session(write=False) as r:
                 seen = r.task(task_id).version
         now = self.clock()
-        refused: StaleAttempt | None = None
+        refused: StaleAttempt | Forbidden | None = None
         with self._write() as s:
             task = s.task(task_id)
+            by.check_stage_type(task.stage_type)
             if seen is not None and task.version != seen:
                 raise TaskStatusUpdateFailed
-            if attempt is not None and not task.holds(attempt):
-                refused = task.refuse(attempt, f"report {status}", now, Actor.WORKER)
+            if task.held_by_another(by):
+                refused = task.refuse_another(attempt, f"report {status}", now, by)
+                s.save(task)
+            elif attempt is not None and not task.holds(attempt):
+                refused = task.refuse(attempt, f"report {status}", now, by)
                 s.save(task)
             else:
-                self._report(s, task, status, now, reason, fatal, result)
+                self._report(s, task, status, now, reason, fatal, result, by)
         if refused is not None:
             raise refused
         return task
@@ -169,27 +184,28 @@ class WorkCommands:
         now: datetime,
         reason: str | None,
         fatal: bool,
-        result: dict[str, Any] | None = None,
+        result: dict[str, Any] | None,
+        by: Principal,
     ) -> None:
         stage, job = s.stage(task.stage_id), s.job(task.job_id)
         if job.status == JobStatus.ABORTED and task.status == TaskStatus.IN_PROGRESS:
-            task.abort(now, Actor.WORKER, "late report after the job was aborted", status)
+            task.abort(now, by, "late report after the job was aborted", status)
             s.save(task)
             return
         if status == TaskStatus.DELEGATED:
-            self._delegate(s, task, now)
+            self._delegate(s, task, now, by)
             return
         failure = stage.failure_in(result) if status == TaskStatus.COMPLETED else None
         if failure is not None:  # seed 001's semantic failure detection
             task.fail(now, Actor.SYSTEM, failure)
         else:
-            task.report(status, now, Actor.WORKER, reason, fatal=fatal, result=result)
+            task.report(status, now, by, reason, fatal=fatal, result=result)
         if task.status == TaskStatus.FAILED:
             s.hold_queue(job.id)  # the stage and the job may fail: their tasks leave the queue
         s.save(task)
         self._cascade(s, task, stage, job, now)
 
-    def _delegate(self, s: Session, task: Task, now: datetime) -> None:
+    def _delegate(self, s: Session, task: Task, now: datetime, by: Principal) -> None:
         """The handler created child jobs: the task waits for them, or goes back to the queue
         at once when they have all ended already."""
         children = s.children_of(task.id)
@@ -198,7 +214,7 @@ class WorkCommands:
                 f"task {task.id} has no child jobs: create them with parentTaskId first"
             )
         open_children = sum(1 for c in children if not c.is_final)
-        task.delegate(open_children, now, Actor.WORKER)
+        task.delegate(open_children, now, by)
         if open_children == 0:
             task.redispatch(now, Actor.SYSTEM, "every child job had ended already")
         s.save(task)
@@ -291,50 +307,64 @@ class WorkCommands:
         return stale
 
     @command
-    def heartbeat(self, task_id: UUID, attempt: int) -> Beat:
+    def heartbeat(self, task_id: UUID, attempt: int, *, by: Principal = Actor.WORKER) -> Beat:
         """Extend the current attempt's lease; says whether the job was aborted meanwhile."""
         now = self.clock()
         with self._write() as s:
             task = s.task(task_id)
-            if not task.holds(attempt):
-                refused = task.refuse(attempt, "heartbeat", now, Actor.WORKER)
-                s.save(task)
+            by.check_stage_type(task.stage_type)
+            refused: StaleAttempt | Forbidden | None = None
+            cancelled = False
+            if task.held_by_another(by):
+                refused = task.refuse_another(attempt, "heartbeat", now, by)
+            elif not task.holds(attempt):
+                refused = task.refuse(attempt, "heartbeat", now, by)
             else:
-                refused = None
                 cancelled = s.job(task.job_id).status == JobStatus.ABORTED
-                task.extend_lease(now, Actor.WORKER)
-                s.save(task)
+                task.extend_lease(now, by)
+            s.save(task)
         if refused is not None:
             raise refused
         return Beat(task, cancelled)
 
     @command
-    def give_back(self, task_id: UUID, attempt: int, reason: str) -> Task:
+    def give_back(
+        self, task_id: UUID, attempt: int, reason: str, *, by: Principal = Actor.WORKER
+    ) -> Task:
         """The current attempt returns the task unfinished: queued again, no attempt spent."""
         now = self.clock()
         with self._write() as s:
             task = s.task(task_id)
-            if not task.holds(attempt):
-                refused: StaleAttempt | None = task.refuse(attempt, "give back", now, Actor.WORKER)
+            by.check_stage_type(task.stage_type)
+            refused: StaleAttempt | Forbidden | None = None
+            if task.held_by_another(by):
+                refused = task.refuse_another(attempt, "give back", now, by)
+            elif not task.holds(attempt):
+                refused = task.refuse(attempt, "give back", now, by)
+            elif s.job(task.job_id).status == JobStatus.ABORTED:
+                task.abort(now, by, f"handed back after the job was aborted: {reason}")
             else:
-                refused = None
-                if s.job(task.job_id).status == JobStatus.ABORTED:
-                    task.abort(
-                        now, Actor.WORKER, f"handed back after the job was aborted: {reason}"
-                    )
-                else:
-                    task.give_back(now, Actor.WORKER, reason)
+                task.give_back(now, by, reason)
             s.save(task)
         if refused is not None:
             raise refused
         return task
 
     @command
-    def append_log(self, task_id: UUID, lines: Sequence[str], attempt: int | None = None) -> Task:
-        """Append lines to the task's log; any attempt may log (each line records its attempt)."""
+    def append_log(
+        self,
+        task_id: UUID,
+        lines: Sequence[str],
+        attempt: int | None = None,
+        *,
+        by: Principal = Actor.WORKER,
+    ) -> Task:
+        """Append lines to the task's log; any attempt may log (each line records its attempt
+        and its actor)."""
         with self._write() as s:
             task = s.task(task_id)
-            task.append_log(lines, self.clock(), Actor.WORKER, attempt)
+            by.check_stage_type(task.stage_type)
+            task.append_log(lines, self.clock(), by, attempt)
             s.save(task)
         return task
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from jobnik.scripts.durations import parse_duration
 from jobnik.scripts.projections_cli import open_store, projections
+from jobnik.scripts.tokens_cli import tokens
 
 if TYPE_CHECKING:
     from jobnik.projections.queries.audit import Entry
@@ -25,20 +26,7 @@ app.add_typer(history, name="history")
 app.add_typer(worker, name="worker")
 jobs = typer.Typer(help="Maintenance of jobs and tasks.", no_args_is_help=True)
 app.add_typer(jobs, name="jobs")
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str) -> timedelta:
-    """'90', '90s', '15m', '2h' or '1d' as a timedelta."""
-    number, unit = (text[:-1], text[-1]) if text and text[-1] in _UNITS else (text, "s")
-    try:
-        value = float(number)
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a duration like 90s, 15m, 2h or 1d") from None
-    if value < 0:
-        raise typer.BadParameter("a duration cannot be negative")
-    return timedelta(seconds=value * _UNITS[unit])
+app.add_typer(tokens, name="tokens")
 
 
 @jobs.command("redispatch")
@@ -68,11 +56,35 @@ def serve(
     host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8080,
     workers: Annotated[int, typer.Option(help="API processes (PostgreSQL only for >1)")] = 1,
+    ssl_certfile: Annotated[
+        str | None, typer.Option(help="serve HTTPS with this PEM certificate (chain)")
+    ] = None,
+    ssl_keyfile: Annotated[
+        str | None, typer.Option(help="the certificate's PEM private key")
+    ] = None,
 ) -> None:
-    """Start the HTTP API (SQLite file ./jobnik.db unless JOBNIK_DATABASE_URL is set)."""
+    """Start the HTTP API (SQLite file ./jobnik.db unless JOBNIK_DATABASE_URL is set).
+
+    Off loopback it refuses to run open: create a token first, or set JOBNIK_AUTH=off."""
     import uvicorn
 
-    open_store().close()  # create or upgrade the schema once, before any worker starts
+    from jobnik.api.access import check_exposure
+    from jobnik.api.settings import Settings
+    from jobnik.domain.errors import Exposed
+    from jobnik.projections.queries.tokens import TokenViews
+
+    if (ssl_certfile is None) != (ssl_keyfile is None):
+        raise typer.BadParameter("--ssl-certfile and --ssl-keyfile go together")
+    store = open_store()  # create or upgrade the schema once, before any worker starts
+    try:
+        any_token = bool(TokenViews(store).all())
+    finally:
+        store.close()
+    try:
+        check_exposure(Settings().auth, host, any_token)
+    except Exposed as exc:
+        typer.echo(f"jobnik serve: {exc.message}", err=True)
+        raise typer.Exit(2) from None
     uvicorn.run(
         "jobnik.scripts.asgi:create",
         factory=True,
@@ -80,6 +92,8 @@ def serve(
         port=port,
         workers=workers,
         log_level="info",
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
     )
 
 
@@ -115,6 +129,15 @@ def worker_run(
         int | None, typer.Option(help="lease per task (default: 3 heartbeat intervals)")
     ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING (JSON lines)")] = "INFO",
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="JOBNIK_TOKEN",
+            help="bearer token for an API with access control (better: env JOBNIK_TOKEN, which "
+            "other users cannot read from the process list)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Dequeue and handle tasks of one stage type until SIGTERM/SIGINT (then drain)."""
     from jobnik.workers.cli import run_worker
@@ -130,6 +153,7 @@ def worker_run(
             grace_period=grace_period,
             lease_seconds=lease_seconds,
             log_level=log_level,
+            token=token,
         )
     except (ValueError, ImportError, AttributeError) as exc:
         typer.echo(f"cannot load handler: {exc}", err=True)
@@ -176,9 +200,10 @@ def replay(job_id: Annotated[str, typer.Argument(help="the job's id")]) -> None:
         status = e.payload.get("status") or e.payload.get("previous")
         if status and not details:
             details = str(status)
+        actor = f"{e.actor} ({e.actor_role})" if e.actor_role else e.actor
         typer.echo(
             f"{e.position:>7}  {e.time.isoformat(timespec='milliseconds'):<29}  {e.entity:<6}  "
-            f"{str(e.entity_id)[:8]:<8}  {e.type:<24}  {e.actor:<6}  {details}"
+            f"{str(e.entity_id)[:8]:<8}  {e.type:<24}  {actor:<6}  {details}"
         )
 
 

@@ -47,6 +47,7 @@ def run_worker(
     grace_period: float = 30.0,
     lease_seconds: int | None = None,
     log_level: str = "INFO",
+    token: str | None = None,
     out: TextIO = sys.stderr,
     make_worker: Callable[..., Worker] = Worker,
 ) -> Worker:
@@ -59,6 +60,7 @@ def run_worker(
         stage_type,
         load_handler(spec),
         base_url=api_url,
+        token=token,
         concurrency=concurrency,
         heartbeat_interval=heartbeat_interval,
         grace_period=grace_period,

@@ -52,9 +52,17 @@ class HttpTransport:
 
     Connection failures raise `TransportError(sent=False)`: the request never left. Any other
     failure (a timeout waiting for the answer, a dropped connection) is `sent=True`: the server
-    may have acted on it. Nothing is retried here (`JobnikClient` decides)."""
+    may have acted on it. Nothing is retried here (`JobnikClient` decides). `token`: sent as
+    `Authorization: Bearer` on every request (never logged)."""
 
-    def __init__(self, base_url: str, *, timeout: float = 30.0, pool_size: int = 10) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 30.0,
+        pool_size: int = 10,
+        token: str | None = None,
+    ) -> None:
         url = urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -63,6 +71,8 @@ class HttpTransport:
         # (a port always: http.client reads a bare IPv6 host's last group as one)
         self.host, self.port = url.hostname, url.port or (443 if self.https else 80)
         self.timeout, self.pool_size = timeout, pool_size
+        auth = {"Authorization": f"Bearer {token}"} if token else {}
+        self._headers, self._body_headers = {**HEADERS, **auth}, {**BODY_HEADERS, **auth}
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -100,7 +110,7 @@ class HttpTransport:
         target = quote(self.prefix + path, safe=TARGET_SAFE)
         conn = self._take()
         try:
-            headers = HEADERS if body is None else BODY_HEADERS
+            headers = self._headers if body is None else self._body_headers
             conn.request(method, target, body, headers)
             answer = conn.getresponse()
             content = answer.read()
@@ -160,7 +170,8 @@ class JobnikClient:
     Connection errors and 502/503/504 are retried (`retries` times, exponential backoff with
     jitter); any other error status raises `ApiError` with the body's `code` and `message`, and a
     request that got no answer raises `TransportError`. `pool_size`: connections kept open (one
-    per thread that calls at once). `transport`: another way to send (tests fake the server
+    per thread that calls at once). `token`: the bearer token a server with access control
+    wants (`jobnik tokens create`). `transport`: another way to send (tests fake the server
     with one)."""
 
     def __init__(
@@ -170,11 +181,12 @@ class JobnikClient:
         timeout: float = 30.0,
         retries: int = 3,
         pool_size: int = 10,
+        token: str | None = None,
         transport: Transport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.transport: Transport = transport or HttpTransport(
-            self.base_url, timeout=timeout, pool_size=pool_size
+            self.base_url, timeout=timeout, pool_size=pool_size, token=token
         )
         self.retries = retries
         self._retrying = {  # by whether the method is idempotent: a read's policy, a write's

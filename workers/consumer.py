@@ -13,8 +13,9 @@ from jobnik.workers.models import ChildJob, Heartbeat, Task
 class Consumer:
     """Dequeue, complete, fail, heartbeat and log, for one task attempt at a time."""
 
-    def __init__(self, client: JobnikClient | str) -> None:
-        self.client = JobnikClient(client) if isinstance(client, str) else client
+    def __init__(self, client: JobnikClient | str, *, token: str | None = None) -> None:
+        """`client`: a client, or the API's URL (then `token` is its bearer token, if any)."""
+        self.client = JobnikClient(client, token=token) if isinstance(client, str) else client
 
     def dequeue(self, stage_type: str, lease_seconds: int | None = None) -> Task | None:
         """The next task of `stage_type` (now IN_PROGRESS, leased to you), or None.

@@ -75,6 +75,7 @@ class Worker:
         handler: Handler,
         *,
         base_url: str | None = None,
+        token: str | None = None,
         client: JobnikClient | None = None,
         concurrency: int = 1,
         heartbeat_interval: float = 10.0,
@@ -85,7 +86,7 @@ class Worker:
         if client is None:
             if base_url is None:
                 raise ValueError("give base_url or client")
-            client = JobnikClient(base_url, pool_size=concurrency + 2)  # + heartbeats
+            client = JobnikClient(base_url, pool_size=concurrency + 2, token=token)  # + heartbeats
         self.stage_type = stage_type
         self.handler = handler
         self.concurrency = concurrency

@@ -12,8 +12,9 @@ from jobnik.workers.models import Job, Stage, Task
 class Producer:
     """Creates jobs, stages and tasks, and pauses, resumes, aborts and re-prioritises jobs."""
 
-    def __init__(self, client: JobnikClient | str) -> None:
-        self.client = JobnikClient(client) if isinstance(client, str) else client
+    def __init__(self, client: JobnikClient | str, *, token: str | None = None) -> None:
+        """`client`: a client, or the API's URL (then `token` is its bearer token, if any)."""
+        self.client = JobnikClient(client, token=token) if isinstance(client, str) else client
 
     def create_job(
         self,

@@ -13,12 +13,17 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Path, Query, Request
 
 from jobnik.api.deps import ViewsDep, reject_unknown_query
+from jobnik.api.permissions import authorize, needs
 from jobnik.api.schemas import JobDefinitionOut, JobRunOut, JobStatisticsOut
 from jobnik.domain.errors import JobNotFound
+from jobnik.domain.principals import Permission
 from jobnik.domain.runs import run_state
 from jobnik.projections.queries.catchup_views import CatchUpViews
 
-router = APIRouter(prefix="/v1", tags=["history"], dependencies=[Depends(reject_unknown_query)])
+P = Permission
+router = APIRouter(
+    prefix="/v1", tags=["history"], dependencies=[Depends(authorize), Depends(reject_unknown_query)]
+)
 
 
 async def get_catchup(request: Request) -> CatchUpViews:
@@ -37,7 +42,7 @@ MinPosition = Annotated[
 ]
 
 
-@router.get("/job-definitions/{name}")
+@router.get("/job-definitions/{name}", openapi_extra=needs(P.READ))
 def get_job_definition(
     catchup: CatchUpDep, name: Annotated[str, Path()], min_position: MinPosition = None
 ) -> JobDefinitionOut:
@@ -45,7 +50,7 @@ def get_job_definition(
     return JobDefinitionOut.of(catchup.job_definition(name, min_position))
 
 
-@router.get("/jobs/{jobId}/statistics")
+@router.get("/jobs/{jobId}/statistics", openapi_extra=needs(P.READ))
 def get_job_statistics(
     catchup: CatchUpDep,
     job_id: Annotated[UUID, Path(alias="jobId")],
@@ -55,7 +60,7 @@ def get_job_statistics(
     return JobStatisticsOut.of(catchup.job_statistics(job_id, min_position))
 
 
-@router.get("/jobs/{jobId}/run")
+@router.get("/jobs/{jobId}/run", openapi_extra=needs(P.READ))
 def get_job_run(
     views: ViewsDep,
     catchup: CatchUpDep,

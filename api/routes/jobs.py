@@ -16,6 +16,7 @@ from jobnik.api.deps import (
     ViewsDep,
     reject_unknown_query,
 )
+from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import (
     CreateJob,
     CreateStage,
@@ -28,17 +29,21 @@ from jobnik.api.schemas import (
 )
 from jobnik.domain.application import NewJob, NewStage
 from jobnik.domain.ports import Summary
+from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import JobStatus, Priority
 from jobnik.projections.queries.results import StageView
 
-router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(reject_unknown_query)])
+P = Permission
+router = APIRouter(
+    prefix="/v1", tags=["jobs"], dependencies=[Depends(authorize), Depends(reject_unknown_query)]
+)
 
 ReturnStages = Annotated[bool, Query(alias="should_return_stages")]
 ReturnTasks = Annotated[bool, Query(alias="should_return_tasks")]
 Metadata = Annotated[dict[str, Any], Body()]
 
 
-@router.get("/jobs")
+@router.get("/jobs", openapi_extra=needs(P.READ))
 def find_jobs(
     views: ViewsDep,
     job_name: Annotated[JobName | None, Query()] = None,
@@ -66,8 +71,10 @@ def find_jobs(
     return [JobOut.of(j) for j in found]
 
 
-@router.post("/jobs", status_code=201, response_model=JobOut)
-def create_job(body: CreateJob, jobnik: JobnikDep, incoming: TraceDep, once: OnceDep) -> Any:
+@router.post("/jobs", status_code=201, response_model=JobOut, openapi_extra=needs(P.PRODUCE))
+def create_job(
+    body: CreateJob, jobnik: JobnikDep, incoming: TraceDep, once: OnceDep, by: PrincipalDep
+) -> Any:
     """Create a job; it starts PENDING. A retry with the same Idempotency-Key creates nothing."""
     new = NewJob(
         name=body.name,
@@ -78,18 +85,20 @@ def create_job(body: CreateJob, jobnik: JobnikDep, incoming: TraceDep, once: Onc
         parent_task_id=body.parent_task_id,
         **body.trace(incoming),  # type: ignore[arg-type]
     )
-    return once(lambda: JobOut.of(jobnik.create_job(new)))
+    return once(lambda: JobOut.of(jobnik.create_job(new, by=by)))
 
 
-@router.post("/jobs/{jobId}/finish", status_code=202)
-def finish_job(jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")]) -> JobOut:
+@router.post("/jobs/{jobId}/finish", status_code=202, openapi_extra=needs(P.PRODUCE))
+def finish_job(
+    jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")], by: PrincipalDep
+) -> JobOut:
     """jobnik (seed 004): no new stages or tasks from now on (FINISHING); the job completes,
     through its completion stages if it has any, once its work is done. Repeating it is a
     no-op; a job that has ended is refused."""
-    return JobOut.of(jobnik.finish_job(job_id))
+    return JobOut.of(jobnik.finish_job(job_id, by=by))
 
 
-@router.get("/jobs/{jobId}")
+@router.get("/jobs/{jobId}", openapi_extra=needs(P.READ))
 def get_job(
     views: ViewsDep,
     job_id: Annotated[UUID, Path(alias="jobId")],
@@ -100,47 +109,59 @@ def get_job(
     return JobOut.of(views.job(job_id, with_stages=should_return_stages, as_of=as_of))
 
 
-@router.delete("/jobs/{jobId}")
-def delete_job(jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")]) -> Message:
+@router.delete("/jobs/{jobId}", openapi_extra=needs(P.OPERATE))
+def delete_job(
+    jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")], by: PrincipalDep
+) -> Message:
     """Delete a COMPLETED, FAILED or ABORTED job; its history stays in the event log."""
-    jobnik.delete_job(job_id)
+    jobnik.delete_job(job_id, by=by)
     return Message(code="JOB_DELETED_SUCCESSFULLY")
 
 
-@router.patch("/jobs/{jobId}/user-metadata")
+@router.patch("/jobs/{jobId}/user-metadata", openapi_extra=needs(P.PRODUCE))
 def update_user_metadata(
-    jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")], body: Metadata
+    jobnik: JobnikDep,
+    job_id: Annotated[UUID, Path(alias="jobId")],
+    body: Metadata,
+    by: PrincipalDep,
 ) -> Message:
     """Replace the job's user metadata (any status)."""
-    jobnik.replace_job_user_metadata(job_id, body)
+    jobnik.replace_job_user_metadata(job_id, body, by=by)
     return Message(code="JOB_MODIFIED_SUCCESSFULLY")
 
 
 @router.patch(
     "/jobs/{jobId}/priority",
     responses={204: {"description": "unchanged; header Reason says why"}},
+    openapi_extra=needs(P.PRODUCE),
 )
 def update_job_priority(
-    jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")], body: PriorityChange
+    jobnik: JobnikDep,
+    job_id: Annotated[UUID, Path(alias="jobId")],
+    body: PriorityChange,
+    by: PrincipalDep,
 ) -> Any:
     """Change the job's priority; 204 with a Reason header when it is already that priority."""
-    if not jobnik.change_priority(job_id, body.priority):
+    if not jobnik.change_priority(job_id, body.priority, by=by):
         return Response(
             status_code=204, headers={"Reason": "PRIORITY_CANNOT_BE_UPDATED_TO_SAME_VALUE"}
         )
     return Message(code="JOB_MODIFIED_SUCCESSFULLY")
 
 
-@router.put("/jobs/{jobId}/status")
+@router.put("/jobs/{jobId}/status", openapi_extra=needs(P.PRODUCE))
 def update_status(
-    jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")], body: JobStatusChange
+    jobnik: JobnikDep,
+    job_id: Annotated[UUID, Path(alias="jobId")],
+    body: JobStatusChange,
+    by: PrincipalDep,
 ) -> Message:
     """PENDING (resume), PAUSED or ABORTED; abort cascades to stages and queued tasks."""
-    jobnik.set_job_status(job_id, JobStatus(body.status))
+    jobnik.set_job_status(job_id, JobStatus(body.status), by=by)
     return Message(code="JOB_MODIFIED_SUCCESSFULLY")
 
 
-@router.get("/jobs/{jobId}/stages")
+@router.get("/jobs/{jobId}/stages", openapi_extra=needs(P.READ))
 def get_stages_by_job_id(
     views: ViewsDep,
     job_id: Annotated[UUID, Path(alias="jobId")],
@@ -150,13 +171,16 @@ def get_stages_by_job_id(
     return [StageOut.of(s) for s in views.stages_of_job(job_id, with_tasks=should_return_tasks)]
 
 
-@router.post("/jobs/{jobId}/stage", status_code=201, response_model=StageOut)
+@router.post(
+    "/jobs/{jobId}/stage", status_code=201, response_model=StageOut, openapi_extra=needs(P.PRODUCE)
+)
 def add_stage(
     jobnik: JobnikDep,
     job_id: Annotated[UUID, Path(alias="jobId")],
     body: CreateStage,
     incoming: TraceDep,
     once: OnceDep,
+    by: PrincipalDep,
 ) -> Any:
     """Append a stage: WAITING if asked, PENDING when first, else CREATED until its turn."""
     new = NewStage(
@@ -168,4 +192,4 @@ def add_stage(
         failure_patterns=tuple(body.failure_patterns),
         **body.trace(incoming),  # type: ignore[arg-type]
     )
-    return once(lambda: StageOut.of(StageView(jobnik.add_stage(job_id, new), Summary())))
+    return once(lambda: StageOut.of(StageView(jobnik.add_stage(job_id, new, by=by), Summary())))

@@ -15,6 +15,7 @@ from jobnik.api.deps import (
     ViewsDep,
     reject_unknown_query,
 )
+from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import (
     CreateTask,
     Message,
@@ -25,16 +26,20 @@ from jobnik.api.schemas import (
     TaskOut,
 )
 from jobnik.domain.application import NewTask
+from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import StageStatus
 
-router = APIRouter(prefix="/v1", tags=["stages"], dependencies=[Depends(reject_unknown_query)])
+P = Permission
+router = APIRouter(
+    prefix="/v1", tags=["stages"], dependencies=[Depends(authorize), Depends(reject_unknown_query)]
+)
 
 StageId = Annotated[UUID, Path(alias="stageId")]
 ReturnTasks = Annotated[bool, Query(alias="should_return_tasks")]
 NewTasks = Annotated[list[CreateTask], Body(min_length=1)]
 
 
-@router.get("/stages")
+@router.get("/stages", openapi_extra=needs(P.READ))
 def get_stages(
     views: ViewsDep,
     job_id: UUID | None = None,
@@ -52,7 +57,7 @@ def get_stages(
     return [StageOut.of(s) for s in found]
 
 
-@router.get("/stages/{stageId}")
+@router.get("/stages/{stageId}", openapi_extra=needs(P.READ))
 def get_stage_by_id(
     views: ViewsDep,
     stage_id: StageId,
@@ -63,37 +68,52 @@ def get_stage_by_id(
     return StageOut.of(views.stage(stage_id, with_tasks=should_return_tasks, as_of=as_of))
 
 
-@router.get("/stages/{stageId}/summary")
+@router.get("/stages/{stageId}/summary", openapi_extra=needs(P.READ))
 def get_stage_summary(views: ViewsDep, stage_id: StageId) -> SummaryOut:
     """The stage's task counters."""
     return SummaryOut.of(views.summary(stage_id))
 
 
-@router.patch("/stages/{stageId}/user-metadata")
+@router.patch("/stages/{stageId}/user-metadata", openapi_extra=needs(P.PRODUCE))
 def update_stage_user_metadata(
-    jobnik: JobnikDep, stage_id: StageId, body: Annotated[dict[str, Any], Body()]
+    jobnik: JobnikDep,
+    stage_id: StageId,
+    body: Annotated[dict[str, Any], Body()],
+    by: PrincipalDep,
 ) -> Message:
     """Replace the stage's user metadata (any status)."""
-    jobnik.replace_stage_user_metadata(stage_id, body)
+    jobnik.replace_stage_user_metadata(stage_id, body, by=by)
     return Message(code="STAGE_MODIFIED_SUCCESSFULLY")
 
 
-@router.put("/stages/{stageId}/status")
-def update_stage_status(jobnik: JobnikDep, stage_id: StageId, body: StageStatusChange) -> Message:
+@router.put("/stages/{stageId}/status", openapi_extra=needs(P.PRODUCE))
+def update_stage_status(
+    jobnik: JobnikDep, stage_id: StageId, body: StageStatusChange, by: PrincipalDep
+) -> Message:
     """Release a CREATED or WAITING stage (PENDING) once the previous stage has completed."""
-    jobnik.release_stage(stage_id)
+    jobnik.release_stage(stage_id, by=by)
     return Message(code="STAGE_MODIFIED_SUCCESSFULLY")
 
 
-@router.get("/stages/{stageId}/tasks")
+@router.get("/stages/{stageId}/tasks", openapi_extra=needs(P.READ))
 def get_tasks_by_stage_id(views: ViewsDep, stage_id: StageId) -> list[TaskOut]:
     """The stage's tasks."""
     return [TaskOut.of(t) for t in views.tasks_of_stage(stage_id)]
 
 
-@router.post("/stages/{stageId}/tasks", status_code=201, response_model=list[TaskOut])
+@router.post(
+    "/stages/{stageId}/tasks",
+    status_code=201,
+    response_model=list[TaskOut],
+    openapi_extra=needs(P.PRODUCE),
+)
 def add_tasks(
-    jobnik: JobnikDep, stage_id: StageId, body: NewTasks, incoming: TraceDep, once: OnceDep
+    jobnik: JobnikDep,
+    stage_id: StageId,
+    body: NewTasks,
+    incoming: TraceDep,
+    once: OnceDep,
+    by: PrincipalDep,
 ) -> Any:
     """Add tasks to a CREATED, PENDING or WAITING stage; they start PENDING."""
     new = [
@@ -105,11 +125,13 @@ def add_tasks(
         )
         for t in body
     ]
-    return once(lambda: [TaskOut.of(t) for t in jobnik.add_tasks(stage_id, new)])
+    return once(lambda: [TaskOut.of(t) for t in jobnik.add_tasks(stage_id, new, by=by)])
 
 
 # a type may hold "/" (%2F)
-@router.patch("/stages/{stageType:path}/tasks/dequeue", response_model=TaskOut)
+@router.patch(
+    "/stages/{stageType:path}/tasks/dequeue", response_model=TaskOut, openapi_extra=needs(P.WORK)
+)
 def dequeue_task(
     jobnik: JobnikDep,
     stage_type: Annotated[StageType, Path(alias="stageType")],
@@ -117,6 +139,8 @@ def dequeue_task(
         int | None,
         Query(ge=1, le=7 * 24 * 3600, description="jobnik: lease for a client that heartbeats"),
     ] = None,
+    *,
+    by: PrincipalDep,
 ) -> Response:
     """Claim the highest-priority, longest-waiting eligible task of this stage type."""
-    return TaskOut.of(jobnik.dequeue(stage_type, lease_seconds)).response()
+    return TaskOut.of(jobnik.dequeue(stage_type, lease_seconds, by=by)).response()

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from pydantic import AwareDatetime
 
 from jobnik.api.deps import AsOfQuery, JobnikDep, ViewsDep, reject_unknown_query
+from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import (
     Appended,
     AttemptBody,
@@ -22,14 +23,18 @@ from jobnik.api.schemas import (
     TaskOut,
     TaskStatusChange,
 )
+from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import TaskStatus
 
-router = APIRouter(prefix="/v1", tags=["tasks"], dependencies=[Depends(reject_unknown_query)])
+P = Permission
+router = APIRouter(
+    prefix="/v1", tags=["tasks"], dependencies=[Depends(authorize), Depends(reject_unknown_query)]
+)
 
 TaskId = Annotated[UUID, Path(alias="taskId")]
 
 
-@router.get("/tasks")
+@router.get("/tasks", openapi_extra=needs(P.READ))
 def get_tasks_by_criteria(
     views: ViewsDep,
     stage_id: UUID | None = None,
@@ -49,23 +54,25 @@ def get_tasks_by_criteria(
     return [TaskOut.of(t) for t in found]
 
 
-@router.get("/tasks/{taskId}")
+@router.get("/tasks/{taskId}", openapi_extra=needs(P.READ))
 def get_task_by_id(views: ViewsDep, task_id: TaskId, as_of: AsOfQuery = None) -> TaskOut:
     """One task; `as_of` shows it as it was then."""
     return TaskOut.of(views.task(task_id, as_of=as_of))
 
 
-@router.patch("/tasks/{taskId}/user-metadata")
+@router.patch("/tasks/{taskId}/user-metadata", openapi_extra=needs(P.PRODUCE))
 def update_task_user_metadata(
-    jobnik: JobnikDep, task_id: TaskId, body: Annotated[dict[str, Any], Body()]
+    jobnik: JobnikDep, task_id: TaskId, body: Annotated[dict[str, Any], Body()], by: PrincipalDep
 ) -> Message:
     """Replace the task's user metadata (any status)."""
-    jobnik.replace_task_user_metadata(task_id, body)
+    jobnik.replace_task_user_metadata(task_id, body, by=by)
     return Message(code="TASK_MODIFIED_SUCCESSFULLY")
 
 
-@router.put("/tasks/{taskId}/status", response_model=TaskOut)
-def update_task_status(jobnik: JobnikDep, task_id: TaskId, body: TaskStatusChange) -> Response:
+@router.put("/tasks/{taskId}/status", response_model=TaskOut, openapi_extra=needs(P.WORK))
+def update_task_status(
+    jobnik: JobnikDep, task_id: TaskId, body: TaskStatusChange, by: PrincipalDep
+) -> Response:
     """Report COMPLETED (with an optional result) or FAILED (RETRIED while attempts remain);
     jobnik: DELEGATED once the handler created child jobs (the task waits for them)."""
     task = jobnik.report_task(
@@ -75,20 +82,21 @@ def update_task_status(jobnik: JobnikDep, task_id: TaskId, body: TaskStatusChang
         reason=body.reason,
         fatal=body.fatal,
         result=body.result,
+        by=by,
     )
     return TaskOut.of(task).response()
 
 
-@router.get("/tasks/{taskId}/children")
+@router.get("/tasks/{taskId}/children", openapi_extra=needs(P.READ))
 def get_children(views: ViewsDep, task_id: TaskId) -> list[ChildJobOut]:
     """jobnik (seed 001): the task's child jobs, their outcomes and their tasks' results."""
     return [ChildJobOut.of(c) for c in views.children(task_id)]
 
 
-@router.post("/tasks/{taskId}/heartbeat", response_model=HeartbeatOut)
-def heartbeat(jobnik: JobnikDep, task_id: TaskId, body: AttemptBody) -> Response:
+@router.post("/tasks/{taskId}/heartbeat", response_model=HeartbeatOut, openapi_extra=needs(P.WORK))
+def heartbeat(jobnik: JobnikDep, task_id: TaskId, body: AttemptBody, by: PrincipalDep) -> Response:
     """Extend the attempt's lease; `cancelled` turns true when the job was aborted."""
-    beat = jobnik.heartbeat(task_id, body.attempt)
+    beat = jobnik.heartbeat(task_id, body.attempt, by=by)
     t = beat.task
     return HeartbeatOut(
         status=TaskStatus(t.status),
@@ -98,20 +106,20 @@ def heartbeat(jobnik: JobnikDep, task_id: TaskId, body: AttemptBody) -> Response
     ).response()
 
 
-@router.post("/tasks/{taskId}/release")
-def give_back(jobnik: JobnikDep, task_id: TaskId, body: GiveBack) -> TaskOut:
+@router.post("/tasks/{taskId}/release", openapi_extra=needs(P.WORK))
+def give_back(jobnik: JobnikDep, task_id: TaskId, body: GiveBack, by: PrincipalDep) -> TaskOut:
     """Hand an unfinished task back to the queue (no attempt spent)."""
-    return TaskOut.of(jobnik.give_back(task_id, body.attempt, body.reason))
+    return TaskOut.of(jobnik.give_back(task_id, body.attempt, body.reason, by=by))
 
 
-@router.post("/tasks/{taskId}/logs", status_code=201)
-def append_logs(jobnik: JobnikDep, task_id: TaskId, body: LogLines) -> Appended:
+@router.post("/tasks/{taskId}/logs", status_code=201, openapi_extra=needs(P.WORK))
+def append_logs(jobnik: JobnikDep, task_id: TaskId, body: LogLines, by: PrincipalDep) -> Appended:
     """Append lines to the task's log (append-only, kept as events)."""
-    jobnik.append_log(task_id, body.lines, body.attempt)
+    jobnik.append_log(task_id, body.lines, body.attempt, by=by)
     return Appended(appended=len(body.lines))
 
 
-@router.get("/tasks/{taskId}/logs")
+@router.get("/tasks/{taskId}/logs", openapi_extra=needs(P.READ))
 def get_logs(views: ViewsDep, task_id: TaskId) -> list[LogLineOut]:
     """The task's log lines, oldest first."""
     return [LogLineOut(time=t, attempt=a, line=line) for t, a, line in views.task_logs(task_id)]

@@ -1,7 +1,7 @@
 """Every projection jobnik keeps, with its name and version, and the set-up of its registry rows.
 
 - `inline`: the inline read models (jobs, stages, summaries, tasks, queue, task logs, history
-  index), one unit: they are written together in the transaction of every command.
+  index, tokens), one unit: they are written together in the transaction of every command.
 - `last_status`, `run_stats`: the catch-up projections (runner.py).
 
 A projection's `version` is the version of the code that computes its rows. Bump it whenever that
@@ -37,8 +37,8 @@ class InlineProjection:
     tables: tuple[str, ...] = TABLES
     keys: Final = {t: tuple(c.strip() for c in PRIMARY_KEYS[t].split(",")) for t in TABLES}
     topics: tuple[str, ...] = ()  # every event
-    # Every row is of one job, written by that job's events alone; the rows an Enqueue reads are
-    # of its own job (rebuild/parallel.py replays different jobs in different processes).
+    # Every row is of one job (or one token), written by its events alone; the rows an Enqueue
+    # reads are of its own job (rebuild/parallel.py replays different jobs in different processes).
     per_job = True
     # Indexes no replay statement reads through (the API's lookups: by name, time, type, the
     # claim's, the sweeper's): a rebuild builds them once after the bulk of the replay instead

@@ -27,6 +27,7 @@ from jobnik.projections.inline.tables import (
     SUMMARIES,
     TASKS,
 )
+from jobnik.projections.inline.tokens import TOKEN_PROJECT
 
 # A stage summary's counter by task status (snake_case here, camelCase on the wire).
 SUMMARY_KEY: Final = {
@@ -208,6 +209,7 @@ def _task_created(e: Task.TaskCreated, position: int) -> list[Op]:
                 "result": None,
                 "delegations": 0,
                 "delegated_at": None,
+                "holder": None,
             },
         ),
         _summary(e, pending=1, total=1),
@@ -224,6 +226,7 @@ def _task_dequeued(e: Task.TaskDequeued, _: int) -> list[Op]:
             attempt=e.attempt,
             lease_seconds=e.lease_seconds,
             lease_expires_at=e.lease_expires_at,
+            holder=e.holder,
         ),
         _summary(e, **{_SUMMARY_OF[e.previous]: -1, "in_progress": 1}),
         Delete(QUEUE, {"task_id": e.originator_id}),
@@ -358,6 +361,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Task.TaskReturned: _task_returned,
     Task.TaskAttemptRefused: lambda e, _: [_task(e)],
     Task.TaskLogged: _task_logged,
+    **TOKEN_PROJECT,
 }
 
 

@@ -9,6 +9,7 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
+from jobnik.domain.tokens import Token
 from jobnik.projections.inline.tables import SUMMARY_COUNTERS
 
 _SKIP = frozenset({"id", "version", "creation_time", "update_time", "priority_rank"})
@@ -43,3 +44,9 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
 
 def summary_from_row(row: Mapping[str, Any]) -> Summary:
     return Summary(**{k: row[k] for k in SUMMARY_COUNTERS})
+
+
+def token_from_row(row: Mapping[str, Any]) -> Token:
+    state = {k: row[k] for k in ("name", "role", "stage_types", "expires_at", "secret_hash")}
+    state["revoked"] = row["revoked_at"] is not None
+    return Token.restore(row["id"], row["version"], row["issued_at"], row["update_time"], state)

@@ -7,7 +7,8 @@ from typing import Final
 JOBS, STAGES, SUMMARIES = "jobs_v1", "stages_v1", "summaries_v1"
 TASKS, QUEUE, LOGS = "tasks_v1", "queue_v1", "task_logs_v1"
 ENTITY_JOBS, JOB_EVENTS = "entity_jobs_v1", "job_events_v1"
-TABLES: Final = (JOBS, STAGES, SUMMARIES, TASKS, QUEUE, LOGS, ENTITY_JOBS, JOB_EVENTS)
+TOKENS = "tokens_v1"
+TABLES: Final = (JOBS, STAGES, SUMMARIES, TASKS, QUEUE, LOGS, ENTITY_JOBS, JOB_EVENTS, TOKENS)
 PRIMARY_KEYS: Final = {
     JOBS: "id",
     STAGES: "id",
@@ -17,6 +18,7 @@ PRIMARY_KEYS: Final = {
     LOGS: "task_id, position, line_no",
     ENTITY_JOBS: "entity_id",
     JOB_EVENTS: "job_id, position",
+    TOKENS: "id",
 }
 # The same, as column tuples.
 KEYS: Final = {t: tuple(c.strip() for c in cols.split(",")) for t, cols in PRIMARY_KEYS.items()}

@@ -17,9 +17,10 @@ from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.eventlog import COLUMNS, stored_event
 
-# Fields every event has; the rest is its payload.
+# Fields every event has; the rest is its payload (but for a token's secret hash, never shown).
 STANDARD: Final = frozenset(
-    {"originator_id", "originator_version", "timestamp", "actor", "reason", "originator_topic"}
+    {"originator_id", "originator_version", "timestamp", "actor", "actor_role", "reason"}
+    | {"originator_topic", "secret_hash"}
 )
 TOPICS: Final[Mapping[str, str]] = {cls.__name__: get_topic(cls) for cls in PROJECT}
 TERMINAL: Final = frozenset({Job.JobCompleted, Job.JobFailed, Job.JobAborted})
@@ -38,6 +39,7 @@ class Entry:
     actor: str
     reason: str | None
     payload: dict[str, Any] = field(default_factory=dict)
+    actor_role: str | None = None  # the token's role; None for the built-in actors
     event: Any = None
 
     @property
@@ -80,6 +82,7 @@ class Audit:
                     reason=getattr(event, "reason", None),
                     payload={k: v for k, v in vars(event).items() if k not in STANDARD},
                     event=event,
+                    actor_role=getattr(event, "actor_role", None),
                 )
             )
         return out

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Final
 
-JSON_COLUMNS: Final = frozenset({"data", "user_metadata", "result", "failure_patterns"})
+JSON_COLUMNS: Final = frozenset(
+    {"data", "user_metadata", "result", "failure_patterns", "stage_types"}
+)
 UUID_COLUMNS: Final = frozenset(
     {"id", "job_id", "stage_id", "task_id", "entity_id", "last_job_id"}
     | {"parent_task_id", "parent_job_id"}
@@ -16,6 +18,7 @@ TIME_COLUMNS: Final = frozenset(
     | {"last_interaction", "rebuilt_at"}  # catch-up projections and their registry
     | {"finish_time", "delegated_at"}
     | {"created_at"}  # Idempotency-Keys
+    | {"expires_at", "issued_at", "revoked_at"}  # tokens
 )
 BOOL_COLUMNS: Final = frozenset(
     {"started", "stage_open", "job_open", "deleted", "finishing", "completing", "completion"}

@@ -18,24 +18,31 @@ from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import StoredEvent
 
 from jobnik.domain.base import Entity
-from jobnik.domain.errors import JobNotFound, StageNotFound, TaskNotFound
+from jobnik.domain.errors import JobNotFound, StageNotFound, TaskNotFound, TokenNotFound
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
+from jobnik.domain.tokens import Token
 from jobnik.projections.inline.rows import (
     job_from_row,
     stage_from_row,
     summary_from_row,
     task_from_row,
+    token_from_row,
 )
-from jobnik.projections.inline.tables import JOBS, STAGES, TASKS
+from jobnik.projections.inline.tables import JOBS, STAGES, TASKS, TOKENS
 from jobnik.projections.store.cursor import Cursor
 
 if TYPE_CHECKING:  # (the store makes its sessions: a runtime import would go in a circle)
     from jobnik.projections.store.base import SqlStore
 
-BY_ID: Final = {JOBS: "job_by_id", STAGES: "stage_by_id", TASKS: "task_by_id"}
+BY_ID: Final = {
+    JOBS: "job_by_id",
+    STAGES: "stage_by_id",
+    TASKS: "task_by_id",
+    TOKENS: "token_by_id",
+}
 
 
 class SqlSession:
@@ -75,6 +82,9 @@ class SqlSession:
 
     def task(self, task_id: UUID) -> Task:
         return cast(Task, self._load(TASKS, task_id, task_from_row, TaskNotFound))
+
+    def token(self, token_id: UUID) -> Token:
+        return cast(Token, self._load(TOKENS, token_id, token_from_row, TokenNotFound))
 
     def claim(self, stage_type: str) -> Task | None:
         row = self._next_in_queue(stage_type)

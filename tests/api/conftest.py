@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -18,6 +19,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from jobnik.api.main import app_from_env
+from jobnik.domain.application import Jobnik
+from jobnik.domain.principals import Principal, Role
 
 NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"
 TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -189,3 +192,55 @@ class Api:
         task = self.task(task["id"])
         assert task["status"] == status
         return task
+
+
+# -- access control ------------------------------------------------------------------------
+
+ISSUER = Principal("cli:tests", Role.ADMIN)
+ROLES = [str(r) for r in Role]
+
+
+@dataclass
+class Secured:
+    """The API with JOBNIK_AUTH=tokens and a bearer per role (`bearers["worker"]`, …)."""
+
+    api: Api
+    bearers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def http(self) -> TestClient:
+        return self.api.http
+
+    @property
+    def jobnik(self) -> Jobnik:
+        return self.http.app.state.jobnik  # type: ignore[attr-defined,no-any-return]
+
+    def issue(self, name: str, role: str, **options: Any) -> str:
+        return self.jobnik.issue_token(name, Role(role), by=ISSUER, **options).bearer
+
+    def call(self, bearer: str, method: str, url: str, body: Any = None, **kw: Any) -> Any:
+        headers = {"Authorization": f"Bearer {bearer}", **kw.pop("headers", {})}
+        return self.http.request(method, url, json=body, headers=headers, **kw)
+
+    def anonymous(self, method: str, url: str, body: Any = None, **kw: Any) -> Any:
+        """A request without the arranging admin's default Authorization header."""
+        arranger = self.http.headers.pop("Authorization")
+        try:
+            return self.http.request(method, url, json=body, **kw)
+        finally:
+            self.http.headers["Authorization"] = arranger
+
+
+def secured_app(database_url: str, **env: str) -> TestClient:
+    app = app_from_env({"JOBNIK_DATABASE_URL": database_url, "JOBNIK_SWEEP_INTERVAL": "0", **env})
+    app.state.access.tokens.refresh = 0  # every request sees the tokens just issued
+    return TestClient(app)
+
+
+@pytest.fixture
+def secured(database_url: str) -> Iterator[Secured]:
+    with secured_app(database_url, JOBNIK_AUTH="tokens") as client:
+        s = Secured(Api(client))
+        s.bearers = {role: s.issue(f"the-{role}", role) for role in ROLES}
+        client.headers["Authorization"] = f"Bearer {s.issue('arranger', 'admin')}"  # Api's
+        yield s

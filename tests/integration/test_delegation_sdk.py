@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from jobnik.domain.statuses import Actor
+from jobnik.domain.principals import Actor
 from jobnik.domain.work import utcnow
 from jobnik.projections.startup import migrate
 from jobnik.projections.store.backends import open_store

@@ -17,7 +17,8 @@ import pytest
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import ConcurrencyConflict, StaleAttempt
-from jobnik.domain.statuses import Actor, JobStatus, Priority, StageStatus, TaskStatus
+from jobnik.domain.principals import Actor
+from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.domain.work import conflicts_retried
 from jobnik.projections.store.backends import open_store

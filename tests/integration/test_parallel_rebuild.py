@@ -21,7 +21,7 @@ from jobnik.projections.rebuild.verify import verify
 from jobnik.projections.store import routes
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.postgres import PostgresStore
-from tests.integration.test_rebuild import busy_workload, snapshot
+from tests.integration.test_rebuild import access_workload, busy_workload, snapshot
 
 
 @pytest.fixture
@@ -63,6 +63,7 @@ def test_a_rebuild_in_parts_writes_exactly_the_live_rows(
 ) -> None:
     busy_workload(jobnik, random.Random(seed), 400)
     delegating_workload(jobnik)
+    access_workload(jobnik)  # token events: routed as jobs of their own
     live = snapshot(store)
     head = int(store.recorder.max_notification_id() or 0)
 

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import JobnikError
+from jobnik.domain.principals import Principal, Role, token_principal
 from jobnik.domain.statuses import JobStatus, Priority, TaskStatus
 from jobnik.projections.catchup import registry
 from jobnik.projections.inline.tables import PRIMARY_KEYS, TABLES
@@ -114,11 +116,30 @@ def random_workload(jobnik: Jobnik, rng: random.Random, steps: int) -> dict[str,
     return done
 
 
+def access_workload(jobnik: Jobnik) -> None:
+    """Tokens issued (one expiring, one revoked) and a task worked by a worker token, whose
+    attempt the tasks row says it holds."""
+    admin = Principal("cli:ops", Role.ADMIN)
+    jobnik.issue_token("ops", Role.ADMIN, by=admin)
+    jobnik.issue_token("reader", Role.READER, expires_at=datetime(2999, 1, 1, tzinfo=UTC), by=admin)
+    jobnik.issue_token("tiler", Role.WORKER, stage_types=["auth-tiles"], by=admin)
+    jobnik.issue_token("gone", Role.PRODUCER, by=admin)
+    jobnik.revoke_token("gone", by=token_principal("ops", "admin"))
+    tiler = token_principal("tiler", "worker", ["auth-tiles"])
+    job = jobnik.create_job(NewJob(name="auth", data={}), by=token_principal("gone", "producer"))
+    stage = jobnik.add_stage(job.id, NewStage(type="auth-tiles", data={}))
+    jobnik.add_tasks(stage.id, [NewTask(data={"i": i}) for i in range(2)])
+    done = jobnik.dequeue("auth-tiles", by=tiler)
+    jobnik.report_task(done.id, TaskStatus.COMPLETED, attempt=done.attempt, by=tiler)
+    jobnik.dequeue("auth-tiles", by=tiler)  # left IN_PROGRESS, held by the tiler
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_rebuilt_read_models_equal_their_live_twins_row_for_row(
     store: SqlStore, jobnik: Jobnik, seed: int
 ) -> None:
     done = random_workload(jobnik, random.Random(seed), 600)
+    access_workload(jobnik)
     live = snapshot(store)
 
     replayed = rebuild(store)
@@ -128,12 +149,15 @@ def test_rebuilt_read_models_equal_their_live_twins_row_for_row(
     assert done.get("work", 0) > 25  # the workload did real work
     assert done.get("delete", 0) > 0
     assert live["tasks_v1"]
+    assert len(live["tokens_v1"]) == 4
+    assert {t["holder"] for t in live["tasks_v1"]} == {None, "tiler"}
 
 
 def test_rebuild_recreates_read_models_after_they_are_dropped(
     store: SqlStore, jobnik: Jobnik
 ) -> None:
     random_workload(jobnik, random.Random(7), 200)
+    access_workload(jobnik)
     live = snapshot(store)
     with store.cursor(write=True) as cur:
         for table in TABLES:

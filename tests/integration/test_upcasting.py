@@ -8,8 +8,9 @@ from eventsourcing.persistence import StoredEvent
 
 from jobnik.domain.application import NO_TRACE
 from jobnik.domain.jobs import Job
+from jobnik.domain.principals import Actor
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, ERROR, Actor, Priority, TaskStatus
+from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, ERROR, Priority, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.projections.startup import migrate
 from jobnik.projections.store import migrations

@@ -9,8 +9,9 @@ from uuid import UUID, uuid4
 
 from jobnik.domain.base import Entity
 from jobnik.domain.jobs import Job
+from jobnik.domain.principals import Actor
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import Actor, JobStatus, Priority, StageStatus, TaskStatus
+from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
 
 NOW = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)

@@ -16,11 +16,12 @@ from typing import Any, cast
 from uuid import UUID
 
 from jobnik.domain.base import Entity
-from jobnik.domain.errors import JobNotFound, StageNotFound, TaskNotFound
+from jobnik.domain.errors import JobNotFound, StageNotFound, TaskNotFound, TokenNotFound
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
+from jobnik.domain.tokens import Token
 from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, Update
 from jobnik.projections.inline.project import batches
 from jobnik.projections.inline.queue import queue_row
@@ -29,6 +30,7 @@ from jobnik.projections.inline.rows import (
     stage_from_row,
     summary_from_row,
     task_from_row,
+    token_from_row,
 )
 from jobnik.projections.inline.tables import (
     ENTITY_JOBS,
@@ -41,6 +43,7 @@ from jobnik.projections.inline.tables import (
     SUMMARY_COUNTERS,
     TABLES,
     TASKS,
+    TOKENS,
 )
 
 from .builders import replay
@@ -84,8 +87,9 @@ class Tables:
             gone = [id(r) for r in self.where(op.table, op.key)]
             self.rows[op.table] = [r for r in self.rows[op.table] if id(r) not in gone]
         elif isinstance(op, IndexEvent):  # the job of the event's aggregate, as the SQL does
-            entity = self.one(ENTITY_JOBS, entity_id=op.originator_id)
-            self.rows[JOB_EVENTS].append({"job_id": entity["job_id"], "position": op.position})
+            entity = self.maybe(ENTITY_JOBS, entity_id=op.originator_id)
+            if entity is not None:  # (a token's events belong to no job)
+                self.rows[JOB_EVENTS].append({"job_id": entity["job_id"], "position": op.position})
         else:  # Enqueue: priority and eligibility from the job and stage rows, as the SQL does
             stage = self.one(STAGES, id=op.stage_id)
             job = self.one(JOBS, id=stage["job_id"])
@@ -151,6 +155,9 @@ class MemorySession:
 
     def task(self, task_id: UUID) -> Task:
         return cast(Task, self._load(TASKS, task_id, task_from_row, TaskNotFound))
+
+    def token(self, token_id: UUID) -> Token:
+        return cast(Token, self._load(TOKENS, token_id, token_from_row, TokenNotFound))
 
     def stage_at(self, job_id: UUID, order: int) -> Stage | None:
         row = self.tables.maybe(STAGES, job_id=job_id, stage_order=order)

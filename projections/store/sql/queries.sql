@@ -13,6 +13,9 @@ SELECT * FROM stages_v1 WHERE id = %(id)s;
 -- name: task_by_id
 SELECT * FROM tasks_v1 WHERE id = %(id)s;
 
+-- name: token_by_id
+SELECT * FROM tokens_v1 WHERE id = %(id)s;
+
 -- name: claim_task
 -- The next dequeueable task of a stage type: priority, then queue order.
 SELECT * FROM tasks_v1 t WHERE t.id = ({next_in_queue});

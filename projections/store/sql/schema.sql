@@ -94,7 +94,8 @@ CREATE TABLE IF NOT EXISTS tasks_v1 (
     lease_expires_at {time},
     result {json},
     delegations INTEGER NOT NULL DEFAULT 0,
-    delegated_at {time}
+    delegated_at {time},
+    holder TEXT
 );
 CREATE INDEX IF NOT EXISTS tasks_v1_stage ON tasks_v1 (stage_id);
 CREATE INDEX IF NOT EXISTS tasks_v1_job_status ON tasks_v1 (job_id, status);
@@ -162,3 +163,19 @@ CREATE TABLE IF NOT EXISTS jobnik_idempotency_keys (
 );
 CREATE INDEX IF NOT EXISTS jobnik_idempotency_keys_created_at
     ON jobnik_idempotency_keys (created_at);
+
+-- Access control: the tokens read model.
+CREATE TABLE IF NOT EXISTS tokens_v1 (
+    id {uuid} PRIMARY KEY,
+    version BIGINT NOT NULL,
+    name TEXT NOT NULL UNIQUE,
+    role TEXT NOT NULL,
+    stage_types {json} NOT NULL,
+    expires_at {time},
+    secret_hash TEXT NOT NULL,
+    issued_at {time} NOT NULL,
+    issued_by TEXT NOT NULL,
+    update_time {time} NOT NULL,
+    revoked_at {time},
+    revoked_by TEXT
+);

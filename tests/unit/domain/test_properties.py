@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobnik.domain.errors import IllegalTaskTransition
-from jobnik.domain.statuses import TASK_FINAL, TASK_TRANSITIONS, Actor, TaskStatus
+from jobnik.domain.principals import Actor
+from jobnik.domain.statuses import TASK_FINAL, TASK_TRANSITIONS, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.projections.inline.ops import Add
 from jobnik.projections.inline.project import project

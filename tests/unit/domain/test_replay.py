@@ -11,7 +11,8 @@ import pytest
 from eventsourcing.application import Application
 
 from jobnik.domain.base import Entity
-from jobnik.domain.statuses import TIMEOUT, Actor, JobStatus, Priority, StageStatus, TaskStatus
+from jobnik.domain.principals import Actor, Principal
+from jobnik.domain.statuses import TIMEOUT, JobStatus, Priority, StageStatus, TaskStatus
 
 from ..builders import NOW, at, new_job, new_stage, new_task, replay, stage_in
 
@@ -19,7 +20,7 @@ from ..builders import NOW, at, new_job, new_stage, new_task, replay, stage_in
 @dataclass(frozen=True)
 class Step:
     command: Callable[[Any, datetime], object]
-    actor: Actor
+    actor: Principal
     reasons: tuple[str | None, ...] = (None,)  # the reason of each event the command emits
 
 
@@ -52,7 +53,8 @@ def drive(aggregate: Entity, steps: list[Step]) -> Run:
         events = aggregate.collect_events()
         assert len(events) == len(step.reasons), step
         run.log += [
-            Logged(e, at(minute), step.actor, r) for e, r in zip(events, step.reasons, strict=True)
+            Logged(e, at(minute), step.actor.name, r)
+            for e, r in zip(events, step.reasons, strict=True)
         ]
         run.states.append((len(run.log), copy.deepcopy(aggregate.state())))
     return run

@@ -19,6 +19,7 @@ from jobnik.domain.errors import (
     StaleAttempt,
 )
 from jobnik.domain.jobs import Job
+from jobnik.domain.principals import Actor
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import (
     DEFAULT_LEASE_SECONDS,
@@ -28,7 +29,6 @@ from jobnik.domain.statuses import (
     STAGE_TRANSITIONS,
     TASK_FINAL,
     TASK_TRANSITIONS,
-    Actor,
     JobStatus,
     StageStatus,
     TaskStatus,

@@ -4,8 +4,9 @@ from collections import Counter
 from typing import Any
 
 from jobnik.domain.jobs import Job
+from jobnik.domain.principals import Actor
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import TIMEOUT, Actor, JobStatus
+from jobnik.domain.statuses import TIMEOUT, JobStatus
 from jobnik.domain.tasks import Task
 from jobnik.projections.catchup import last_status, run_stats
 from jobnik.projections.rebuild.shadow import Renamer, live_of

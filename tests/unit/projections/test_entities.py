@@ -10,9 +10,11 @@ from eventsourcing.domain import Aggregate
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
+from jobnik.domain.principals import Actor
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import Actor, JobStatus, Priority, StageStatus, TaskStatus
+from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
+from jobnik.domain.tokens import Token
 from jobnik.projections.inline.ops import Add, Delete, Enqueue, IndexEvent, Insert, Update
 from jobnik.projections.inline.project import PROJECT, batches, project
 from jobnik.projections.inline.rows import summary_from_row
@@ -26,6 +28,7 @@ from jobnik.projections.inline.tables import (
     SUMMARIES,
     TABLES,
     TASKS,
+    TOKENS,
 )
 
 from ..builders import (
@@ -67,7 +70,7 @@ def _event_classes(aggregate: type) -> list[type]:
     ]
 
 
-DOMAIN_EVENTS = [cls for agg in (Job, Stage, Task) for cls in _event_classes(agg)]
+DOMAIN_EVENTS = [cls for agg in (Job, Stage, Task, Token) for cls in _event_classes(agg)]
 
 
 @pytest.mark.parametrize("event_class", DOMAIN_EVENTS, ids=lambda c: c.__qualname__)
@@ -242,7 +245,8 @@ def test_job_deleted_deletes_the_job_tree_from_every_table() -> None:
         Delete(STAGES, {"job_id": job.id}),
         Delete(JOBS, {"id": job.id}),
     ]
-    assert {op.table for op in ops} == set(TABLES) - {ENTITY_JOBS, JOB_EVENTS}  # history stays
+    # the history stays; tokens belong to no job
+    assert {op.table for op in ops} == set(TABLES) - {ENTITY_JOBS, JOB_EVENTS, TOKENS}
 
 
 # -- stages ---------------------------------------------------------------------------------
@@ -363,6 +367,7 @@ def test_task_created_inserts_counts_and_enqueues_at_its_log_position() -> None:
                 "result": None,
                 "delegations": 0,
                 "delegated_at": None,
+                "holder": None,
             },
         ),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {"pending": 1, "total": 1}),
@@ -392,6 +397,7 @@ def test_task_dequeued_moves_the_counter_it_came_from(
                 attempt=attempt,
                 lease_seconds=600,
                 lease_expires_at=at(15),
+                holder=None,
             ),
         ),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {counter: -1, "in_progress": 1}),

@@ -1,0 +1,21 @@
+"""Durations on the command line: 90, 90s, 15m, 2h, 1d."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import typer
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """'90', '90s', '15m', '2h' or '1d' as a timedelta."""
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in _UNITS else (text, "s")
+    try:
+        value = float(number)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a duration like 90s, 15m, 2h or 1d") from None
+    if value < 0:
+        raise typer.BadParameter("a duration cannot be negative")
+    return timedelta(seconds=value * _UNITS[unit])

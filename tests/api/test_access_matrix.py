@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fastapi.routing import APIRoute
+
+from jobnik.api.access import PUBLIC_PATHS
+from jobnik.api.permissions import authorize, permission_of
+from jobnik.domain.principals import Permission, Role, roles_with
+
+from .conftest import ROLES, Secured
+
+Request = tuple[str, str, Any]
+
+
+@dataclass(frozen=True)
+class Targets:
+    job: str
+    stage: str
+    task: str
+    ended_job: str
+
+
+def arrange(s: Secured) -> Targets:
+    """A pending job with a stage and a pending task, an aborted job, and a spare token."""
+    s.issue("spare", "reader")
+    job = s.api.create_job()
+    stage = s.api.add_stage(job["id"], type="matrix")
+    (task,) = s.api.add_tasks(stage["id"])
+    ended = s.api.create_job(name="ended")
+    s.api.set_job_status(ended["id"], "ABORTED")
+    return Targets(job["id"], stage["id"], task["id"], ended["id"])
+
+
+def _requests(t: Targets) -> dict[str, Request]:
+    job, stage, task = f"/v1/jobs/{t.job}", f"/v1/stages/{t.stage}", f"/v1/tasks/{t.task}"
+    return {
+        "find_jobs": ("GET", "/v1/jobs", None),
+        "create_job": ("POST", "/v1/jobs", {"name": "matrix", "data": {}}),
+        "finish_job": ("POST", f"{job}/finish", None),
+        "get_job": ("GET", job, None),
+        "delete_job": ("DELETE", job, None),
+        "update_user_metadata": ("PATCH", f"{job}/user-metadata", {"a": 1}),
+        "update_job_priority": ("PATCH", f"{job}/priority", {"priority": "HIGH"}),
+        "update_status": ("PUT", f"{job}/status", {"status": "PAUSED"}),
+        "get_stages_by_job_id": ("GET", f"{job}/stages", None),
+        "add_stage": ("POST", f"{job}/stage", {"type": "more", "data": {}}),
+        "get_stages": ("GET", "/v1/stages", None),
+        "get_stage_by_id": ("GET", stage, None),
+        "get_stage_summary": ("GET", f"{stage}/summary", None),
+        "update_stage_user_metadata": ("PATCH", f"{stage}/user-metadata", {"b": 2}),
+        "update_stage_status": ("PUT", f"{stage}/status", {"status": "PENDING"}),
+        "get_tasks_by_stage_id": ("GET", f"{stage}/tasks", None),
+        "add_tasks": ("POST", f"{stage}/tasks", [{"data": {}}]),
+        "dequeue_task": ("PATCH", "/v1/stages/nothing-queued/tasks/dequeue", None),
+        "get_tasks_by_criteria": ("GET", "/v1/tasks", None),
+        "get_task_by_id": ("GET", task, None),
+        "update_task_user_metadata": ("PATCH", f"{task}/user-metadata", {"c": 3}),
+        "update_task_status": ("PUT", f"{task}/status", {"status": "COMPLETED", "attempt": 1}),
+        "get_children": ("GET", f"{task}/children", None),
+        "heartbeat": ("POST", f"{task}/heartbeat", {"attempt": 1}),
+        "give_back": ("POST", f"{task}/release", {"attempt": 1}),
+        "append_logs": ("POST", f"{task}/logs", {"lines": ["hello"], "attempt": 1}),
+        "get_logs": ("GET", f"{task}/logs", None),
+        "job_history": ("GET", f"{job}/history", None),
+        "events": ("GET", "/v1/events", None),
+        "job_stream": ("GET", f"/v1/jobs/{t.ended_job}/stream", None),  # ended: it closes
+        "get_job_definition": ("GET", "/v1/job-definitions/nightly", None),
+        "get_job_statistics": ("GET", f"{job}/statistics", None),
+        "get_job_run": ("GET", f"{job}/run", None),
+        "list_tokens": ("GET", "/v1/tokens", None),
+        "revoke_token": ("DELETE", "/v1/tokens/spare", None),
+    }
+
+
+# The global stream never ends, and the test client reads an answer whole: it is served to
+# every role (all read) and tested over a live server (tests/integration/test_access.py).
+ENDLESS: Callable[[str], bool] = {"events_stream"}.__contains__
+
+
+def routes(s: Secured) -> list[APIRoute]:
+    return [
+        r
+        for r in s.http.app.routes  # type: ignore[attr-defined]
+        if isinstance(r, APIRoute) and r.path not in PUBLIC_PATHS
+    ]
+
+
+def test_every_route_declares_its_permission_and_is_checked_by_the_one_dependency(
+    secured: Secured,
+) -> None:
+    for route in routes(secured):
+        assert "x-jobnik-permission" in (route.openapi_extra or {}), route.name
+        assert authorize in [d.call for d in route.dependant.dependencies], route.name
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_each_role_reaches_exactly_the_routes_its_permissions_allow(
+    secured: Secured, role: str
+) -> None:
+    requests = _requests(arrange(secured))
+    bearer = secured.bearers[role]
+    seen = set()
+
+    for route in routes(secured):
+        if ENDLESS(route.name):
+            continue
+        method, url, body = requests[route.name]
+        seen.add(route.name)
+        if Role(role) in roles_with(permission_of(route)):
+            r = secured.call(bearer, method, url, body)
+            assert r.status_code not in (401, 403), (route.name, r.text)
+        else:
+            with secured.api.nothing_written():
+                r = secured.call(bearer, method, url, body)
+            assert (r.status_code, r.json()["code"]) == (403, "FORBIDDEN"), route.name
+    assert seen == set(requests)
+
+
+def test_the_roles_hold_what_their_names_promise() -> None:
+    def holders(p: Permission) -> set[str]:
+        return {str(r) for r in roles_with(p)}
+
+    assert holders(Permission.READ) == {"reader", "producer", "operator", "admin", "worker"}
+    assert holders(Permission.PRODUCE) == {"producer", "operator", "admin"}
+    assert holders(Permission.OPERATE) == {"operator", "admin"}
+    assert holders(Permission.WORK) == {"worker", "admin"}
+    assert holders(Permission.ADMIN) == {"admin"}
