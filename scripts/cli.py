@@ -181,7 +181,7 @@ def _entries(job_id: str) -> Iterator[Entry]:
 @history.command("export")
 def history_export(job_id: Annotated[str, typer.Argument(help="the job's id")]) -> None:
     """Every event of the job, its stages and tasks as NDJSON on stdout (also after DELETE)."""
-    from jobnik.api.schemas import EventOut
+    from jobnik.api.history_schemas import EventOut
 
     for entry in _entries(job_id):
         sys.stdout.write(EventOut.of(entry).model_dump_json(by_alias=True) + "\n")

@@ -13,8 +13,8 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Path, Query, Request
 
 from jobnik.api.deps import ViewsDep, reject_unknown_query
+from jobnik.api.history_schemas import JobDefinitionOut, JobRunOut, JobStatisticsOut
 from jobnik.api.permissions import authorize, needs
-from jobnik.api.schemas import JobDefinitionOut, JobRunOut, JobStatisticsOut
 from jobnik.domain.errors import JobNotFound
 from jobnik.domain.principals import Permission
 from jobnik.domain.runs import run_state

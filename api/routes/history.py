@@ -13,8 +13,8 @@ from starlette.concurrency import run_in_threadpool
 
 from jobnik.api.access import Access
 from jobnik.api.deps import AuditDep, reject_unknown_query
+from jobnik.api.history_schemas import EventOut, EventPage
 from jobnik.api.permissions import PrincipalDep, authorize, needs
-from jobnik.api.schemas import EventOut, EventPage
 from jobnik.domain.errors import InvalidRequest
 from jobnik.domain.principals import Permission, Principal
 from jobnik.projections.queries.audit import TOPICS, Page

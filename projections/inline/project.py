@@ -6,7 +6,7 @@ model equals its live twin row for row.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from eventsourcing.domain import DomainEventProtocol
@@ -381,21 +381,3 @@ def project_rows(event: DomainEventProtocol[Any], position: int) -> list[Op]:
     if entity is not None:
         ops.append(Insert(ENTITY_JOBS, entity))
     return ops
-
-
-def batches(
-    events: Sequence[DomainEventProtocol[Any]], ids: Sequence[Any]
-) -> Iterator[list[list[Op]]]:
-    """Group consecutive events of one type and distinct aggregates: their ops commute."""
-    run: list[list[Op]] = []
-    kind: type | None = None
-    seen: set[Any] = set()
-    for event, position in zip(events, ids, strict=True):
-        if run and (type(event) is not kind or event.originator_id in seen):
-            yield run
-            run, seen = [], set()
-        kind = type(event)
-        seen.add(event.originator_id)
-        run.append(project(event, position))
-    if run:
-        yield run

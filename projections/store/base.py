@@ -21,14 +21,13 @@ from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from jobnik.projections.inline.ops import Add
-from jobnik.projections.inline.project import batches
 from jobnik.projections.inline.tables import SUMMARIES
 from jobnik.projections.store import eventlog
 from jobnik.projections.store.bulk import BulkWriter
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.dialect import Dialect
 from jobnik.projections.store.errors import wrapped
-from jobnik.projections.store.executor import OpExecutor
+from jobnik.projections.store.executor import OpExecutor, batches
 from jobnik.projections.store.leader import LeaderLock
 from jobnik.projections.store.pagewriter import Writer
 from jobnik.projections.store.session import SqlSession

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cache
 from typing import Any, Protocol
 
+from eventsourcing.domain import DomainEventProtocol
+
 from jobnik.projections.inline.ops import Add, Delete, Enqueue, IndexEvent, Insert, Op, Update
+from jobnik.projections.inline.project import project
 from jobnik.projections.store.dialect import Dialect
 
 
@@ -111,3 +114,21 @@ def _merge_adds(ops: list[Add]) -> list[Op]:
         for c, v in op.deltas.items():
             deltas[c] = deltas.get(c, 0) + v
     return [Add(table, dict(key), deltas) for (table, key), deltas in merged.items()]
+
+
+def batches(
+    events: Sequence[DomainEventProtocol[Any]], ids: Sequence[Any]
+) -> Iterator[list[list[Op]]]:
+    """Group consecutive events of one type and distinct aggregates: their ops commute."""
+    run: list[list[Op]] = []
+    kind: type | None = None
+    seen: set[Any] = set()
+    for event, position in zip(events, ids, strict=True):
+        if run and (type(event) is not kind or event.originator_id in seen):
+            yield run
+            run, seen = [], set()
+        kind = type(event)
+        seen.add(event.originator_id)
+        run.append(project(event, position))
+    if run:
+        yield run

@@ -110,10 +110,7 @@ def test_a_server_without_standard_strings_gets_psycopgs_literals(
 
 TEXT = st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"))
 JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**80), max_value=2**80)
-    | TEXT,
+    st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80) | TEXT,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
     max_leaves=20,
 )

@@ -1,8 +1,8 @@
 """An in-memory Store for the real application service: the pure projection applied to dicts.
 
 `Tables` stands in for the SQL the executor runs, including its column-wise batching of the runs
-`projections.store.batches` makes (so the "ops of a run commute" claim is exercised too), and the
-DEFAULT 0 summary counters. A session works on a copy of the tables and publishes it on success
+`projections.store.executor.batches` makes (so the "ops of a run commute" claim is exercised
+too), and the DEFAULT 0 summary counters. A session works on a copy of the tables and publishes it on success
 only, as a transaction would.
 """
 
@@ -23,7 +23,6 @@ from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
 from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, Update
-from jobnik.projections.inline.project import batches
 from jobnik.projections.inline.queue import queue_row
 from jobnik.projections.inline.rows import (
     job_from_row,
@@ -45,6 +44,7 @@ from jobnik.projections.inline.tables import (
     TASKS,
     TOKENS,
 )
+from jobnik.projections.store.executor import batches
 
 from .builders import replay
 
