@@ -2,8 +2,8 @@
 
 `Tables` stands in for the SQL the executor runs, including its column-wise batching of the runs
 `projections.store.executor.batches` makes (so the "ops of a run commute" claim is exercised
-too), and the DEFAULT 0 summary counters. A session works on a copy of the tables and publishes it on success
-only, as a transaction would.
+too), and the DEFAULT 0 summary counters. A session works on a copy of the tables and publishes
+it on success only, as a transaction would.
 """
 
 from __future__ import annotations
