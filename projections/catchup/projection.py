@@ -18,8 +18,8 @@ Batch = Sequence[tuple[int, Any]]  # (log position, decoded domain event), in lo
 
 
 class Sql:
-    """SQL text for one dialect (`%(name)s` → `:name` on SQLite), table names mapped by `rename`
-    (identity for the live tables, shadow names during a rebuild)."""
+    """SQL text for one dialect (its parameters' style: `Dialect.params`), table names mapped by
+    `rename` (identity for the live tables, shadow names during a rebuild)."""
 
     def __init__(self, dialect: Dialect, rename: Callable[[str], str] = identity) -> None:
         self.dialect = dialect
@@ -70,7 +70,7 @@ class CatchUpProjection(ABC):
 
 @contextmanager
 def pipelined(cur: Cursor) -> Iterator[None]:
-    """Pipeline mode for a run of statements, where the driver has it (PostgreSQL): sent
+    """Pipeline mode for a run of statements, where the driver has it (`Dialect.pipeline`): sent
     without waiting for each answer (a read, or the block's end, waits for them all). A
     projection batch is hundreds of small writes: this saves a round trip per statement."""
     # (A rebuild's deferred cursor, store/pagewriter.py, has no raw cursor: its thread waits.)

@@ -7,20 +7,13 @@ neither, so after a restart every event is applied exactly once. `CatchUpRunner`
 background thread of the API process that holds the leader lock (one process per database runs
 the catch-up projections however many serve the API).
 
-Driver: a small runner of ours over the eventsourcing library's `select_notifications`, not the
-library's `ProjectionRunner`/`Projection` with a tracking recorder, because
-- `SQLiteApplicationRecorder.subscribe` raises NotImplementedError (eventsourcing 9.5): the
-  library's runner cannot follow a SQLite log, and jobnik behaves the same on both backends;
-- the library's runner builds its own `Application` (a second connection pool) and its view from
-  an `InfrastructureFactory` and the environment, while our views live next to the inline read
-  models and share the store's pool, dialect and the shadow-table renaming rebuilds use;
-- it writes one tracking row per event in one transaction per event; we apply hundreds of events
-  per transaction, so replaying 300,000 events takes hundreds of commits, not 300,000.
-What we do take from the library: the notification log (`select_notifications` with `stop` and a
-topic filter), its gapless commit-ordered notification ids (every save holds the event table's
-EXCLUSIVE lock on PostgreSQL; SQLite has one writer), the mapper (decoding and upcasting), and the
-discipline of `eventsourcing.projection`: view rows and tracking position in one transaction.
-The tracking position lives in `jobnik_projections` (tracking.py) beside the projection's version.
+Driver: a small runner of ours over the library's notification log, not the library's own
+projection runner, which cannot follow every backend's log, opens an application (and a
+connection pool) of its own, and commits once per event; a round here applies hundreds of events
+per transaction. Taken from the library: the notification log (gapless, commit-ordered ids), the
+mapper (decoding and upcasting), and its discipline: view rows and tracking position in one
+transaction. The tracking position lives in `jobnik_projections` (tracking.py) beside the
+projection's version.
 """
 
 from __future__ import annotations

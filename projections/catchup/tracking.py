@@ -47,7 +47,7 @@ def get(cur: Cursor, name: str) -> Entry | None:
 
 
 def locked(cur: Cursor, names: Sequence[str]) -> dict[str, int]:
-    """The positions of `names`, their rows locked (PostgreSQL) until the transaction ends, in
+    """The positions of `names`, their rows locked (where rows lock) until the transaction ends, in
     name order (two lockers of the same rows never wait for each other crosswise): how a
     catch-up round and a rebuild's swap take turns."""
     lock = f" ORDER BY name{cur.dialect.for_update}"

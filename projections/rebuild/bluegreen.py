@@ -62,8 +62,8 @@ def rebuild(
 
     `only_outdated`: only those whose rows an older version built, judged once the rebuild lock
     is held (so processes starting together rebuild once). `wait`: seconds to wait for the lock.
-    `processes`: how many replay the log on PostgreSQL (default: one per CPU, see
-    `parallel.processes`).
+    `processes`: how many replay the log, where the store replays in parallel (default: one per
+    CPU, see `parallel.processes`).
     """
     projections = by_name(names)
     with rebuild_lock(store, wait=wait), fewer_collections():

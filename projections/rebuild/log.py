@@ -37,9 +37,8 @@ def read_pages(
     part: tuple[int, int] | None = None,
 ) -> Iterator[Sequence[Notification]]:
     """Pages of notifications after `after`: through the library's recorder, or, inside a write
-    transaction, through that transaction's cursor `cur`. (The library's SQLite pool queues
-    every request behind a writer waiting for the writer lock, so a second connection asked for
-    while holding the writer connection can wait for a writer that waits for us.) `part`: only
+    transaction, through that transaction's cursor `cur` (a second connection, asked for while
+    holding the writer's, could wait for a writer that waits for us). `part`: only
     the events of one part of the jobs (parallel.py)."""
     while True:
         notes: Sequence[Notification]

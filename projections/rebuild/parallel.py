@@ -1,4 +1,4 @@
-"""Parallel replay (PostgreSQL): the jobs of the log shared between processes, each feeding the
+"""Parallel replay: the jobs of the log shared between processes, each feeding the
 shadows with the events of its jobs.
 
 One rebuild process is bound by its own CPU: the read-ahead, fold and writer threads share one
@@ -10,7 +10,7 @@ any interleaving: each process applies its jobs' events in log order, and no pro
 writes another's rows. What is not per job (last_status: the latest job of each name) is fed by
 the rebuilding process meanwhile, from its own topics.
 
-The store deals the events to the parts by job (`PostgresStore.routes`, store/routes.py). If any
+The store deals the events to the parts by job (`SqlStore.routes`, store/routes.py). If any
 event up to the head has no route (a stored form the routing cannot read), nothing runs in
 parallel and the one-process pass does all the work. Then the rebuild goes on in its own process
 from the head the parts stopped at (events written meanwhile, the swap) with every projection,
@@ -42,9 +42,9 @@ Route = tuple[int, int]  # (this part, of so many parts)
 
 
 def processes(configured: int | None = None) -> int:
-    """Processes a PostgreSQL rebuild replays with: `configured` (the server's
-    `rebuild_processes` setting), else one per CPU, up to MAX_PROCESSES; 1 replays in the
-    rebuilding process alone."""
+    """Processes a rebuild replays with, where the store replays in parallel: `configured` (the
+    server's `rebuild_processes` setting), else one per CPU, up to MAX_PROCESSES; 1 replays in
+    the rebuilding process alone."""
     if configured is not None:
         return configured
     return max(1, min(os.cpu_count() or 1, MAX_PROCESSES))

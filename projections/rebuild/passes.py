@@ -1,8 +1,9 @@
 """A pass over the log that feeds shadow tables: paged, read ahead, folded, written in bulk.
 
 The pass keeps three kinds of thread busy: a read-ahead thread reads, decodes and prepares the
-next page (readahead.py), the caller's thread folds the current one in memory, and on PostgreSQL
-a writer thread per projection writes the page before on a connection of its own (writer.py).
+next page (readahead.py), the caller's thread folds the current one in memory, and, where the
+store has page writers, a thread per projection writes the page before on a connection of its
+own (store/pagewriter.py).
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ class Pass:
 
     @contextmanager
     def _page(self, writers: list[Writer] | None) -> Iterator[list[AbstractContextManager[Cursor]]]:
-        """The cursors a page goes through: a writer's page each (PostgreSQL), else one
+        """The cursors a page goes through: a writer's page each, or (no writers) one
         transaction shared by every shadow."""
         if writers is None:
             with self.store.cursor(write=True, lock=False) as cur:
@@ -185,7 +186,7 @@ class Pass:
     def _parallel(self, processes: int) -> None:
         """Replay the log up to its head with the per-job shadows fed by `processes` processes,
         the others by this one meanwhile, when the log is long enough to pay for starting them
-        (PostgreSQL only: SQLite has one writer)."""
+        and the store replays in parallel (`SqlStore.replays_in_parallel`)."""
         head = self.head()
         per_job = [s for s in self.shadows if s.projection.per_job]
         if (

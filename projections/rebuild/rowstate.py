@@ -4,11 +4,10 @@ Memory keys a row by its primary key: a one-column key (always a uuid) by the UU
 which is hashed and compared in C (`memo`); several columns by a tuple of their values.
 
 Between pages memory keeps the stage and job rows it knows whole (`KEPT`, a bounded number), so
-Enqueues rarely read them back: on PostgreSQL the page's statements run on a writer thread
-(store/pagewriter.py) while the next page folds, and a read there waits for every write queued
-before it.
-What the writes send is taken from memory when they are queued (COPY rows as tuples, arrays), so
-later folding cannot change a write still in the queue.
+Enqueues rarely read them back: where the store has page writers the page's statements run on
+a thread (store/pagewriter.py) while the next page folds, and a read there waits for every write
+queued before it. What the writes send is taken from memory when they are queued (COPY rows as
+tuples, arrays), so later folding cannot change a write still in the queue.
 
 The rows a page inserts into tasks and queue (`CARRIED`) are written with the page after it
 instead: a task's next events usually come within a page, and folded into its new row there

@@ -2,7 +2,7 @@
 
 A projection's SQL (its DDL, the executor's statements) names its live tables; `Renamer` rewrites
 those names, and every index name that starts with one (all of ours do: `jobs_v1_name`,
-`queue_v1_next`, PostgreSQL's `jobs_v1_pkey`), to the shadow names. `swap` then drops the live
+`queue_v1_next`, a primary key's `jobs_v1_pkey`), to the shadow names. `swap` then drops the live
 tables and renames the shadows in the caller's transaction, and the store gives their indexes
 their live names (`SqlStore.restore_index_names`).
 """

@@ -1,9 +1,9 @@
 """Verifying projections: replay them into shadows and list every row that differs from the live
 tables at the same log position.
 
-On PostgreSQL the comparison reads a REPEATABLE READ snapshot taken while writers were held back,
-so writers wait only for the final catch-up; on SQLite it runs inside the write transaction
-(writers wait for the comparison). Shadows are dropped afterwards.
+The comparison reads a snapshot in which the live tables and the shadows reflect the same log
+position (`SqlStore.settled`: writers wait for the final catch-up, or, where one writer holds
+the database, for the comparison too). Shadows are dropped afterwards.
 """
 
 from __future__ import annotations
