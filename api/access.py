@@ -20,6 +20,11 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Final
 
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from jobnik.api import errors
+from jobnik.api.permissions import PRINCIPAL_KEY
 from jobnik.domain.errors import Exposed, Unauthenticated
 from jobnik.domain.principals import Principal, token_principal
 from jobnik.domain.tokens import secret_matches, split_bearer
@@ -127,3 +132,30 @@ class Access:
             return True
         row = self.tokens.rows.get(principal.name)
         return row is not None and row.active(self.clock())
+
+
+class Authenticate:
+    """Who the request is (api/access.py), before anything reads its body: the principal goes
+    in the scope for `permissions.authorize`; a request that needs a token and has no valid one
+    gets 401 UNAUTHENTICATED with `WWW-Authenticate: Bearer`. The token copy is read again off
+    the event loop when it is due."""
+
+    def __init__(self, app: ASGIApp, access: Access) -> None:
+        self.app, self.access = app, access
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        if self.access.needs_reload:
+            await run_in_threadpool(self.access.tokens.reload)
+        authorization = dict(scope.get("headers") or []).get(b"authorization")
+        try:
+            principal = self.access.authenticate(
+                authorization.decode("latin-1") if authorization else None
+            )
+        except Unauthenticated as exc:
+            await errors.unauthenticated(exc)(scope, receive, send)
+            return
+        scope[PRINCIPAL_KEY] = principal
+        await self.app(scope, receive, send)

@@ -6,7 +6,6 @@ pool, a thread hop (about 0.2 ms of CPU here) per dependency per request for a l
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Final
 
@@ -15,16 +14,14 @@ from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel
 
 from jobnik.api.idempotency import IdempotencyKeys, fingerprint
+from jobnik.api.schemas import TRACEPARENT_RE, TRACESTATE_RE
+from jobnik.api.settings import Settings
+from jobnik.api.telemetry.tracing import current_traceparent
 from jobnik.domain.application import NO_TRACE, Jobnik
 from jobnik.domain.errors import InvalidRequest
 from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.timetravel import AsOf
 from jobnik.projections.queries.views import Views
-
-TRACEPARENT_RE: Final = re.compile(r"^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$")
-TRACESTATE_RE: Final = re.compile(
-    r"^[a-z0-9][a-z0-9_\-*/]*=[^,=]+(?:,[a-z0-9][a-z0-9_\-*/]*=[^,=]+)*$"
-)
 
 
 async def get_jobnik(request: Request) -> Jobnik:
@@ -42,13 +39,23 @@ async def get_audit(request: Request) -> Audit:
     return audit
 
 
+async def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
 JobnikDep = Annotated[Jobnik, Depends(get_jobnik)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
 AuditDep = Annotated[Audit, Depends(get_audit)]
 ViewsDep = Annotated[Views, Depends(get_views)]
 
 
 async def incoming_trace(request: Request) -> tuple[str, str | None]:
-    """The caller's W3C trace context, used when the body names none (rules §15)."""
+    """The trace context a created entity stores when the body names none (rules §15): the
+    request's own span when the server traces, else the caller's W3C headers."""
+    traced = current_traceparent()
+    if traced is not None:
+        return traced
     parent = request.headers.get("traceparent")
     if parent is None or not TRACEPARENT_RE.match(parent):
         return NO_TRACE, None
@@ -62,7 +69,11 @@ TraceDep = Annotated[tuple[str, str | None], Depends(incoming_trace)]
 async def as_of(
     as_of: Annotated[
         str | None,
-        Query(description="jobnik: a log position or an ISO time; the entity as it was then"),
+        Query(
+            pattern=r"^\s*([0-9]{1,19}|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ].+)\s*$",
+            description="jobnik: a log position or an ISO 8601 date-time with its offset; the "
+            "entity as it was then",
+        ),
     ] = None,
 ) -> AsOf | None:
     return AsOf.parse(as_of) if as_of is not None else None

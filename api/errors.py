@@ -11,8 +11,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
+from jobnik.api.middleware import REQUEST_ID_HEADER, REQUEST_ID_KEY
 from jobnik.domain.errors import (
+    Busy,
     DatabaseError,
     Forbidden,
     IdempotencyKeyReused,
@@ -43,6 +46,7 @@ HTTP_STATUS: Final[Mapping[type[JobnikError], int]] = {
     UpdateConflict: 409,
     IdempotencyKeyReused: 422,
     DatabaseError: 500,
+    Busy: 503,
 }
 
 # Where the real manager answers differently for the same error (jobnik-rules.md §3).
@@ -53,6 +57,13 @@ ROUTE_STATUS: Final[Mapping[tuple[str, type[JobnikError]], int]] = {
     ("update_task_status", StageNotFound): 400,
     ("update_task_status", JobNotFound): 400,
     ("update_stage_status", IllegalJobTransition): 500,
+}
+
+# Starlette's own errors: 404 keeps the contract's UNKNOWN_ERROR, the others are named.
+HTTP_CODES: Final[Mapping[int, str]] = {
+    400: "VALIDATION_ERROR",
+    405: "METHOD_NOT_ALLOWED",
+    413: "PAYLOAD_TOO_LARGE",
 }
 
 _WHERE: Final = {"path": "params", "query": "query", "body": "body", "header": "headers"}
@@ -67,15 +78,27 @@ def status_for(route: str | None, exc: JobnikError) -> int:
     return 500
 
 
-def error_response(status: int, message: str, code: str, **headers: str) -> JSONResponse:
-    if status >= 500:
+def error_response(
+    status: int, message: str, code: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    if status >= 500 and status != 503:
         message = "Internal Server Error"
-    return JSONResponse({"message": message, "code": code}, status_code=status, headers=headers)
+    # a message may quote the request (a key, a value); what is not Unicode text is escaped
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return JSONResponse(
+        {"message": message, "code": code}, status_code=status, headers=dict(headers or {})
+    )
+
+
+def response_for(exc: JobnikError, route: str | None = None) -> JSONResponse:
+    """The response for a domain error (raised by a route named `route`, if any)."""
+    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, Busy) else None
+    return error_response(status_for(route, exc), exc.message, exc.code, headers)
 
 
 def unauthenticated(exc: Unauthenticated) -> JSONResponse:
     """401 with the challenge RFC 6750 asks for."""
-    return error_response(401, exc.message, exc.code, **{"WWW-Authenticate": "Bearer"})
+    return error_response(401, exc.message, exc.code, {"WWW-Authenticate": "Bearer"})
 
 
 def _path(loc: Sequence[Any]) -> str:
@@ -134,8 +157,7 @@ def install(app: FastAPI) -> None:
     async def domain_error(request: Request, exc: JobnikError) -> JSONResponse:
         if isinstance(exc, Unauthenticated):
             return unauthenticated(exc)
-        route = request.scope.get("route")
-        return error_response(status_for(getattr(route, "name", None), exc), exc.message, exc.code)
+        return response_for(exc, getattr(request.scope.get("route"), "name", None))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -144,12 +166,35 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if isinstance(exc.__cause__, PayloadTooLarge):  # a streamed body over the limit
-            return error_response(413, exc.__cause__.message, exc.__cause__.code)
         message = "not found" if exc.status_code == 404 else str(exc.detail).lower()
-        return error_response(exc.status_code, message, "UNKNOWN_ERROR")
+        code = HTTP_CODES.get(exc.status_code, "UNKNOWN_ERROR")
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every route of the path, not only the one that matched
+            headers["Allow"] = ", ".join(_methods_of(request))
+        return error_response(exc.status_code, message, code, headers)
 
     @app.exception_handler(Exception)
     async def crash(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error", extra={"action": "unhandled_error"})
-        return error_response(500, "Internal Server Error", "UNKNOWN_ERROR")
+        # Starlette runs this handler outside every middleware, RequestIds included: the
+        # request's id is read from the scope it left, and set on the response here.
+        rid = str(request.scope.get(REQUEST_ID_KEY) or "-")
+        log.exception(
+            "unhandled error in %s %s (request id %s)",
+            request.method,
+            request.url.path,
+            rid,
+            extra={"action": "unhandled_error", "request_id": rid},
+        )
+        return error_response(
+            500, "Internal Server Error", "UNKNOWN_ERROR", {REQUEST_ID_HEADER: rid}
+        )
+
+
+def _methods_of(request: Request) -> list[str]:
+    """The methods the routes of this request's path answer."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "_"})
+        if match != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)

@@ -1,24 +1,25 @@
-"""Wire shapes of the history and catch-up routes: events, job definitions (lastStatus), run
-statistics and job runs."""
+"""Wire shapes of the derived views: lastStatus (job definitions), run statistics and job runs,
+a delegated task's children, and the event log's entries and pages."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 from fastapi.encoders import jsonable_encoder
 from pydantic import Field
 from pydantic.alias_generators import to_camel
 
-from jobnik.api.schemas import ApiModel, OutModel
+from jobnik.api.readable import if_asked
+from jobnik.api.schemas import ApiModel, OutModel, Payload
 from jobnik.domain.jobs import Job
 from jobnik.domain.runs import RunState
 from jobnik.domain.statuses import JobMode, JobStatus
 from jobnik.projections.catchup.last_status import JobDefinition, JobLink
 from jobnik.projections.catchup.run_stats import Counts, JobStatistics
 from jobnik.projections.queries.audit import Entry, Page
+from jobnik.projections.queries.results import ChildJob
 
 
 class JobLinkOut(OutModel):
@@ -41,10 +42,10 @@ class JobDefinitionOut(OutModel):
     counts: dict[str, int]
     job_status_counts: dict[str, int]
     source_job: JobLinkOut | None = Field(
-        default=None, description="the parent job of the last job (walk up)"
+        default=None, description="seed 001: the parent job of the last job (walk up)"
     )
     child_jobs: list[JobLinkOut] = Field(
-        default_factory=list, description="the child jobs of the last job (walk down)"
+        default_factory=list, description="seed 001: the child jobs of the last job (walk down)"
     )
 
     @classmethod
@@ -63,7 +64,7 @@ class JobDefinitionOut(OutModel):
 
 
 class TaskCountsOut(OutModel):
-    """A job run's task counters."""
+    """seed 004's task counters."""
 
     created_task_count: int
     successful_task_count: int
@@ -88,8 +89,7 @@ class _StageHead(OutModel):
 
 
 class StageStatisticsOut(TaskCountsOut, _StageHead):  # fields: the head's, then the counts
-    """One stage's counters (a worker's entry of the job run) and its first start and last
-    finish."""
+    """One stage's counters (SMILA's per-worker entry) and its first start and last finish."""
 
 
 class _JobHead(OutModel):
@@ -133,8 +133,8 @@ class JobStatisticsOut(TaskCountsOut, _JobHead):
 
 
 class JobRunOut(OutModel):
-    """A job as a job run: `tasks` are its counters, `worker` one entry per stage, keyed
-    `<order - 1>_<stage type>` (one worker per stage)."""
+    """A job as a SMILA job run (seed 004): `tasks` are its counters, `worker` one entry per
+    stage, keyed `<order - 1>_<stage type>` as SMILA keys its workers."""
 
     job_id: UUID
     name: str
@@ -167,6 +167,38 @@ class JobRunOut(OutModel):
         )
 
 
+class ChildResultOut(OutModel):
+    task_id: UUID
+    stage_type: str
+    result: Payload
+
+
+class ChildJobOut(OutModel):
+    """A child job of a delegated task (seed 001): its outcome and its tasks' results."""
+
+    id: UUID
+    name: str
+    status: JobStatus
+    percentage: int
+    end_time: datetime | None = None
+    results: list[ChildResultOut]
+
+    @classmethod
+    def of(cls, child: ChildJob) -> ChildJobOut:
+        j = child.job
+        return cls(
+            id=j.id,
+            name=j.name,
+            status=JobStatus(j.status),
+            percentage=j.percentage,
+            end_time=j.end_time,
+            results=[
+                ChildResultOut(task_id=t.id, stage_type=t.stage_type, result=t.result or {})
+                for t in child.results
+            ],
+        )
+
+
 class EventOut(ApiModel):
     """One event of the log, as the audit shows it."""
 
@@ -181,7 +213,7 @@ class EventOut(ApiModel):
         None, description="the role of the token `actor` names; absent for api, worker, system"
     )
     reason: str | None = None
-    payload: dict[str, Any]
+    payload: Payload
 
     @classmethod
     def of(cls, e: Entry) -> EventOut:
@@ -195,7 +227,7 @@ class EventOut(ApiModel):
             actor=e.actor,
             actor_role=e.actor_role,
             reason=e.reason,
-            payload=jsonable_encoder({to_camel(k): v for k, v in e.payload.items()}),
+            payload=jsonable_encoder(if_asked({to_camel(k): v for k, v in e.payload.items()})),
         )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -11,14 +11,23 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from jobnik.api import errors, positions
-from jobnik.api.access import Access, TokenTable
+from jobnik.api.access import Access, Authenticate, TokenTable
 from jobnik.api.idempotency import IdempotencyKeys
-from jobnik.api.middleware import Authenticate, BodyLimit, RequestIds, RequestPositions
+from jobnik.api.limits import InputGate, Limits
+from jobnik.api.middleware import RequestIds, RequestPositions
+from jobnik.api.openapi import document_errors
 from jobnik.api.permissions import document_security
-from jobnik.api.routes import catchup, health, history, jobs, stages, tasks, tokens
+from jobnik.api.routes import catchup, health, history, jobs, metrics, stages, tasks, tokens
 from jobnik.api.settings import Settings
 from jobnik.api.sweeper import Sweeper
+from jobnik.api.telemetry import Telemetry
+from jobnik.api.telemetry.commands import ObservedCommands
+from jobnik.api.telemetry.metrics import ServerMetrics
+from jobnik.api.telemetry.requests import RequestTelemetry
+from jobnik.api.telemetry.tracing import instrument_app, instrument_database, provider_from
+from jobnik.api.waiters import Waiters
 from jobnik.domain.application import Jobnik
+from jobnik.domain.errors import StoreInUse
 from jobnik.projections.catchup.registry import CATCH_UP, INLINE, outdated, status
 from jobnik.projections.catchup.runner import CatchUpRunner
 from jobnik.projections.queries.audit import Audit
@@ -42,18 +51,26 @@ def create_app(
     catchup_views: CatchUpViews | None = None,
     idempotency: IdempotencyKeys | None = None,
     access: Access | None = None,
-    cors_origins: Sequence[str] = (),
+    settings: Settings | None = None,
+    telemetry: Telemetry | None = None,
     **fastapi: Any,
 ) -> FastAPI:
-    """The v1 API over `jobnik` (commands) and `views` (queries); `access` decides who a
-    request is (default: tokens once any exists in the store, as with JOBNIK_AUTH unset)."""
+    """The v1 API over `jobnik` (commands) and `views` (queries), limited by `settings`;
+    `access` decides who a request is (default: tokens once any exists in the store, as with
+    JOBNIK_AUTH unset); `telemetry` what it records (default: metrics and request logs, no
+    traces)."""
+    settings = settings if settings is not None else Settings.from_env({})
     app = FastAPI(
         title="jobnik",
         version="0.1.0",
         description="Event-sourced workflow engine speaking Jobnik's v1 API.",
         **fastapi,
     )
-    app.state.jobnik, app.state.views = jobnik, views
+    telemetry = telemetry if telemetry is not None else Telemetry()
+    if telemetry.provider is not None:
+        telemetry.tracer = instrument_app(app, telemetry.provider)
+    app.state.telemetry, app.state.settings = telemetry, settings
+    app.state.jobnik, app.state.views = ObservedCommands(jobnik, telemetry.tracer), views
     app.state.audit = audit if audit is not None else Audit(views.store)
     app.state.catchup = (
         catchup_views
@@ -67,8 +84,10 @@ def create_app(
     app.state.access = (
         access if access is not None else Access(None, TokenTable(app.state.token_views.all))
     )
+    app.state.waiters = Waiters(views.store, settings.max_waiters, settings.min_position_wait)
     errors.install(app)
-    for module in (jobs, stages, tasks, history, catchup, tokens, health):
+    modules = (jobs, stages, tasks, history, catchup, tokens, health)
+    for module in (*modules, metrics) if telemetry.metrics is not None else modules:
         # The routes themselves, not `include_router`: FastAPI keeps an included router as a
         # nested one, which it matches twice per request and whose route list it re-walks for
         # changes each time (0.2 ms of CPU per request here). Each route already carries its
@@ -78,14 +97,16 @@ def create_app(
     # these carry most requests. No other route matches their paths and methods
     # (tests/api/test_endpoints.py), so the order changes nothing else.
     app.router.routes.sort(key=lambda r: getattr(r, "endpoint", None) not in WORKER_ROUTES)
-    app.add_middleware(BodyLimit)
+    document_errors(app)
+    app.add_middleware(InputGate, limits=Limits.of(settings))
     app.add_middleware(Authenticate, access=app.state.access)  # before any body is read
     app.add_middleware(RequestPositions)
-    app.add_middleware(RequestIds)
-    if cors_origins:  # outermost: a browser's preflight carries no token
+    app.add_middleware(RequestTelemetry, metrics=telemetry.metrics is not None)
+    app.add_middleware(RequestIds)  # the request id is set while the others run
+    if settings.cors_origins:  # outermost: a browser's preflight carries no token
         app.add_middleware(
             CORSMiddleware,
-            allow_origins=list(cors_origins),
+            allow_origins=list(settings.cors_origins),
             allow_methods=["*"],
             allow_headers=["*"],
             expose_headers=["X-Request-Id", "X-Jobnik-Position", "X-Jobnik-Projection-Position"],
@@ -154,7 +175,18 @@ def app_from_env(env: Mapping[str, str]) -> FastAPI:
 
 def app_from_settings(settings: Settings) -> FastAPI:
     """Open the configured store, migrate it, and serve it."""
+    metrics_dir = settings.prometheus_multiproc_dir
+    telemetry = Telemetry(
+        ServerMetrics(metrics_dir) if settings.metrics else None, provider_from(settings)
+    )
+    if telemetry.provider is not None:
+        instrument_database(telemetry.provider)  # before the store opens its connections
     store = open_store(settings.library_env())
+    try:
+        store.claim_server()
+    except StoreInUse:
+        store.close()
+        raise
     migrate(store, settings.rebuild_processes)
     jobnik = Jobnik(store, lease_seconds=settings.lease_seconds)
     keys = IdempotencyKeys(store, settings.idempotency_ttl)
@@ -179,6 +211,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
         if sweeper:
             sweeper.stop()
         store.close()
+        telemetry.close()
 
     app = create_app(
         jobnik,
@@ -186,9 +219,9 @@ def app_from_settings(settings: Settings) -> FastAPI:
         catchup_views=CatchUpViews(store, wait, on_served=positions.note_served),
         idempotency=keys,
         access=Access(settings.auth, TokenTable(TokenViews(store).all)),
-        cors_origins=settings.cors_origins,
+        settings=settings,
+        telemetry=telemetry,
         lifespan=lifespan,
     )
     app.state.store, app.state.sweeper, app.state.catchup_runner = store, sweeper, runner
-    app.state.settings = settings
     return app

@@ -1,5 +1,5 @@
-"""The API's ASGI middleware: request ids, authentication, body limits and the log positions a
-request reached."""
+"""The API's ASGI middleware: request ids and the log positions a request reached (the input
+gate, with the body limits, is in api/limits.py; authentication in api/access.py)."""
 
 from __future__ import annotations
 
@@ -8,21 +8,16 @@ import uuid
 from contextvars import ContextVar
 from typing import Final
 
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobnik.api import errors, positions
-from jobnik.api.access import PUBLIC_PATHS, Access
-from jobnik.api.permissions import PRINCIPAL_KEY
-from jobnik.domain.errors import PayloadTooLarge, Unauthenticated
-
-MAX_BODY: Final = 1024 * 1024  # request bodies up to 1 MB, as Jobnik's manager takes
+from jobnik.api import positions
 
 REQUEST_ID_HEADER: Final = "X-Request-Id"
 # A caller's own request id is kept when it is short printable ASCII, else a new one is made.
 _GOOD_ID: Final = re.compile(rb"^[\x21-\x7e]{1,128}$")
 REQUEST_ID: ContextVar[str | None] = ContextVar("jobnik_request_id", default=None)
+REQUEST_ID_KEY: Final = "jobnik.request_id"  # the id in the ASGI scope, for the 500 handler
 
 
 def request_id() -> str | None:
@@ -44,6 +39,7 @@ class RequestIds:
         given = dict(scope.get("headers") or []).get(b"x-request-id")
         rid = given.decode() if given and _GOOD_ID.match(given) else uuid.uuid4().hex
         token = REQUEST_ID.set(rid)
+        scope[REQUEST_ID_KEY] = rid
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -54,66 +50,6 @@ class RequestIds:
             await self.app(scope, receive, send_with_id)
         finally:
             REQUEST_ID.reset(token)
-
-
-class Authenticate:
-    """Who the request is (api/access.py), before anything reads its body: the principal goes
-    in the scope for `permissions.authorize`; a request that needs a token and has no valid one
-    gets 401 UNAUTHENTICATED with `WWW-Authenticate: Bearer`. The token copy is read again off
-    the event loop when it is due."""
-
-    def __init__(self, app: ASGIApp, access: Access) -> None:
-        self.app, self.access = app, access
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
-            await self.app(scope, receive, send)
-            return
-        if self.access.needs_reload:
-            await run_in_threadpool(self.access.tokens.reload)
-        authorization = dict(scope.get("headers") or []).get(b"authorization")
-        try:
-            principal = self.access.authenticate(
-                authorization.decode("latin-1") if authorization else None
-            )
-        except Unauthenticated as exc:
-            await errors.unauthenticated(exc)(scope, receive, send)
-            return
-        scope[PRINCIPAL_KEY] = principal
-        await self.app(scope, receive, send)
-
-
-class BodyLimit:
-    """Refuse request bodies over `limit` bytes, declared or streamed (413 with a JSON body)."""
-
-    def __init__(self, app: ASGIApp, limit: int = MAX_BODY) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await errors.error_response(413, _too_large(self.limit), "PAYLOAD_TOO_LARGE")(
-                scope, receive, send
-            )
-            return
-        seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise PayloadTooLarge(_too_large(self.limit))
-            return message
-
-        await self.app(scope, counted, send)
-
-
-def _too_large(limit: int) -> str:
-    return f"request body is larger than {limit} bytes"
 
 
 class RequestPositions:

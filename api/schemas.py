@@ -2,29 +2,68 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Final, Literal
 from uuid import UUID
 
 from fastapi import Response
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
-from jobnik.api.deps import TRACEPARENT_RE, TRACESTATE_RE
+from jobnik.api.readable import if_asked
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.projections.queries.results import ChildJob, JobView, StageView
+from jobnik.projections.queries.results import JobView, StageView
 
+# W3C trace context headers, as a request may carry them (here and in the body).
+TRACEPARENT_RE: Final = re.compile(r"^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$")
+TRACESTATE_RE: Final = re.compile(
+    r"^[a-z0-9][a-z0-9_\-*/]*=[^,=]+(?:,[a-z0-9][a-z0-9_\-*/]*=[^,=]+)*$"
+)
 TRACEPARENT, TRACESTATE = TRACEPARENT_RE.pattern, TRACESTATE_RE.pattern
 
 JobName = Annotated[str, Field(min_length=2, max_length=50)]
 StageType = Annotated[str, Field(min_length=1, max_length=50)]
 Traceparent = Annotated[str, Field(pattern=TRACEPARENT)]
 Tracestate = Annotated[str, Field(pattern=TRACESTATE)]
-Payload = dict[str, Any]
+# A free-form JSON object; made readable when a stored one fails to render (api/readable.py).
+Payload = Annotated[dict[str, Any], BeforeValidator(if_asked)]
+INT32_MAX = 2**31 - 1  # the stores' INTEGER columns (attempts, counters)
+INT64_MAX = 2**63 - 1  # log positions (BIGINT)
+Attempt = Annotated[int, Field(ge=1, le=INT32_MAX)]
+_ISO_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def _iso_text(value: Any) -> Any:
+    """Only ISO 8601 text is a date-time here (pydantic alone also takes Unix seconds)."""
+    if not isinstance(value, str) or not _ISO_DATE_TIME.match(value):
+        raise PydanticCustomError("datetime_parsing", "not an ISO 8601 date-time")
+    return value
+
+
+def _in_utc_range(value: datetime) -> datetime:
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise PydanticCustomError("datetime_parsing", "out of range in UTC") from None
+    return value
+
+
+DateTimeQuery = Annotated[AwareDatetime, BeforeValidator(_iso_text), AfterValidator(_in_utc_range)]
 
 
 class ApiModel(BaseModel):
@@ -100,7 +139,7 @@ class CreateStage(Traced):
 class CreateTask(Traced):
     data: Payload
     user_metadata: Payload = Field(default_factory=dict)
-    max_attempts: Annotated[int, Field(ge=1)] = 3
+    max_attempts: Annotated[int, Field(ge=1, le=INT32_MAX)] = 3
 
 
 class JobStatusChange(ApiModel):
@@ -118,7 +157,7 @@ class TaskStatusChange(ApiModel):
     result: Payload | None = Field(
         default=None, description="jobnik: the task's result, with COMPLETED"
     )
-    attempt: Annotated[int, Field(ge=1)] | None = Field(
+    attempt: Attempt | None = Field(
         default=None, description="jobnik: the reporting attempt; a stale one gets 409"
     )
     reason: Annotated[str, Field(max_length=2000)] | None = Field(
@@ -128,7 +167,7 @@ class TaskStatusChange(ApiModel):
 
 
 class AttemptBody(ApiModel):
-    attempt: Annotated[int, Field(ge=1)]
+    attempt: Attempt
 
 
 class GiveBack(AttemptBody):
@@ -137,7 +176,7 @@ class GiveBack(AttemptBody):
 
 class LogLines(ApiModel):
     lines: Annotated[list[Annotated[str, Field(max_length=10_000)]], Field(min_length=1)]
-    attempt: Annotated[int, Field(ge=1)] | None = None
+    attempt: Attempt | None = None
 
 
 class HeartbeatOut(OutModel):
@@ -169,6 +208,8 @@ class Message(OutModel):
 
 
 class ErrorBody(OutModel):
+    """Every error answer: what went wrong, and its code (e.g. JOB_NOT_FOUND)."""
+
     message: str
     code: str
 
@@ -323,36 +364,4 @@ class JobOut(OutModel):
             parent_task_id=j.parent_task_id,
             parent_job_id=j.parent_job_id,
             finish_time=j.finish_time,
-        )
-
-
-class ChildResultOut(OutModel):
-    task_id: UUID
-    stage_type: str
-    result: Payload
-
-
-class ChildJobOut(OutModel):
-    """A child job of a delegated task (seed 001): its outcome and its tasks' results."""
-
-    id: UUID
-    name: str
-    status: JobStatus
-    percentage: int
-    end_time: datetime | None = None
-    results: list[ChildResultOut]
-
-    @classmethod
-    def of(cls, child: ChildJob) -> ChildJobOut:
-        j = child.job
-        return cls(
-            id=j.id,
-            name=j.name,
-            status=JobStatus(j.status),
-            percentage=j.percentage,
-            end_time=j.end_time,
-            results=[
-                ChildResultOut(task_id=t.id, stage_type=t.stage_type, result=t.result or {})
-                for t in child.results
-            ],
         )

@@ -17,6 +17,10 @@ from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS
 from jobnik.projections.store.config import library_env
 
 PREFIX = "JOBNIK_"
+# Responses are serialised by pydantic, which refuses values nested deeper than about 250
+# levels; a stored payload sits a few levels down in the deepest response (a job with its
+# stages and their tasks), so what a request may nest stays well under that.
+MAX_SERVABLE_DEPTH = 200
 
 
 class Settings(BaseSettings):
@@ -62,6 +66,69 @@ class Settings(BaseSettings):
         default_factory=list,
         description="origins browsers may call the API from, comma-separated (none by default)",
     )
+    metrics: bool = Field(True, description="serve GET /metrics and record the HTTP metrics")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="`jobnik serve`'s log lines: readable text, or one JSON object each"
+    )
+    # Standard variables of Prometheus' and OpenTelemetry's client libraries, read under their
+    # own names. The libraries read the rest of theirs (OTEL_SERVICE_NAME, OTEL_EXPORTER_OTLP_
+    # HEADERS, OTEL_TRACES_SAMPLER, ...) themselves.
+    prometheus_multiproc_dir: str | None = Field(
+        None,
+        validation_alias="PROMETHEUS_MULTIPROC_DIR",
+        description="where several server processes keep their metrics (`jobnik serve` sets it)",
+    )
+    otel_exporter_otlp_endpoint: str | None = Field(
+        None,
+        validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT",
+        description="an OTLP/HTTP collector: spans go to its /v1/traces",
+    )
+    otel_exporter_otlp_traces_endpoint: str | None = Field(
+        None,
+        validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        description="the OTLP/HTTP traces URL itself (wins over the endpoint)",
+    )
+    otel_traces_exporter: str | None = Field(
+        None,
+        validation_alias="OTEL_TRACES_EXPORTER",
+        description="otlp (with an endpoint), console, or none",
+    )
+    otel_sdk_disabled: bool = Field(
+        False, validation_alias="OTEL_SDK_DISABLED", description="true: no traces at all"
+    )
+
+    max_body_bytes: int = Field(
+        1024 * 1024, ge=1024, description="the largest request body (413 PAYLOAD_TOO_LARGE)"
+    )
+    max_json_depth: int = Field(
+        64,
+        ge=2,
+        le=MAX_SERVABLE_DEPTH,
+        description="how deep a request body's JSON may nest (400 JSON_TOO_DEEP)",
+    )
+    max_string_length: int = Field(
+        1024 * 1024,
+        ge=1,
+        description="the longest string, in characters, in a request body (400 STRING_TOO_LONG)",
+    )
+    max_tasks_per_request: int = Field(
+        1000,
+        ge=1,
+        description="tasks one POST /v1/stages/{stageId}/tasks creates (400 TOO_MANY_TASKS)",
+    )
+    max_page_size: int = Field(
+        100, ge=1, description="the largest page_size of a paged list (400 VALIDATION_ERROR)"
+    )
+    max_waiters: int = Field(
+        64,
+        ge=1,
+        description="reads waiting on min_position at once in a process (503 TOO_MANY_WAITERS)",
+    )
+    list_shape: Literal["page", "array"] = Field(
+        "page",
+        description="the four filtered lists without page or page_size: {total, items} pages "
+        "(Jobnik 1.x) or plain arrays (SDK 0.3.x)",
+    )
 
     @field_validator("cors_origins", mode="before")
     @classmethod
@@ -83,12 +150,20 @@ class Settings(BaseSettings):
         return library_env(self.as_env())
 
     def as_env(self) -> dict[str, str]:
-        """These settings as `JOBNIK_*` variables (for child processes and library settings)."""
+        """These settings as the variables they are read from (`JOBNIK_*`, and the libraries'
+        own names), for child processes and library settings."""
+        fields = type(self).model_fields
         return {
-            PREFIX + name.upper(): ",".join(value) if isinstance(value, list) else str(value)
+            _variable(name, fields[name].validation_alias): (
+                ",".join(value) if isinstance(value, list) else str(value)
+            )
             for name, value in self.model_dump().items()
             if value is not None and value != []
         }
+
+
+def _variable(name: str, alias: object) -> str:
+    return alias if isinstance(alias, str) else PREFIX + name.upper()
 
 
 class _GivenEnv(EnvSettingsSource):

@@ -74,6 +74,48 @@ class PayloadTooLarge(InvalidRequest):
     code = "PAYLOAD_TOO_LARGE"
 
 
+class UnsafeInput(InvalidRequest):
+    """A request holds a value the stores or the responses cannot keep as it is."""
+
+    code = "INVALID_INPUT"
+
+
+class JsonTooDeep(UnsafeInput):
+    """request body nests too deep"""
+
+    code = "JSON_TOO_DEEP"
+
+
+class StringTooLong(UnsafeInput):
+    """a string in the request is too long"""
+
+    code = "STRING_TOO_LONG"
+
+
+class InvalidCharacter(UnsafeInput):
+    """the request holds a NUL character or a lone surrogate"""
+
+    code = "INVALID_CHARACTER"
+
+
+class NumberOutOfRange(UnsafeInput):
+    """numbers must be finite and integers must fit in 64 bits"""
+
+    code = "NUMBER_OUT_OF_RANGE"
+
+
+class InvalidFailurePattern(InvalidRequest):
+    """a failure pattern is not an RE2 regular expression"""
+
+    code = "INVALID_FAILURE_PATTERN"
+
+
+class TooManyTasks(InvalidRequest):
+    """too many tasks in one request"""
+
+    code = "TOO_MANY_TASKS"
+
+
 class JobNotInFiniteState(InvalidRequest):
     """JOB_NOT_IN_FINITE_STATE"""
 
@@ -144,6 +186,25 @@ class ConcurrencyConflict(UpdateConflict):
     """Another command changed what this one read; it runs again (after a few tries: 409)."""
 
     code = "CONCURRENCY_CONFLICT"
+
+
+class Busy(JobnikError):
+    """The server is at a limit for now; the same request may succeed later."""
+
+    code = "SERVICE_BUSY"
+    retry_after = 1
+
+
+class TooManyWaiters(Busy):
+    """too many reads are waiting for a projection position; retry shortly"""
+
+    code = "TOO_MANY_WAITERS"
+
+
+class StoreInUse(JobnikError):
+    """another jobnik server already serves this SQLite file"""
+
+    code = "STORE_IN_USE"
 
 
 class DatabaseError(JobnikError):

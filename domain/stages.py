@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
+from jobnik.domain import patterns
 from jobnik.domain.base import Entity, cause
 from jobnik.domain.errors import (
     AddTasksNotAllowed,
     CompletionStageHeld,
     IllegalStageTransition,
-    InvalidRequest,
     StageInFiniteState,
 )
 from jobnik.domain.principals import Actor, Principal
@@ -134,13 +133,7 @@ class Stage(Entity):
         """WAITING if asked; PENDING if first or after a completed stage; else CREATED.
 
         A completion stage is CREATED (held) until the job's completion phase releases it."""
-        for pattern in failure_patterns:
-            try:
-                re.compile(pattern)
-            except re.error as e:
-                raise InvalidRequest(
-                    f"request/body/failurePatterns: {pattern!r} is not a valid pattern: {e}"
-                ) from e
+        patterns.check(failure_patterns)
         if completion:
             status = S.CREATED
         elif start_as_waiting:
@@ -171,12 +164,11 @@ class Stage(Entity):
         """The reason a result counts as a failure: a string in it matches a failure pattern."""
         if not self.failure_patterns or result is None:
             return None
-        for text in _strings(result):
-            for pattern in self.failure_patterns:
-                found = re.search(pattern, text)
-                if found:
-                    return f"result matches failure pattern {pattern!r}: {found.group(0)[:200]!r}"
-        return None
+        found = patterns.first_match(self.failure_patterns, _strings(result))
+        if found is None:
+            return None
+        pattern, text = found
+        return f"result matches failure pattern {pattern!r}: {text[:200]!r}"
 
     @property
     def is_final(self) -> bool:

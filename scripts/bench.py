@@ -12,6 +12,10 @@ Figures (`--only NAME,...`; all by default), per backend:
            processes using the SDK (`Consumer.dequeue`, `Consumer.complete`). tasks/s, and p50/p99
            of dequeue and of complete. Floor: the raw lifecycle with K threads (its claim and done
            transactions' latencies for the latency lines).
+  observe  The HTTP lifecycle at the largest K with telemetry off, with metrics, with metrics and
+           request logs, and with metrics and traces (scripts/bench_observe.py). tasks/s of each
+           against telemetry off; and a request's server CPU with metrics off and on, in
+           process, by turns. The goals: metrics cost at most 5 % of each.
   bulk     Bulk creation: N tasks through `Jobnik.add_tasks` in batches of 1,000. tasks/s.
            Floor: the same rows (the event row and the read-model rows TaskCreated writes, copied
            from a task the engine created) as multi-row INSERTs, a transaction per batch.
@@ -88,7 +92,7 @@ from jobnik.scripts.bench_worker import http_worker
 from jobnik.workers.client import HttpTransport
 from jobnik.workers.errors import TransportError
 
-NAMES = ("engine", "http", "bulk", "depth", "rebuild", "hot")
+NAMES = ("engine", "http", "observe", "bulk", "depth", "rebuild", "hot")
 BATCH = 1_000
 PG_URL = "postgresql://postgres@127.0.0.1:5432"
 # Conflicts a worker would answer by running the command again (each counts as one retry).
@@ -109,13 +113,14 @@ class Sizes:
     rebuild_large: int
     hot_tasks: int
     hot_workers: int = 8
+    observe_rounds: int = 3
 
 
 FULL = Sizes(
     20_000, (1, 2, 4), 5_000, (1, 4), 100_000, 1_000_000, 1_000, 50, 30_000, 300_000, 20_000
 )
 QUICK = Sizes(80, (1, 2, 4), 80, (4,), 10_000, 5_000, 50, 20, 1_000, 6_000, 100)
-TINY = Sizes(12, (1, 4), 12, (2,), 1_500, 200, 2, 6, 1_000, 1_000, 16, 4)  # the test's
+TINY = Sizes(12, (1, 4), 12, (2,), 1_500, 200, 2, 6, 1_000, 1_000, 16, 4, 1)  # the test's
 
 
 def say(line: str = "") -> None:
@@ -331,14 +336,21 @@ def free_port() -> int:
 
 
 @contextmanager
-def server(url: str, log: Path, processes: int = 1) -> Iterator[str]:
+def server(
+    url: str,
+    log: Path,
+    processes: int = 1,
+    env: dict[str, str] | None = None,
+    args: Sequence[str] = (),
+) -> Iterator[str]:
     """`uvicorn jobnik.scripts.asgi:create` on a free port (`processes` worker processes, as
-    `jobnik serve --workers`); its base URL once every process has started."""
+    `jobnik serve --workers`); its base URL once every process has started. `env` adds to
+    the server's environment, `args` to its command line."""
     port = free_port()
-    env = {**os.environ, "JOBNIK_DATABASE_URL": url}
+    env = {**os.environ, "JOBNIK_DATABASE_URL": url, **(env or {})}
     cmd = [sys.executable, "-m", "uvicorn", "jobnik.scripts.asgi:create", "--factory"]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "info"]
-    cmd += ["--no-access-log", "--workers", str(processes)]
+    cmd += ["--no-access-log", "--workers", str(processes), *args]
     with log.open("wb") as out:
         proc = subprocess.Popen(
             cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -348,7 +360,7 @@ def server(url: str, log: Path, processes: int = 1) -> Iterator[str]:
         deadline = time.monotonic() + 60
         # Every process started, and /liveness answers: one uvicorn process logs its start-up
         # before it binds the socket, so the first request can still be refused.
-        while log.read_text().count(STARTED) < processes or not _answers(base, "/liveness"):
+        while log.read_text().count(STARTED) < processes or not answers(base, "/liveness"):
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
@@ -356,19 +368,25 @@ def server(url: str, log: Path, processes: int = 1) -> Iterator[str]:
             time.sleep(0.05)
         yield base
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_group(proc)
+
+
+def stop_group(proc: subprocess.Popen[bytes], timeout: float = 15) -> None:
+    """SIGTERM the process group `proc` leads, SIGKILL it if it is still there after
+    `timeout` seconds."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 STARTED = "Application startup complete"
 
 
-def _answers(base: str, path: str) -> bool:
+def answers(base: str, path: str) -> bool:
     """GET `path` of `base` answers 200 (False while nothing listens yet): the SDK's transport,
     once, no retries."""
     transport = HttpTransport(base, timeout=2)
@@ -385,12 +403,32 @@ def quantile(xs: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def fig_http(ctx: Ctx) -> None:
-    n = ctx.sizes.http_tasks
+def run_http_workers(base: str, stage_type: str, k: int) -> tuple[float, list[float], list[float]]:
+    """K SDK worker processes drain `stage_type` through the API at `base`: (seconds from their
+    common start to the last one's end, dequeue latencies, complete latencies)."""
     # Workers fork from a single-threaded fork server that imported the SDK once: a spawned
     # worker would spend seconds importing, and a plain fork of this threaded process is unsafe.
     mp = multiprocessing.get_context("forkserver")
     mp.set_forkserver_preload(["jobnik.scripts.bench_worker"])
+    start, results = mp.Barrier(k + 1, timeout=120), mp.Queue()
+    procs = [
+        mp.Process(target=http_worker, args=(base, stage_type, start, results)) for _ in range(k)
+    ]
+    for p in procs:
+        p.start()
+    start.wait()
+    t0 = time.monotonic()
+    outs = [results.get(timeout=3600) for _ in procs]
+    for p in procs:
+        p.join()
+        check(p.exitcode == 0, f"HTTP worker exited {p.exitcode}")
+    dequeue = [x for o in outs for x in o["dequeue"]]
+    complete = [x for o in outs for x in o["complete"]]
+    return max(o["end"] for o in outs) - t0, dequeue, complete
+
+
+def fig_http(ctx: Ctx) -> None:
+    n = ctx.sizes.http_tasks
     with ctx.database("http") as url:
         with engine(url) as store:  # loaded before the server starts; then closed
             app = Jobnik(store)
@@ -402,22 +440,7 @@ def fig_http(ctx: Ctx) -> None:
         processes = ctx.api_processes if ctx.backend == "postgres" else 1  # (SQLite: one writer)
         with server(url, ctx.tmp / "server.log", processes) as base:
             for k in ctx.sizes.http_ks:
-                start, results = mp.Barrier(k + 1, timeout=120), mp.Queue()
-                procs = [
-                    mp.Process(target=http_worker, args=(base, f"http-k{k}", start, results))
-                    for _ in range(k)
-                ]
-                for p in procs:
-                    p.start()
-                start.wait()
-                t0 = time.monotonic()
-                outs = [results.get(timeout=3600) for _ in procs]
-                for p in procs:
-                    p.join()
-                    check(p.exitcode == 0, f"HTTP worker exited {p.exitcode}")
-                seconds = max(o["end"] for o in outs) - t0
-                dequeue = [x for o in outs for x in o["dequeue"]]
-                complete = [x for o in outs for x in o["complete"]]
+                seconds, dequeue, complete = run_http_workers(base, f"http-k{k}", k)
                 raw.load(f"floor-http-k{k}", n)
                 floor = raw.run(f"floor-http-k{k}", k)
                 check(len(dequeue) == n, f"HTTP workers completed {len(dequeue)} of {n}")
@@ -657,9 +680,16 @@ def fig_hot(ctx: Ctx) -> None:
     )
 
 
+def fig_observe(ctx: Ctx) -> None:
+    from jobnik.scripts.bench_observe import fig_observe as observe
+
+    observe(ctx)
+
+
 FIGURES: dict[str, Callable[[Ctx], None]] = {
     "engine": fig_engine,
     "http": fig_http,
+    "observe": fig_observe,
     "bulk": fig_bulk,
     "depth": fig_depth,
     "rebuild": fig_rebuild,

@@ -65,36 +65,52 @@ def serve(
 ) -> None:
     """Start the HTTP API (SQLite file ./jobnik.db unless JOBNIK_DATABASE_URL is set).
 
-    Off loopback it refuses to run open: create a token first, or set JOBNIK_AUTH=off."""
+    Off loopback it refuses to run open: create a token first, or set JOBNIK_AUTH=off. Logs
+    one line per request (JSON lines with JOBNIK_LOG_FORMAT=json); with --workers N > 1 the
+    processes share their metrics through a PROMETHEUS_MULTIPROC_DIR made for the run."""
     import uvicorn
 
     from jobnik.api.access import check_exposure
     from jobnik.api.settings import Settings
+    from jobnik.api.telemetry.logs import log_config
     from jobnik.domain.errors import Exposed
     from jobnik.projections.queries.tokens import TokenViews
+    from jobnik.scripts.serve import metrics_directory
 
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise typer.BadParameter("--ssl-certfile and --ssl-keyfile go together")
+    settings = Settings()
     store = open_store()  # create or upgrade the schema once, before any worker starts
     try:
+        backend = store.backend
         any_token = bool(TokenViews(store).all())
     finally:
         store.close()
+    if workers > 1 and backend == "sqlite":
+        raise typer.BadParameter(
+            "SQLite serves one process: use --workers 1, or PostgreSQL "
+            "(JOBNIK_DATABASE_URL=postgresql://...) for several",
+            param_hint="--workers",
+        )
     try:
-        check_exposure(Settings().auth, host, any_token)
+        check_exposure(settings.auth, host, any_token)
     except Exposed as exc:
         typer.echo(f"jobnik serve: {exc.message}", err=True)
         raise typer.Exit(2) from None
-    uvicorn.run(
-        "jobnik.scripts.asgi:create",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="info",
-        ssl_certfile=ssl_certfile,
-        ssl_keyfile=ssl_keyfile,
-    )
+    with metrics_directory(workers, settings.prometheus_multiproc_dir) as directory:
+        if directory is not None:  # read by the workers' metrics library and their settings
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+        uvicorn.run(
+            "jobnik.scripts.asgi:create",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_config=log_config(settings.log_format),
+            access_log=False,  # the app's own access line (request id, route, ids) replaces it
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
+        )
 
 
 @app.command(
@@ -129,6 +145,13 @@ def worker_run(
         int | None, typer.Option(help="lease per task (default: 3 heartbeat intervals)")
     ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING (JSON lines)")] = "INFO",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="serve Prometheus metrics on this port (0: any free port)"),
+    ] = None,
+    metrics_host: Annotated[str, typer.Option(help="interface the metrics port binds")] = (
+        "127.0.0.1"
+    ),
     token: Annotated[
         str | None,
         typer.Option(
@@ -139,7 +162,10 @@ def worker_run(
         ),
     ] = None,
 ) -> None:
-    """Dequeue and handle tasks of one stage type until SIGTERM/SIGINT (then drain)."""
+    """Dequeue and handle tasks of one stage type until SIGTERM/SIGINT (then drain).
+
+    With OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER) set, handler spans are exported,
+    each a child of its task's stored traceparent (needs `pip install 'jobnik[otel]'`)."""
     from jobnik.workers.cli import run_worker
 
     sys.path.insert(0, os.getcwd())  # handlers in the working directory import as modules
@@ -153,10 +179,16 @@ def worker_run(
             grace_period=grace_period,
             lease_seconds=lease_seconds,
             log_level=log_level,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            env=os.environ,
             token=token,
         )
     except (ValueError, ImportError, AttributeError) as exc:
         typer.echo(f"cannot load handler: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except RuntimeError as exc:  # e.g. traces asked for without OpenTelemetry installed
+        typer.echo(f"cannot start: {exc}", err=True)
         raise typer.Exit(2) from exc
 
 

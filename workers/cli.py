@@ -6,12 +6,16 @@ import importlib
 import logging
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
+from prometheus_client import start_http_server
 from pythonjsonlogger.json import JsonFormatter
 
+from jobnik.workers import tracing
 from jobnik.workers.loop import Handler, Worker
+
+log = logging.getLogger(__name__)
 
 
 def load_handler(spec: str) -> Handler:
@@ -47,15 +51,21 @@ def run_worker(
     grace_period: float = 30.0,
     lease_seconds: int | None = None,
     log_level: str = "INFO",
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+    env: Mapping[str, str] | None = None,
     token: str | None = None,
     out: TextIO = sys.stderr,
     make_worker: Callable[..., Worker] = Worker,
 ) -> Worker:
     """Run until SIGTERM/SIGINT, redrawing the status line every half second when `out` is a TTY
-    (a line per change otherwise)."""
+    (a line per change otherwise). `metrics_port`: serve the worker's Prometheus metrics at
+    http://`metrics_host`:`metrics_port`/metrics. `env`: OpenTelemetry's standard variables
+    (OTEL_EXPORTER_OTLP_ENDPOINT, ...); when they ask for traces the worker exports its spans."""
     handler = logging.StreamHandler(out)  # structured: one JSON object per line, extras kept
     handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     logging.basicConfig(level=log_level.upper(), handlers=[handler], force=True)
+    provider = tracing.export_from_env(env or {}, "jobnik-worker")
     worker = make_worker(
         stage_type,
         load_handler(spec),
@@ -66,6 +76,15 @@ def run_worker(
         grace_period=grace_period,
         lease_seconds=lease_seconds,
     )
+    server = None
+    if metrics_port is not None:
+        server, _ = start_http_server(metrics_port, metrics_host, registry=worker.metrics.registry)
+        log.info(
+            "metrics at http://%s:%d/metrics",
+            metrics_host,
+            server.server_port,
+            extra={"action": "metrics_served", "port": server.server_port},
+        )
     done = threading.Event()
     tty = out.isatty()
 
@@ -90,4 +109,9 @@ def run_worker(
         painter.join(1)
         out.write(("\r\x1b[2K" if tty else "") + status_line(worker) + "\n")
         out.flush()
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if provider is not None:
+            provider.shutdown()  # the last spans exported before the process ends
     return worker

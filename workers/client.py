@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import select
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -24,7 +26,8 @@ from tenacity import (
     wait_random,
 )
 
-from jobnik.workers.errors import ApiError, TransportError
+from jobnik.workers import tracing
+from jobnik.workers.errors import ApiError, TransportError, UnsendableBody
 
 TRANSIENT_STATUS: Final = frozenset({502, 503, 504})
 IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
@@ -105,12 +108,23 @@ class HttpTransport:
         conn.close()
 
     def __call__(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
+        headers = self._headers if body is None else self._body_headers
+        if not tracing.in_trace():
+            return self._send(method, path, body, headers)
+        headers = dict(headers)  # + traceparent, under a client span
+        with tracing.client_span(method, self.host, self.port, headers) as span:
+            status, content = self._send(method, path, body, headers)
+            tracing.finish_client_span(span, status)
+            return status, content
+
+    def _send(
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> tuple[int, bytes]:
         # Characters a request target cannot hold (spaces, non-ASCII) percent-encoded, as
         # urllib3 did; what is already encoded stays as it is.
         target = quote(self.prefix + path, safe=TARGET_SAFE)
         conn = self._take()
         try:
-            headers = self._headers if body is None else self._body_headers
             conn.request(method, target, body, headers)
             answer = conn.getresponse()
             content = answer.read()
@@ -172,7 +186,8 @@ class JobnikClient:
     request that got no answer raises `TransportError`. `pool_size`: connections kept open (one
     per thread that calls at once). `token`: the bearer token a server with access control
     wants (`jobnik tokens create`). `transport`: another way to send (tests fake the server
-    with one)."""
+    with one). `observe(method, status_code, retried, seconds)`, when set, is told of every
+    request once it ended (status_code "error" when no answer came)."""
 
     def __init__(
         self,
@@ -189,6 +204,7 @@ class JobnikClient:
             self.base_url, timeout=timeout, pool_size=pool_size, token=token
         )
         self.retries = retries
+        self.observe: Callable[[str, str, bool, float], None] | None = None
         self._retrying = {  # by whether the method is idempotent: a read's policy, a write's
             idempotent: Retrying(
                 retry=_retry_safe(idempotent),
@@ -227,13 +243,19 @@ class JobnikClient:
         404 when `ok_404`)."""
         if params:
             path = f"{path}?{urlencode(params)}"
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        data = None if body is None else encode(body)
         # (a Retrying keeps its state per thread: one serves every thread)
         policy = self._retrying[method in IDEMPOTENT]
+        started, status = time.perf_counter(), 0
         try:
             status, content = policy(self._send_once, method, path, data)
         except _Transient as t:
             status, content = t.status, t.body
+        finally:
+            if self.observe is not None:
+                retried = policy.statistics.get("attempt_number", 1) > 1
+                seconds = time.perf_counter() - started
+                self.observe(method, str(status) if status else "error", retried, seconds)
         if status == 204 or (ok_404 and status == 404):
             return None
         if status >= 400:
@@ -256,3 +278,30 @@ class JobnikClient:
 
     def patch(self, path: str, body: Any = None, **kwargs: Any) -> Any:
         return self.request("PATCH", path, body, **kwargs)
+
+
+def encode(body: Any) -> bytes:
+    """`body` as the JSON the server takes, or UnsendableBody naming what it would refuse."""
+    stack: list[tuple[Any, str]] = [(body, "body")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise UnsendableBody(f"{where} contains a NUL character")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise UnsendableBody(f"{where} is {value}: JSON numbers must be finite")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if not -(2**63) <= value < 2**63:
+                raise UnsendableBody(f"{where} is an integer beyond 64 bits")
+        elif isinstance(value, Mapping):
+            stack.extend((v, f"{where}/{k}") for k, v in value.items())
+            stack.extend((k, f"{where} (a key)") for k in value)
+        elif isinstance(value, list | tuple):
+            stack.extend((v, f"{where}/{i}") for i, v in enumerate(value))
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise UnsendableBody("a string in the body holds a lone surrogate") from None
+    except (TypeError, ValueError) as e:
+        raise UnsendableBody(f"the body is not JSON: {e}") from None

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 
-class ApiError(Exception):
+class JobnikClientError(Exception):
+    """The root of the SDK's errors."""
+
+
+class UnsendableBody(JobnikClientError, ValueError):
+    """A request body the server would refuse, found before it was sent: NaN or Infinity, an
+    integer beyond 64 bits, a NUL character or a lone surrogate in a string."""
+
+
+class ApiError(JobnikClientError):
     """The API answered with an error: its HTTP status, `code` and `message`."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
@@ -11,7 +20,7 @@ class ApiError(Exception):
         self.status, self.code, self.message = status, code, message
 
 
-class TransportError(Exception):
+class TransportError(JobnikClientError):
     """The request got no HTTP answer. `sent` is False when it surely never reached the server
     (the connection failed), True when the server may have acted on it (the answer was lost)."""
 

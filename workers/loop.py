@@ -8,17 +8,24 @@ import logging
 import math
 import signal
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from jobnik.workers import tracing
 from jobnik.workers.backoff import Backoff
 from jobnik.workers.client import JobnikClient
 from jobnik.workers.consumer import Consumer
 from jobnik.workers.context import TaskContext
-from jobnik.workers.errors import ApiError, FatalTaskError, TransportError
+from jobnik.workers.errors import ApiError, FatalTaskError, TransportError, UnsendableBody
+from jobnik.workers.metrics import WorkerMetrics
 from jobnik.workers.models import Delegated, Task
 from jobnik.workers.producer import Producer
+
+REASON_MAX = 2000  # the longest failure reason the server keeps
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +51,7 @@ class _Attempt:
 
     task: Task
     context: TaskContext
+    trace: Any = None  # the handler span's tracing context, for its heartbeats
     lock: threading.Lock = field(default_factory=threading.Lock)
     ended: bool = False
 
@@ -67,6 +75,10 @@ class Worker:
     three intervals by default); an aborted job or a lost lease sets `context.cancelled`.
     `stop()` (or SIGTERM/SIGINT under `run()`) stops polling, waits up to `grace_period` seconds
     for running handlers, then hands unfinished tasks back to the queue.
+
+    `metrics` (workers/metrics.py) records into `registry` (a registry of its own by default).
+    With OpenTelemetry installed and a tracer provider set, the handler runs in a span whose
+    parent is the task's stored traceparent (workers/tracing.py).
     """
 
     def __init__(
@@ -82,11 +94,15 @@ class Worker:
         grace_period: float = 30.0,
         lease_seconds: int | None = None,
         backoff: Backoff | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         if client is None:
             if base_url is None:
                 raise ValueError("give base_url or client")
             client = JobnikClient(base_url, pool_size=concurrency + 2, token=token)  # + heartbeats
+        self.metrics = WorkerMetrics(stage_type, registry)
+        if client.observe is None:
+            client.observe = self.metrics.http
         self.stage_type = stage_type
         self.handler = handler
         self.concurrency = concurrency
@@ -153,69 +169,105 @@ class Worker:
     def _poll(self) -> None:
         idle = 0
         while not self._stop.is_set():
+            started, t0 = tracing.now_ns(), time.perf_counter()
             try:
                 task = self.consumer.dequeue(self.stage_type, self.lease_seconds)
             except (ApiError, TransportError) as exc:
+                self.metrics.polled("error", time.perf_counter() - t0)
                 log.warning("dequeue failed: %s", exc, extra={"action": "dequeue_failed"})
                 task = None
+            else:
+                self.metrics.polled("success" if task else "not_found", time.perf_counter() - t0)
             if task is None:
                 idle += 1
                 self._stop.wait(self.backoff.delay(idle))
                 continue
             idle = 0
+            tracing.record_dequeue(task, self.stage_type, started)
             self._work(task)
 
     def _work(self, task: Task) -> None:
-        context = TaskContext(task, self.consumer, self.producer)
-        attempt = _Attempt(task, context)
-        with self._lock:
-            self._active[task.id] = attempt
-            self.stats.running += 1
-        extra = {"task_id": task.id, "attempt": task.attempt, "stage_type": self.stage_type}
-        try:
-            outcome, reason, fatal, result = "COMPLETED", None, False, None
-            try:
-                result = self.handler(task, context)
-                if inspect.isawaitable(result):
-                    result = asyncio.run(_await(result))
-                if isinstance(result, Delegated):
-                    outcome = "DELEGATED"
-            except FatalTaskError as exc:
-                outcome, reason, fatal = "FAILED", f"{type(exc).__name__}: {exc}", True
-            except Exception as exc:  # reported, not a crash: the server decides RETRIED/FAILED
-                log.warning(
-                    "handler raised", exc_info=True, extra={"action": "task_failed", **extra}
-                )
-                outcome, reason = "FAILED", f"{type(exc).__name__}: {exc}"
-            if not attempt.end():  # handed back meanwhile
-                return
-            try:
-                if outcome == "COMPLETED":
-                    after = self.consumer.complete(task, _as_result(result))
-                elif outcome == "DELEGATED":
-                    after = self.consumer.delegate(task)
-                else:
-                    after = self.consumer.fail(task, reason, fatal=fatal)
-                with self._lock:
-                    if after.status == "ABORTED":
-                        self.stats.cancelled += 1
-                    elif outcome == "DELEGATED":
-                        self.stats.delegated += 1
-                    elif after.status == "COMPLETED":
-                        self.stats.done += 1
-                    else:
-                        self.stats.failed += 1
-                log.info(
-                    "task reported", extra={"action": "task_reported", "outcome": outcome, **extra}
-                )
-            except (ApiError, TransportError) as exc:  # e.g. 409: the lease was lost meanwhile
-                with self._lock:
-                    self.stats.refused += 1
-                log.warning("report refused: %s", exc, extra={"action": "report_refused", **extra})
-        finally:
+        with tracing.task_span(task, self.stage_type) as trace:
+            context = TaskContext(task, self.consumer, self.producer)
+            attempt = _Attempt(task, context, trace)
             with self._lock:
-                self._active.pop(task.id, None)
-                self.stats.running -= 1
+                self._active[task.id] = attempt
+                self.stats.running += 1
+            active = self.metrics.active.labels(self.stage_type)
+            active.inc()
+            try:
+                self._handle(attempt)
+            finally:
+                active.dec()
+                with self._lock:
+                    self._active.pop(task.id, None)
+                    self.stats.running -= 1
+
+    def _handle(self, attempt: _Attempt) -> None:
+        """Run the handler on the attempt's task, then report its outcome."""
+        task, context = attempt.task, attempt.context
+        extra = {"task_id": task.id, "attempt": task.attempt, "stage_type": self.stage_type}
+        outcome, reason, fatal, result = "COMPLETED", None, False, None
+        error: BaseException | None = None
+        started = time.perf_counter()
+        try:
+            result = self.handler(task, context)
+            if inspect.isawaitable(result):
+                result = asyncio.run(_await(result))
+            if isinstance(result, Delegated):
+                outcome = "DELEGATED"
+        except FatalTaskError as exc:
+            outcome, reason, fatal, error = "FAILED", f"{type(exc).__name__}: {exc}", True, exc
+        except Exception as exc:  # reported, not a crash: the server decides RETRIED/FAILED
+            log.warning("handler raised", exc_info=True, extra={"action": "task_failed", **extra})
+            outcome, reason, error = "FAILED", f"{type(exc).__name__}: {exc}", exc
+        self.metrics.handler_ran(outcome.lower(), time.perf_counter() - started)
+        tracing.set_outcome(outcome.lower(), error)
+        if not attempt.end():  # handed back meanwhile
+            return
+        try:
+            if outcome == "COMPLETED":
+                after = self._complete(task, result, extra)
+            elif outcome == "DELEGATED":
+                after = self.consumer.delegate(task)
+            else:
+                after = self.consumer.fail(task, reason, fatal=fatal)
+        except (ApiError, TransportError) as exc:  # e.g. 409: the lease was lost meanwhile
+            with self._lock:
+                self.stats.refused += 1
+            self.metrics.reported("refused", "api_error")
+            log.warning("report refused: %s", exc, extra={"action": "report_refused", **extra})
+            return
+        with self._lock:
+            if after.status == "ABORTED":
+                self.stats.cancelled += 1
+            elif outcome == "DELEGATED":
+                self.stats.delegated += 1
+            elif after.status == "COMPLETED":
+                self.stats.done += 1
+            else:
+                self.stats.failed += 1
+        if after.status == "ABORTED":
+            self.metrics.reported("cancelled")
+        elif outcome in ("DELEGATED", "COMPLETED") and after.status != "FAILED":
+            self.metrics.reported(outcome.lower())
+        else:
+            cause = "api_error" if outcome != "FAILED" else "fatal" if fatal else "handler_error"
+            self.metrics.reported("failed", cause)
+        log.info("task reported", extra={"action": "task_reported", "outcome": outcome, **extra})
+
+    def _complete(self, task: Task, result: Any, extra: dict[str, Any]) -> Task:
+        """Report COMPLETED with the handler's result; a result the SDK cannot send or the
+        server refuses (400, 413) reports FAILED with the reason instead, so the task does not
+        stay IN_PROGRESS until its lease runs out."""
+        try:
+            return self.consumer.complete(task, _as_result(result))
+        except (UnsendableBody, ApiError) as exc:
+            if isinstance(exc, ApiError) and exc.status not in (400, 413):
+                raise
+            reason = f"the handler's result could not be reported: {exc}"[:REASON_MAX]
+            log.warning(reason, extra={"action": "result_refused", **extra})
+            return self.consumer.fail(task, reason)
 
     # -- heartbeats and shutdown ------------------------------------------------------------
 
@@ -230,13 +282,17 @@ class Worker:
 
     def _heartbeat(self, attempt: _Attempt) -> None:
         try:
-            beat = self.consumer.heartbeat(attempt.task)
+            with tracing.attached(attempt.trace):
+                beat = self.consumer.heartbeat(attempt.task)
+            self.metrics.heartbeat(ok=True)
             if beat.cancelled:
                 attempt.context.cancel("job aborted")
         except ApiError as exc:
+            self.metrics.heartbeat(ok=False)
             if exc.status in (404, 409):
                 attempt.context.cancel("lease lost")
         except TransportError as exc:
+            self.metrics.heartbeat(ok=False)
             log.warning("heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
 
     def _hand_back(self) -> None:

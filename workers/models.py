@@ -26,6 +26,8 @@ class Task:
     lease_expires_at: datetime | None = None
     result: dict[str, Any] | None = None
     delegations: int = 0  # how many times it waited for child jobs: > 0 on a re-dispatch
+    traceparent: str | None = None  # the W3C trace context it was created in
+    tracestate: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -42,6 +44,8 @@ class Task:
             "leaseExpiresAt",
             "result",
             "delegations",
+            "traceparent",
+            "tracestate",
         }
         return cls(
             id=body["id"],
@@ -55,6 +59,8 @@ class Task:
             lease_expires_at=_time(body.get("leaseExpiresAt")),
             result=body.get("result"),
             delegations=body.get("delegations", 0),
+            traceparent=body.get("traceparent"),
+            tracestate=body.get("tracestate"),
             extra={k: v for k, v in body.items() if k not in known},
         )
 

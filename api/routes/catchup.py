@@ -11,14 +11,20 @@ from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Path, Query, Request
+from starlette.concurrency import run_in_threadpool
 
 from jobnik.api.deps import ViewsDep, reject_unknown_query
 from jobnik.api.history_schemas import JobDefinitionOut, JobRunOut, JobStatisticsOut
 from jobnik.api.permissions import authorize, needs
+from jobnik.api.schemas import INT64_MAX
+from jobnik.api.waiters import Waiters
 from jobnik.domain.errors import JobNotFound
 from jobnik.domain.principals import Permission
 from jobnik.domain.runs import run_state
+from jobnik.projections.catchup.last_status import LastStatus
+from jobnik.projections.catchup.run_stats import RunStats
 from jobnik.projections.queries.catchup_views import CatchUpViews
+from jobnik.projections.queries.views import Views
 
 P = Permission
 router = APIRouter(
@@ -31,47 +37,67 @@ async def get_catchup(request: Request) -> CatchUpViews:
     return catchup
 
 
+async def get_waiters(request: Request) -> Waiters:
+    waiters: Waiters = request.app.state.waiters
+    return waiters
+
+
 CatchUpDep = Annotated[CatchUpViews, Depends(get_catchup)]
+WaitersDep = Annotated[Waiters, Depends(get_waiters)]
 MinPosition = Annotated[
     int | None,
     Query(
         ge=0,
-        description="jobnik: wait (a few seconds at most) until the projection has applied this "
-        "log position, e.g. a write's X-Jobnik-Position",
+        le=INT64_MAX,
+        description="jobnik: wait (JOBNIK_MIN_POSITION_WAIT seconds at most) until the projection "
+        "has applied this log position, e.g. a write's X-Jobnik-Position; 503 TOO_MANY_WAITERS "
+        "with Retry-After when JOBNIK_MAX_WAITERS reads already wait",
     ),
 ]
 
 
 @router.get("/job-definitions/{name}", openapi_extra=needs(P.READ))
-def get_job_definition(
-    catchup: CatchUpDep, name: Annotated[str, Path()], min_position: MinPosition = None
+async def get_job_definition(
+    catchup: CatchUpDep,
+    waiters: WaitersDep,
+    name: Annotated[str, Path()],
+    min_position: MinPosition = None,
 ) -> JobDefinitionOut:
     """lastStatus of the latest job of this name (seed 001), lastInteraction, counts by status."""
-    return JobDefinitionOut.of(catchup.job_definition(name, min_position))
+    await waiters.wait(LastStatus.name, min_position)
+    return JobDefinitionOut.of(await run_in_threadpool(catchup.job_definition, name))
 
 
 @router.get("/jobs/{jobId}/statistics", openapi_extra=needs(P.READ))
-def get_job_statistics(
+async def get_job_statistics(
     catchup: CatchUpDep,
+    waiters: WaitersDep,
     job_id: Annotated[UUID, Path(alias="jobId")],
     min_position: MinPosition = None,
 ) -> JobStatisticsOut:
     """The job's run statistics (seed 004), per stage and in all; kept after the job is deleted."""
-    return JobStatisticsOut.of(catchup.job_statistics(job_id, min_position))
+    await waiters.wait(RunStats.name, min_position)
+    return JobStatisticsOut.of(await run_in_threadpool(catchup.job_statistics, job_id))
 
 
 @router.get("/jobs/{jobId}/run", openapi_extra=needs(P.READ))
-def get_job_run(
+async def get_job_run(
     views: ViewsDep,
     catchup: CatchUpDep,
+    waiters: WaitersDep,
     job_id: Annotated[UUID, Path(alias="jobId")],
     min_position: MinPosition = None,
 ) -> JobRunOut:
     """The job as a SMILA job run (seed 004): state, mode, times, run counters per stage."""
+    await waiters.wait(RunStats.name, min_position)
+    return await run_in_threadpool(_job_run, views, catchup, job_id)
+
+
+def _job_run(views: Views, catchup: CatchUpViews, job_id: UUID) -> JobRunOut:
     job = views.job(job_id).job
     held = views.held_by_workers(job_id)
     try:
-        statistics = catchup.job_statistics(job_id, min_position)
+        statistics = catchup.job_statistics(job_id)
     except JobNotFound:  # the catch-up projection has not seen the job yet
         statistics = None
     return JobRunOut.of(job, run_state(job, held), statistics)

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Callable
+from enum import StrEnum
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from jobnik.api.access import Access
 from jobnik.api.deps import AuditDep, reject_unknown_query
-from jobnik.api.history_schemas import EventOut, EventPage
+from jobnik.api.history_schemas import EventPage
+from jobnik.api.pages import event_page, render_event
 from jobnik.api.permissions import PrincipalDep, authorize, needs
-from jobnik.domain.errors import InvalidRequest
+from jobnik.api.schemas import INT64_MAX
 from jobnik.domain.principals import Permission, Principal
 from jobnik.projections.queries.audit import TOPICS, Page
 
@@ -25,40 +28,40 @@ router = APIRouter(
 )
 
 JobId = Annotated[UUID, Path(alias="jobId")]
-After = Annotated[int, Query(ge=0, description="the last position seen (cursor)")]
+After = Annotated[int, Query(ge=0, le=INT64_MAX, description="the last position seen (cursor)")]
 Limit = Annotated[int, Query(ge=1, le=1000)]
 LastEventId = Annotated[str | None, Header(alias="Last-Event-ID")]
 POLL_SECONDS = 0.25
+_POSITION = re.compile("[0-9]{1,19}")
 
 
-def _types(types: list[str] | None) -> list[str]:
-    unknown = [t for t in types or [] if t not in TOPICS]
-    if unknown:
-        raise InvalidRequest(f"request/query/type must be one of the event types, not {unknown}")
-    return types or []
+EventType = StrEnum("EventType", {name: name for name in TOPICS})  # type: ignore[misc]
 
 
-@router.get("/jobs/{jobId}/history", openapi_extra=needs(P.READ))
-def job_history(audit: AuditDep, job_id: JobId, after: After = 0, limit: Limit = 100) -> EventPage:
+@router.get("/jobs/{jobId}/history", response_model=EventPage, openapi_extra=needs(P.READ))
+def job_history(audit: AuditDep, job_id: JobId, after: After = 0, limit: Limit = 100) -> Response:
     """Every event of the job, its stages and its tasks, in order; kept after deletion."""
-    return EventPage.of(audit.job_history(job_id, after, limit))
+    return event_page(audit.job_history(job_id, after, limit))
 
 
-@router.get("/events", openapi_extra=needs(P.READ))
+@router.get("/events", response_model=EventPage, openapi_extra=needs(P.READ))
 def events(
     audit: AuditDep,
     after: After = 0,
     limit: Limit = 100,
-    type: Annotated[list[str] | None, Query(description="event type, e.g. TaskCompleted")] = None,
+    type: Annotated[
+        list[EventType] | None, Query(description="event type, e.g. TaskCompleted")
+    ] = None,
     job_id: UUID | None = None,
-) -> EventPage:
+) -> Response:
     """The global event feed after a position, optionally filtered by event type and job."""
-    return EventPage.of(audit.feed(after, limit, _types(type), job_id))
+    return event_page(audit.feed(after, limit, [str(t) for t in type or ()], job_id))
 
 
 def _start(after: int, last_event_id: str | None) -> int:
-    if last_event_id and last_event_id.strip().isdigit():
-        return max(after, int(last_event_id.strip()))
+    text = (last_event_id or "").strip()
+    if _POSITION.fullmatch(text) and int(text) <= INT64_MAX:
+        return max(after, int(text))
     return after
 
 
@@ -66,23 +69,28 @@ async def _stream(
     request: Request,
     read: Callable[[int], Page],
     after: int,
-    until_terminal: bool,
     by: Principal,
+    terminal: Callable[[], int | None] | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
-    """Poll `read(after)`; each event is an SSE message whose id is its log position. The
-    stream ends once `by`'s token is revoked or expires (checked at every poll)."""
+    """Poll `read(after)`; each event is an SSE message whose id is its log position. With
+    `terminal` (the position of the job's terminal event, if any) the stream ends after that
+    event, and at once when it resumes at or past it. The stream also ends once `by`'s token is
+    revoked or expires (checked at every poll)."""
     access: Access = request.app.state.access
     while not await request.is_disconnected():
         if not await run_in_threadpool(access.still_valid, by):
             return
         page = await run_in_threadpool(read, after)
         for e in page.items:
-            data = EventOut.of(e).model_dump_json(by_alias=True)
-            yield {"id": str(e.position), "event": e.type, "data": data}
+            yield {"id": str(e.position), "event": e.type, "data": render_event(e)}
             after = e.position
-            if until_terminal and e.terminal:
+            if terminal is not None and e.terminal:
                 return
         if not page.items:
+            if terminal is not None:
+                end = await run_in_threadpool(terminal)
+                if end is not None and end <= after:
+                    return
             await asyncio.sleep(POLL_SECONDS)
 
 
@@ -99,7 +107,13 @@ async def job_stream(
     await run_in_threadpool(audit.job_history, job_id, 0, 1)  # 404 before the stream starts
     start = _start(after, last_event_id)
     return EventSourceResponse(
-        _stream(request, lambda a: audit.job_history(job_id, a, 500), start, True, by)
+        _stream(
+            request,
+            lambda a: audit.job_history(job_id, a, 500),
+            start,
+            by,
+            lambda: audit.terminal_position(job_id),
+        )
     )
 
 
@@ -113,4 +127,4 @@ async def events_stream(
 ) -> EventSourceResponse:
     """The global feed live (SSE); resumes after Last-Event-ID."""
     start = _start(after, last_event_id)
-    return EventSourceResponse(_stream(request, lambda a: audit.feed(a, 500), start, False, by))
+    return EventSourceResponse(_stream(request, lambda a: audit.feed(a, 500), start, by))

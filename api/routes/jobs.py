@@ -6,7 +6,6 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
-from pydantic import AwareDatetime
 
 from jobnik.api.deps import (
     AsOfQuery,
@@ -16,10 +15,12 @@ from jobnik.api.deps import (
     ViewsDep,
     reject_unknown_query,
 )
+from jobnik.api.pages import PagingDep, answer, page_schema, render_one
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import (
     CreateJob,
     CreateStage,
+    DateTimeQuery,
     JobName,
     JobOut,
     JobStatusChange,
@@ -43,13 +44,16 @@ ReturnTasks = Annotated[bool, Query(alias="should_return_tasks")]
 Metadata = Annotated[dict[str, Any], Body()]
 
 
-@router.get("/jobs", openapi_extra=needs(P.READ))
+@router.get(
+    "/jobs", response_model=None, responses={200: page_schema(JobOut)}, openapi_extra=needs(P.READ)
+)
 def find_jobs(
     views: ViewsDep,
+    paging: PagingDep,
     job_name: Annotated[JobName | None, Query()] = None,
     priority: Priority | None = None,
-    from_date: AwareDatetime | None = None,
-    end_date: AwareDatetime | None = None,
+    from_date: DateTimeQuery | None = None,
+    end_date: DateTimeQuery | None = None,
     should_return_stages: ReturnStages = False,
     parent_task_id: Annotated[
         UUID | None, Query(description="jobnik: the child jobs of this task (seed 001)")
@@ -57,8 +61,9 @@ def find_jobs(
     parent_job_id: Annotated[
         UUID | None, Query(description="jobnik: the child jobs of this job's tasks")
     ] = None,
-) -> list[JobOut]:
-    """Jobs matching name, priority, creation-time range and parent; stages on request."""
+) -> Response:
+    """Jobs matching name, priority, creation-time range and parent, oldest first; their stages
+    on request. Paged (`page`, `page_size`) or a plain array (see `JOBNIK_LIST_SHAPE`)."""
     found = views.jobs(
         name=job_name,
         priority=priority,
@@ -68,7 +73,7 @@ def find_jobs(
         parent_task_id=parent_task_id,
         parent_job_id=parent_job_id,
     )
-    return [JobOut.of(j) for j in found]
+    return answer(views, found, paging, JobOut.of, lambda j: f"job {j.job.id}")
 
 
 @router.post("/jobs", status_code=201, response_model=JobOut, openapi_extra=needs(P.PRODUCE))
@@ -98,15 +103,16 @@ def finish_job(
     return JobOut.of(jobnik.finish_job(job_id, by=by))
 
 
-@router.get("/jobs/{jobId}", openapi_extra=needs(P.READ))
+@router.get("/jobs/{jobId}", response_model=JobOut, openapi_extra=needs(P.READ))
 def get_job(
     views: ViewsDep,
     job_id: Annotated[UUID, Path(alias="jobId")],
     should_return_stages: ReturnStages = False,
     as_of: AsOfQuery = None,
-) -> JobOut:
+) -> Response:
     """One job, with its stages on request; `as_of` shows it as it was then (from the events)."""
-    return JobOut.of(views.job(job_id, with_stages=should_return_stages, as_of=as_of))
+    job = views.job(job_id, with_stages=should_return_stages, as_of=as_of)
+    return render_one(lambda: JobOut.of(job), f"job {job_id}")
 
 
 @router.delete("/jobs/{jobId}", openapi_extra=needs(P.OPERATE))

@@ -11,10 +11,12 @@ from jobnik.api.deps import (
     AsOfQuery,
     JobnikDep,
     OnceDep,
+    SettingsDep,
     TraceDep,
     ViewsDep,
     reject_unknown_query,
 )
+from jobnik.api.pages import PagingDep, answer, page_schema, render_one, task_name
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import (
     CreateTask,
@@ -26,6 +28,7 @@ from jobnik.api.schemas import (
     TaskOut,
 )
 from jobnik.domain.application import NewTask
+from jobnik.domain.errors import TooManyTasks
 from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import StageStatus
 
@@ -39,33 +42,41 @@ ReturnTasks = Annotated[bool, Query(alias="should_return_tasks")]
 NewTasks = Annotated[list[CreateTask], Body(min_length=1)]
 
 
-@router.get("/stages", openapi_extra=needs(P.READ))
+@router.get(
+    "/stages",
+    response_model=None,
+    responses={200: page_schema(StageOut)},
+    openapi_extra=needs(P.READ),
+)
 def get_stages(
     views: ViewsDep,
+    paging: PagingDep,
     job_id: UUID | None = None,
     stage_type: Annotated[StageType | None, Query()] = None,
     stage_operation_status: StageStatus | None = None,
     should_return_tasks: ReturnTasks = False,
-) -> list[StageOut]:
-    """Stages matching job, type and status."""
+) -> Response:
+    """Stages matching job, type and status, oldest first; their tasks on request. Paged
+    (`page`, `page_size`) or a plain array (see `JOBNIK_LIST_SHAPE`)."""
     found = views.stages(
         job_id=job_id,
         stage_type=stage_type,
         status=stage_operation_status,
         with_tasks=should_return_tasks,
     )
-    return [StageOut.of(s) for s in found]
+    return answer(views, found, paging, StageOut.of, lambda s: f"stage {s.stage.id}")
 
 
-@router.get("/stages/{stageId}", openapi_extra=needs(P.READ))
+@router.get("/stages/{stageId}", response_model=StageOut, openapi_extra=needs(P.READ))
 def get_stage_by_id(
     views: ViewsDep,
     stage_id: StageId,
     should_return_tasks: ReturnTasks = False,
     as_of: AsOfQuery = None,
-) -> StageOut:
+) -> Response:
     """One stage, with its tasks on request; `as_of` shows it as it was then."""
-    return StageOut.of(views.stage(stage_id, with_tasks=should_return_tasks, as_of=as_of))
+    stage = views.stage(stage_id, with_tasks=should_return_tasks, as_of=as_of)
+    return render_one(lambda: StageOut.of(stage), f"stage {stage_id}")
 
 
 @router.get("/stages/{stageId}/summary", openapi_extra=needs(P.READ))
@@ -95,10 +106,16 @@ def update_stage_status(
     return Message(code="STAGE_MODIFIED_SUCCESSFULLY")
 
 
-@router.get("/stages/{stageId}/tasks", openapi_extra=needs(P.READ))
-def get_tasks_by_stage_id(views: ViewsDep, stage_id: StageId) -> list[TaskOut]:
-    """The stage's tasks."""
-    return [TaskOut.of(t) for t in views.tasks_of_stage(stage_id)]
+@router.get(
+    "/stages/{stageId}/tasks",
+    response_model=None,
+    responses={200: page_schema(TaskOut)},
+    openapi_extra=needs(P.READ),
+)
+def get_tasks_by_stage_id(views: ViewsDep, paging: PagingDep, stage_id: StageId) -> Response:
+    """The stage's tasks, oldest first. Paged (`page`, `page_size`) or a plain array (see
+    `JOBNIK_LIST_SHAPE`)."""
+    return answer(views, views.tasks_of_stage(stage_id), paging, TaskOut.of, task_name)
 
 
 @router.post(
@@ -109,13 +126,20 @@ def get_tasks_by_stage_id(views: ViewsDep, stage_id: StageId) -> list[TaskOut]:
 )
 def add_tasks(
     jobnik: JobnikDep,
+    settings: SettingsDep,
     stage_id: StageId,
     body: NewTasks,
     incoming: TraceDep,
     once: OnceDep,
     by: PrincipalDep,
 ) -> Any:
-    """Add tasks to a CREATED, PENDING or WAITING stage; they start PENDING."""
+    """Add tasks to a CREATED, PENDING or WAITING stage; they start PENDING. At most
+    JOBNIK_MAX_TASKS_PER_REQUEST (default 1,000) per request: 400 TOO_MANY_TASKS beyond."""
+    if len(body) > settings.max_tasks_per_request:
+        raise TooManyTasks(
+            f"request/body has {len(body)} tasks; at most {settings.max_tasks_per_request} "
+            "per request"
+        )
     new = [
         NewTask(
             data=t.data,

@@ -6,14 +6,15 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
-from pydantic import AwareDatetime
 
 from jobnik.api.deps import AsOfQuery, JobnikDep, ViewsDep, reject_unknown_query
+from jobnik.api.history_schemas import ChildJobOut
+from jobnik.api.pages import PagingDep, answer, page_schema, render_one, task_name
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import (
     Appended,
     AttemptBody,
-    ChildJobOut,
+    DateTimeQuery,
     GiveBack,
     HeartbeatOut,
     LogLineOut,
@@ -34,16 +35,23 @@ router = APIRouter(
 TaskId = Annotated[UUID, Path(alias="taskId")]
 
 
-@router.get("/tasks", openapi_extra=needs(P.READ))
+@router.get(
+    "/tasks",
+    response_model=None,
+    responses={200: page_schema(TaskOut)},
+    openapi_extra=needs(P.READ),
+)
 def get_tasks_by_criteria(
     views: ViewsDep,
+    paging: PagingDep,
     stage_id: UUID | None = None,
     stage_type: Annotated[StageType | None, Query()] = None,
-    from_date: AwareDatetime | None = None,
-    end_date: AwareDatetime | None = None,
+    from_date: DateTimeQuery | None = None,
+    end_date: DateTimeQuery | None = None,
     status: TaskStatus | None = None,
-) -> list[TaskOut]:
-    """Tasks matching stage, type, creation-time range and status."""
+) -> Response:
+    """Tasks matching stage, type, creation-time range and status, oldest first. Paged
+    (`page`, `page_size`) or a plain array (see `JOBNIK_LIST_SHAPE`)."""
     found = views.tasks(
         stage_id=stage_id,
         stage_type=stage_type,
@@ -51,13 +59,14 @@ def get_tasks_by_criteria(
         end_date=end_date,
         status=status,
     )
-    return [TaskOut.of(t) for t in found]
+    return answer(views, found, paging, TaskOut.of, task_name)
 
 
-@router.get("/tasks/{taskId}", openapi_extra=needs(P.READ))
-def get_task_by_id(views: ViewsDep, task_id: TaskId, as_of: AsOfQuery = None) -> TaskOut:
+@router.get("/tasks/{taskId}", response_model=TaskOut, openapi_extra=needs(P.READ))
+def get_task_by_id(views: ViewsDep, task_id: TaskId, as_of: AsOfQuery = None) -> Response:
     """One task; `as_of` shows it as it was then."""
-    return TaskOut.of(views.task(task_id, as_of=as_of))
+    task = views.task(task_id, as_of=as_of)
+    return render_one(lambda: TaskOut.of(task), task_name(task))
 
 
 @router.patch("/tasks/{taskId}/user-metadata", openapi_extra=needs(P.PRODUCE))

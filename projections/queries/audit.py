@@ -112,6 +112,20 @@ class Audit:
         items = self._entries(rows)
         return Page(items, items[-1].position if len(items) == limit else None)
 
+    def terminal_position(self, job_id: UUID) -> int | None:
+        """The log position of the job's terminal event; None while it has none."""
+        names = {f"t{i}": get_topic(cls) for i, cls in enumerate(TERMINAL)}
+        with self.store.cursor(write=False) as cur:
+            rows = cur.raw_all(
+                f"SELECT MAX(j.position) AS position FROM job_events_v1 j "
+                f"JOIN {self.events} e ON e.{self.position} = j.position "
+                f"WHERE j.job_id = {self.p('j')} "
+                f"AND e.topic IN ({', '.join(self.p(n) for n in names)})",
+                {"j": self.store.dialect.dump("job_id", job_id), **names},
+            )
+        found = rows[0]["position"] if rows else None
+        return int(found) if found is not None else None
+
     def feed(
         self,
         after: int = 0,

@@ -5,9 +5,10 @@ Computed from the events alone (through the history index), not from the read mo
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -32,7 +33,7 @@ class AsOf:
     @classmethod
     def parse(cls, text: str) -> AsOf:
         text = text.strip()
-        if text.isdigit():
+        if re.fullmatch("[0-9]{1,19}", text) and int(text) < 2**63:  # ASCII digits, a BIGINT
             return cls(position=int(text))
         try:
             moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -42,6 +43,10 @@ class AsOf:
             ) from None
         if moment.tzinfo is None:
             raise InvalidRequest("request/query/as_of must carry a time-zone offset")
+        try:
+            moment.astimezone(UTC)  # comparisons go through UTC
+        except OverflowError:
+            raise InvalidRequest("request/query/as_of is out of range") from None
         return cls(time=moment)
 
     def includes(self, position: int, timestamp: datetime) -> bool:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from jobnik.domain.errors import JobNotFound, StageNotFound, TaskNotFound
@@ -29,6 +30,32 @@ STAGE_SELECT = (
 )
 
 
+T = TypeVar("T")
+Key = tuple[datetime, UUID]  # a list's order: creation time, then id
+
+
+@dataclass(frozen=True)
+class Window:
+    """A part of a list: `limit` items after `offset` (pages), or after the item whose key is
+    `after` (the chunks a streamed list reads, each in its own short transaction)."""
+
+    offset: int = 0
+    limit: int | None = None
+    after: Key | None = None
+
+
+@dataclass(frozen=True)
+class Listing(Generic[T]):
+    """A filtered list, in creation order: its rows' query and how a chunk of rows loads."""
+
+    select: str  # SELECT … FROM …, the table aliased so that `alias` prefixes its columns
+    count: str  # SELECT COUNT(*) AS n FROM …
+    where: _Where
+    alias: str
+    load: Callable[[Cursor, Sequence[Mapping[str, Any]]], list[T]]
+    key: Callable[[T], Key]
+
+
 class _Where:
     """AND-ed filters with named parameters in the store's dialect."""
 
@@ -44,8 +71,9 @@ class _Where:
         self.parts.append(f"{column} {op} {self.d.param(name)}")
         self.params[name] = self.d.dump(key or column.split(".")[-1], value)
 
-    def sql(self) -> str:
-        return (" WHERE " + " AND ".join(self.parts)) if self.parts else ""
+    def sql(self, *more: str) -> str:
+        parts = [*self.parts, *more]
+        return (" WHERE " + " AND ".join(parts)) if parts else ""
 
 
 class Views:
@@ -88,21 +116,52 @@ class Views:
         with_stages: bool = False,
         parent_task_id: UUID | None = None,
         parent_job_id: UUID | None = None,
-    ) -> list[JobView]:
+    ) -> Listing[JobView]:
         w = _Where(self.store)
-        w.add("name", "=", name)
-        w.add("parent_task_id", "=", parent_task_id)
-        w.add("parent_job_id", "=", parent_job_id)
-        w.add("priority", "=", priority)
-        w.add("creation_time", ">=", from_date)
-        w.add("creation_time", "<=", end_date)
-        with self.store.cursor(write=False) as cur:
-            rows = cur.all(f"SELECT * FROM jobs_v1{w.sql()} ORDER BY creation_time, id", w.params)
+        w.add("j.name", "=", name)
+        w.add("j.parent_task_id", "=", parent_task_id)
+        w.add("j.parent_job_id", "=", parent_job_id)
+        w.add("j.priority", "=", priority)
+        w.add("j.creation_time", ">=", from_date)
+        w.add("j.creation_time", "<=", end_date)
+
+        def load(cur: Cursor, rows: Sequence[Mapping[str, Any]]) -> list[JobView]:
             jobs = [job_from_row(r) for r in rows]
             if not with_stages:
                 return [JobView(j) for j in jobs]
             stages = self._stages_of(cur, [j.id for j in jobs])
             return [JobView(j, stages.get(j.id, [])) for j in jobs]
+
+        return Listing(
+            "SELECT j.* FROM jobs_v1 j",
+            "SELECT COUNT(*) AS n FROM jobs_v1 j",
+            w,
+            "j",
+            load,
+            lambda v: (v.job.created_on, v.job.id),
+        )
+
+    def read(self, listing: Listing[T], window: Window = Window()) -> list[T]:
+        """The items of `listing` in `window`, in one short read transaction."""
+        w, a = listing.where, listing.alias
+        more = []
+        params = dict(w.params)
+        if window.after is not None:
+            more.append(f"({a}.creation_time, {a}.id) > ({self.p('k0')}, {self.p('k1')})")
+            params["k0"] = self.d.dump("creation_time", window.after[0])
+            params["k1"] = self.d.dump("id", window.after[1])
+        page = ""
+        if window.limit is not None:
+            page = f" LIMIT {int(window.limit)} OFFSET {int(window.offset)}"
+        sql = f"{listing.select}{w.sql(*more)} ORDER BY {a}.creation_time, {a}.id{page}"
+        with self.store.cursor(write=False) as cur:
+            return listing.load(cur, cur.all(sql, params))
+
+    def total(self, listing: Listing[Any]) -> int:
+        """How many items `listing` holds."""
+        with self.store.cursor(write=False) as cur:
+            row = cur.one(f"{listing.count}{listing.where.sql()}", listing.where.params)
+        return int(row["n"]) if row else 0
 
     def _stages_of(self, cur: Cursor, job_ids: Iterable[UUID]) -> dict[UUID, list[StageView]]:
         out: dict[UUID, list[StageView]] = {}
@@ -156,15 +215,24 @@ class Views:
         stage_type: str | None = None,
         status: str | None = None,
         with_tasks: bool = False,
-    ) -> list[StageView]:
+    ) -> Listing[StageView]:
         w = _Where(self.store)
         w.add("s.job_id", "=", job_id)
         w.add("s.type", "=", stage_type)
         w.add("s.status", "=", status)
-        with self.store.cursor(write=False) as cur:
-            rows = cur.all(f"{STAGE_SELECT}{w.sql()} ORDER BY s.creation_time, s.id", w.params)
+
+        def load(cur: Cursor, rows: Sequence[Mapping[str, Any]]) -> list[StageView]:
             views = [StageView(stage_from_row(r), summary_from_row(r)) for r in rows]
             return self._with_tasks(cur, views) if with_tasks else views
+
+        return Listing(
+            STAGE_SELECT,
+            "SELECT COUNT(*) AS n FROM stages_v1 s",
+            w,
+            "s",
+            load,
+            lambda v: (v.stage.created_on, v.stage.id),
+        )
 
     def summary(self, stage_id: UUID) -> Summary:
         with self.store.cursor(write=False) as cur:
@@ -219,7 +287,8 @@ class Views:
 
     # -- tasks ----------------------------------------------------------------------------
 
-    def tasks_of_stage(self, stage_id: UUID) -> list[Task]:
+    def tasks_of_stage(self, stage_id: UUID) -> Listing[Task]:
+        """The stage's tasks; StageNotFound when there is no such stage."""
         with self.store.cursor(write=False) as cur:
             if (
                 cur.one(
@@ -229,7 +298,7 @@ class Views:
                 is None
             ):
                 raise StageNotFound
-            return self._tasks_of(cur, stage_id)
+        return self.tasks(stage_id=stage_id)
 
     def task(self, task_id: UUID, *, as_of: AsOf | None = None) -> Task:
         if as_of is not None:
@@ -264,13 +333,18 @@ class Views:
         from_date: datetime | None = None,
         end_date: datetime | None = None,
         status: str | None = None,
-    ) -> list[Task]:
+    ) -> Listing[Task]:
         w = _Where(self.store)
-        w.add("stage_id", "=", stage_id)
-        w.add("stage_type", "=", stage_type)
-        w.add("creation_time", ">=", from_date)
-        w.add("creation_time", "<=", end_date)
-        w.add("status", "=", status)
-        with self.store.cursor(write=False) as cur:
-            rows = cur.all(f"SELECT * FROM tasks_v1{w.sql()} ORDER BY creation_time, id", w.params)
-            return [task_from_row(r) for r in rows]
+        w.add("t.stage_id", "=", stage_id)
+        w.add("t.stage_type", "=", stage_type)
+        w.add("t.creation_time", ">=", from_date)
+        w.add("t.creation_time", "<=", end_date)
+        w.add("t.status", "=", status)
+        return Listing(
+            "SELECT t.* FROM tasks_v1 t",
+            "SELECT COUNT(*) AS n FROM tasks_v1 t",
+            w,
+            "t",
+            lambda _, rows: [task_from_row(r) for r in rows],
+            lambda t: (t.created_on, t.id),
+        )

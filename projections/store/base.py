@@ -65,6 +65,10 @@ class SqlStore(ABC):
     def close(self) -> None:
         self.log_app.close()
 
+    def claim_server(self) -> None:  # noqa: B027 - a hook: only a one-process backend has one
+        """Make this process the only server of its database where the backend serves one
+        process (StoreInUse if another does); elsewhere nothing. Held until `close`."""
+
     # -- the log -------------------------------------------------------------------------------
 
     def create_tables(self) -> None:

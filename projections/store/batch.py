@@ -33,6 +33,12 @@ from jobnik.domain.errors import ConcurrencyConflict, DatabaseError
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.dialect import Dialect
 
+try:  # a span per round trip when the process traces (the psycopg instrumentation sees
+    # cursors only, and these strings go to libpq directly); without OpenTelemetry, nothing
+    from opentelemetry import trace as _trace
+except ImportError:
+    _trace = None  # type: ignore[assignment]
+
 # SQLSTATEs that mean "run the command again": serialization_failure (our stale-read check
 # raises it), deadlock_detected, unique_violation (an aggregate version taken meanwhile).
 RETRYABLE: Final = frozenset({"40001", "40P01", "23505"})
@@ -270,7 +276,7 @@ class BatchCursor(Cursor):
         if not self.began:
             statements[:0] = ["BEGIN", *self.first]
             skip, self.began = 1 + len(self.first), True
-        results = self._send(";\n".join(statements))
+        results = self._traced_send(";\n".join(statements), len(statements))
         # A failed statement stops the string: its result is the last one.
         error = results[-1] if results and results[-1].status == pq.ExecStatus.FATAL_ERROR else None
         ran = len(results) if error is None else len(results) - 1  # (the failed one did not)
@@ -282,6 +288,23 @@ class BatchCursor(Cursor):
             raise DatabaseError(f"expected {len(statements)} results, got {len(results)}")
         for i, later in wanted.items():
             later.rows = self._rows(results[i + skip])
+
+    def _traced_send(self, query: str, statements: int) -> list[pq.abc.PGresult]:
+        """`_send`, in a client span when a trace is being recorded (no statement text: it
+        holds the literal values of payloads)."""
+        if _trace is None or not _trace.get_current_span().is_recording():
+            return self._send(query)
+        with _trace.get_tracer("jobnik.projections").start_as_current_span(
+            "BATCH",
+            kind=_trace.SpanKind.CLIENT,
+            attributes={
+                "db.system": "postgresql",
+                "db.system.name": "postgresql",
+                "db.operation.name": "BATCH",
+                "db.operation.batch.size": statements,
+            },
+        ):
+            return self._send(query)
 
     def _send(self, query: str) -> list[pq.abc.PGresult]:
         pgconn = self.conn.pgconn

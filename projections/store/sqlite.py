@@ -10,13 +10,17 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
-from typing import Any
+from typing import IO, Any
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no guard
+    fcntl = None  # type: ignore[assignment]
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
-from jobnik.domain.errors import DatabaseError
+from jobnik.domain.errors import DatabaseError, StoreInUse
 from jobnik.projections.store import eventlog
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.bulk import BulkWriter, SqliteBulk
@@ -77,8 +81,34 @@ class SqliteStore(SqlStore):
     ) -> None:
         super().__init__(env, log, recorder)
         self.lite = recorder.datastore
+        self._server_lock: IO[bytes] | None = None
         if not self.lite.pool.is_sqlite_memory_mode:
             use_wal(self.lite.pool.db_name)
+
+    def close(self) -> None:
+        if self._server_lock is not None:
+            self._server_lock.close()  # releases the lock
+            self._server_lock = None
+        super().close()
+
+    def claim_server(self) -> None:
+        """SQLite serves one process: the sweeper's and catch-up runner's leader locks, the
+        leases and blue/green rebuilds assume a server where several share a database. An
+        exclusive lock on `<file>.server.lock`, held until `close` (or the process ends, however
+        it ends), keeps a second server off the file; command-line tools do not take it."""
+        if self.lite.pool.is_sqlite_memory_mode or fcntl is None:
+            return
+        path = self.path.removeprefix("file:").split("?", 1)[0] + ".server.lock"
+        handle = open(path, "ab")  # noqa: SIM115 - held open until close()
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise StoreInUse(
+                f"another jobnik server already serves {self.path}: SQLite is for one "
+                "server process (use PostgreSQL for several, or stop the other one)"
+            ) from None
+        self._server_lock = handle
 
     @property
     def path(self) -> str:

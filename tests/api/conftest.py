@@ -38,7 +38,9 @@ def parse_time(value: str) -> datetime:
 
 @pytest.fixture
 def client(database_url: str) -> Iterator[TestClient]:
-    app = app_from_env({"JOBNIK_DATABASE_URL": database_url})
+    # These tests read the filtered lists as SDK 0.3.x does, as plain arrays; the paged shape
+    # (the default) has its own tests (test_pages.py).
+    app = app_from_env({"JOBNIK_DATABASE_URL": database_url, "JOBNIK_LIST_SHAPE": "array"})
     with TestClient(app) as c:  # the lifespan closes the store
         yield c
 

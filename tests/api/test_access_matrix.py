@@ -73,6 +73,7 @@ def _requests(t: Targets) -> dict[str, Request]:
         "get_job_run": ("GET", f"{job}/run", None),
         "list_tokens": ("GET", "/v1/tokens", None),
         "revoke_token": ("DELETE", "/v1/tokens/spare", None),
+        "metrics": ("GET", "/metrics", None),
     }
 
 

@@ -91,7 +91,9 @@ class Server:
     def spawn(self, log_config: Path) -> None:
         """Start the process group; does not wait (see `wait_ready`)."""
         self.port = free_port()
-        env = {**os.environ, "JOBNIK_DATABASE_URL": self.database_url}
+        # These tests read the filtered lists as plain arrays (SDK 0.3.x); tests/api has the
+        # paged shape's tests.
+        env = {**os.environ, "JOBNIK_DATABASE_URL": self.database_url, "JOBNIK_LIST_SHAPE": "array"}
         env.pop("JOBNIK_POOL_SIZE", None)
         env.update(self.env)
         self._log = self.log_path.open("ab")

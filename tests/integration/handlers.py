@@ -65,3 +65,12 @@ def chatty(task: Task, context: TaskContext) -> None:
     if task.attempt == 1:
         raise RuntimeError("first attempt fails on purpose")
     note("handled", task)
+
+
+def logs_and_waits(task: Task, context: TaskContext) -> dict[str, Any]:
+    """Appends a log line, outlives a heartbeat or two, and completes (tests/integration/
+    test_observability.py: its calls must join the task's trace)."""
+    context.log("working")
+    time.sleep(task.data.get("seconds", 0.5))
+    note("handled", task)
+    return {"ok": True}

@@ -35,3 +35,30 @@ def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: s
     assert len(goals) == 6  # one per goal of the issue
     http = next(f for f in figures if f.name.startswith("HTTP lifecycle"))
     assert f"{2 if backend == 'postgres' else 1} uvicorn processes" in http.note
+
+
+def test_the_observe_figure_sets_each_telemetry_variant_beside_telemetry_off(
+    database_url: str,
+) -> None:
+    backend = "sqlite" if database_url.startswith("sqlite") else "postgres"
+    server = urlunparse(urlparse(database_url)._replace(path="/postgres"))
+
+    figures, goals = run_suite([backend], ["observe"], TINY, server, database_url)
+
+    cpu, *lifecycle = figures
+    assert cpu.name == "server CPU per request, metrics"
+    assert cpu.value > 0
+    assert cpu.floor is not None
+    assert cpu.floor > 0
+    assert [f.name for f in lifecycle] == [
+        "HTTP lifecycle K=2, telemetry off",
+        "HTTP lifecycle K=2, metrics",
+        "HTTP lifecycle K=2, metrics + request logs",
+        "HTTP lifecycle K=2, metrics + traces",
+    ]
+    assert all(f.value > 0 and f.floor == lifecycle[0].value for f in lifecycle)
+    assert [g.name for g in goals] == [
+        "metrics cost <= 5% of a request's server CPU",
+        "metrics cost <= 5% of HTTP lifecycle throughput",
+    ]
+    assert "with traces" in goals[1].detail

@@ -229,6 +229,7 @@ def http_env(database_url: str) -> dict[str, str]:
         "JOBNIK_DATABASE_URL": database_url,
         "JOBNIK_SWEEP_INTERVAL": "0",
         "JOBNIK_CATCHUP_INTERVAL": "0.02",
+        "JOBNIK_LIST_SHAPE": "array",
     }
 
 

@@ -103,6 +103,12 @@ def test_min_position_must_be_a_position(client: TestClient) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "database_url",
+    ["postgres"],
+    indirect=True,
+    ids=["postgres-only(an-sqlite-file-has-one-server-process)"],
+)
 def test_with_two_api_processes_one_runs_the_projections_and_both_serve_read_your_writes(
     database_url: str, spawn_server: SpawnServer, tmp_path: Path
 ) -> None:
@@ -121,7 +127,4 @@ def test_with_two_api_processes_one_runs_the_projections_and_both_serve_read_you
 
 def leaders(database_url: str) -> int:
     """How many processes hold the catch-up leader lock."""
-    if database_url.startswith("sqlite:///"):
-        path = Path(database_url[len("sqlite:///") :] + ".catchup.lock")
-        return len({line for line in path.read_text().split() if line})
     return advisory_holders(database_url, "catchup")

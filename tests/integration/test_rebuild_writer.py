@@ -1,4 +1,4 @@
-"""The rebuild's threads on PostgreSQL: the page writer (projections/rebuild/writer.py) and the
+"""The rebuild's threads on PostgreSQL: the page writer (projections/store/pagewriter.py) and the
 read-ahead (projections/rebuild/readahead.py). Order, reads, commits, errors, and a rebuild that
 fails mid-way."""
 

@@ -54,6 +54,7 @@ def new_stage(
     previous_completed: bool = False,
     job_id: UUID | None = None,
     now: datetime = NOW,
+    failure_patterns: Sequence[str] = (),
 ) -> Stage:
     return Stage.add(
         job_id=job_id or uuid4(),
@@ -66,6 +67,7 @@ def new_stage(
         start_as_waiting=start_as_waiting,
         previous_completed=previous_completed,
         now=now,
+        failure_patterns=failure_patterns,
     )
 
 

@@ -59,6 +59,7 @@ class FakeApi:
     cancelled: bool = False
     heartbeat_status: int = 200
     refuse_reports_of: set[str] = field(default_factory=set)
+    refuse_results: bool = False  # a COMPLETED report with a result: 400 as the input gate does
     failing_dequeues: int = 0
     # when set, a heartbeat is held (counted in `heartbeats_held`) until the gate opens
     heartbeat_gate: threading.Event | None = None
@@ -149,6 +150,8 @@ class FakeApi:
         if method == "PUT" and parts[-1] == "status":
             if parts[2] in self.refuse_reports_of:
                 return _error(409, "STALE_ATTEMPT", "attempt is no longer current")
+            if self.refuse_results and "result" in body:
+                return _error(400, "JSON_TOO_DEEP", "request/body nests deeper than 64 levels")
             return (200, {**task_json(0), "id": parts[2], "status": body["status"]})
         if method == "POST" and parts[-1] == "heartbeat":
             if self.heartbeat_status != 200:

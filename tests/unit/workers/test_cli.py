@@ -93,3 +93,18 @@ def test_run_worker_ends_with_a_final_status_line_when_not_on_a_tty() -> None:
     logged = [json.loads(line) for line in lines if line.startswith("{")]
     assert {"worker started", "worker stopped"} <= {entry["message"] for entry in logged}
     assert next(e for e in logged if e["message"] == "worker started")["stage_type"] == "tiles"
+
+
+def test_the_command_exits_2_saying_why_when_it_cannot_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Worker:
+        raise RuntimeError("OpenTelemetry is not installed: pip install 'jobnik[otel]'")
+
+    monkeypatch.setattr("jobnik.workers.cli.run_worker", refuse)
+    runner = CliRunner()
+
+    result = runner.invoke(app, ["worker", "run", "json:dumps", "--stage-type", "tiles"])
+
+    assert result.exit_code == 2
+    assert "cannot start: OpenTelemetry is not installed" in result.output

@@ -76,14 +76,21 @@ def test_a_returning_handler_is_reported_completed_with_its_attempt() -> None:
 def test_what_a_handler_returns_is_reported_as_the_tasks_result(
     returned: object, result: dict[str, object]
 ) -> None:
-    fake = FakeApi()
-    fake.add(task_json(1, attempt=1))
-    worker = make_worker(fake, lambda task, context: returned)
+    reports, _ = reports_after_returning(returned)
 
+    assert reports[0].body == {"status": "COMPLETED", "attempt": 1, "result": result}
+
+
+def reports_after_returning(
+    returned: object, reports: int = 1, **fake: Any
+) -> tuple[list[Any], Worker]:
+    """The status reports of one task whose handler returns `returned`, and its worker."""
+    api = FakeApi(**fake)
+    api.add(task_json(1, attempt=1))
+    worker = make_worker(api, lambda task, context: returned)
     with running(worker):
-        wait_until(lambda: len(fake.reports) == 1)
-
-    assert fake.reports[0].body == {"status": "COMPLETED", "attempt": 1, "result": result}
+        wait_until(lambda: len(api.reports) == reports)
+    return api.reports, worker
 
 
 def test_returning_delegated_reports_the_task_delegated() -> None:
@@ -503,3 +510,34 @@ def test_a_handler_that_returns_when_told_of_shutdown_is_handed_back_not_reporte
         time.sleep(0.3)
 
     assert fake.reports == []
+
+
+@pytest.mark.parametrize(
+    ("returned", "why"),
+    [
+        ({"score": float("nan")}, "body/result/score is nan"),
+        ({"score": float("inf")}, "body/result/score is inf"),
+        ({"big": 2**64}, "body/result/big is an integer beyond 64 bits"),
+        ({"text": "a\x00b"}, "body/result/text contains a NUL character"),
+        ({"text": "\udc00"}, "lone surrogate"),
+    ],
+)
+def test_a_result_the_sdk_cannot_send_reports_the_task_failed_with_the_reason(
+    returned: object, why: str
+) -> None:
+    (report,), worker = reports_after_returning(returned)
+
+    assert report.body["status"] == "FAILED"
+    assert report.body["reason"].startswith("the handler's result could not be reported")
+    assert why in report.body["reason"]
+    assert (worker.stats.done, worker.stats.failed) == (0, 1)
+
+
+def test_a_result_the_server_refuses_reports_the_task_failed_with_its_reason() -> None:
+    (completed, failed), _ = reports_after_returning(
+        {"deep": "enough"}, reports=2, refuse_results=True
+    )
+
+    assert completed.body["status"] == "COMPLETED"
+    assert failed.body["status"] == "FAILED"
+    assert "400 JSON_TOO_DEEP" in failed.body["reason"]

@@ -1,0 +1,209 @@
+"""The input gate: every request's path, query and JSON body checked once, before any route.
+
+What it refuses is what one backend would store and the other would not, or what no response
+could render back: NUL characters and lone surrogates (PostgreSQL's text and jsonb refuse them,
+SQLite keeps them), NaN, Infinity and numbers that overflow a double (PostgreSQL refuses them,
+SQLite's JSON turns them into null), integers beyond 64 bits (stored exactly by one backend,
+rounded by the other and by most JSON clients), bodies nested deeper than a response can be
+serialised, and strings and bodies over their limits. Each refusal is a 400 (413 for the body
+size) with its own code, and nothing after the gate runs, so nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import parse_qsl
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from jobnik.api import errors
+from jobnik.api.settings import Settings
+from jobnik.domain.errors import (
+    InvalidCharacter,
+    InvalidRequest,
+    JobnikError,
+    JsonTooDeep,
+    NumberOutOfRange,
+    PayloadTooLarge,
+    StringTooLong,
+)
+
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The gate's limits (JOBNIK_MAX_BODY_BYTES, _MAX_JSON_DEPTH, _MAX_STRING_LENGTH)."""
+
+    body_bytes: int = 1024 * 1024
+    depth: int = 64
+    string_length: int = 1024 * 1024
+
+    @classmethod
+    def of(cls, settings: Settings) -> Limits:
+        return cls(settings.max_body_bytes, settings.max_json_depth, settings.max_string_length)
+
+
+def check_text(where: str, text: str, limits: Limits | None) -> None:
+    """Refuse a string the stores or the responses cannot keep as it is (and, given limits, a
+    longer one than they allow)."""
+    if limits is not None and len(text) > limits.string_length:
+        raise StringTooLong(f"{where} is longer than {limits.string_length} characters")
+    if "\x00" in text:
+        raise InvalidCharacter(f"{where} contains a NUL character (U+0000)")
+    if not text.isascii() and _SURROGATE.search(text):
+        raise InvalidCharacter(f"{where} contains a lone surrogate (not valid Unicode)")
+
+
+def _int(text: str) -> int:
+    value = int(text) if len(text) <= 20 else INT64_MAX + 1
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise NumberOutOfRange(f"integer {text[:40]} is outside the 64-bit range")
+    return value
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NumberOutOfRange(f"number {text[:40]} overflows a double")
+    return value
+
+
+def _constant(text: str) -> Any:
+    raise NumberOutOfRange(f"{text} is not a JSON number; numbers must be finite")
+
+
+def parse_json(body: bytes, limits: Limits) -> Any:
+    """`body` as JSON, or the gate's error for it (InvalidRequest for what is not JSON)."""
+    try:
+        value = json.loads(body, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    except RecursionError:
+        raise JsonTooDeep(_too_deep(limits)) from None
+    except (ValueError, UnicodeError) as e:
+        if isinstance(e, JobnikError):
+            raise
+        raise InvalidRequest("request/body is not valid JSON") from None
+    check_value(value, limits)
+    return value
+
+
+def _too_deep(limits: Limits) -> str:
+    return f"request/body nests deeper than {limits.depth} levels"
+
+
+def check_value(value: Any, limits: Limits) -> None:
+    """Walk a parsed JSON value: nesting depth, and every key and string (check_text)."""
+    # (value, depth, path) with the path as (parent, key) links: built cheaply, rendered only
+    # for an error message.
+    stack: list[tuple[Any, int, Any]] = [(value, 0, None)]
+    while stack:
+        item, depth, path = stack.pop()
+        if isinstance(item, str):
+            check_text(_where(path), item, limits)
+        elif isinstance(item, dict):
+            if depth >= limits.depth:
+                raise JsonTooDeep(_too_deep(limits))
+            for k, v in item.items():
+                check_text(_where((path, k)) + " (a key)", k, limits)
+                stack.append((v, depth + 1, (path, k)))
+        elif isinstance(item, list):
+            if depth >= limits.depth:
+                raise JsonTooDeep(_too_deep(limits))
+            stack.extend((v, depth + 1, (path, i)) for i, v in enumerate(item))
+
+
+def _where(path: Any) -> str:
+    keys: list[str] = []
+    while path is not None:
+        path, key = path
+        keys.append(_quoted(str(key)))
+    return "/".join(["request/body", *reversed(keys)])
+
+
+def _quoted(text: str) -> str:
+    """`text` for a message: at most 50 characters, the unprintable ones as \\uXXXX."""
+    return "".join(
+        c if c.isprintable() and not 0xD800 <= ord(c) <= 0xDFFF else f"\\u{ord(c):04x}"
+        for c in text[:50]
+    )
+
+
+def check_target(scope: Scope, limits: Limits) -> None:
+    """The path and the query's names and values pass check_text."""
+    check_text("request/path", scope.get("path", ""), None)
+    query = scope.get("query_string") or b""
+    if query:
+        # decoded as the routes' parser does it: percent-escapes as UTF-8
+        for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+            check_text(f"request/query/{_quoted(name)}", value, limits)
+            check_text("request/query", name, None)
+
+
+class InputGate:
+    """ASGI middleware: check_target on every request; a body is read whole (up to the body
+    limit), checked as JSON when there is one, and handed on unchanged."""
+
+    def __init__(self, app: ASGIApp, limits: Limits) -> None:
+        self.app, self.limits = app, limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            check_target(scope, self.limits)
+            if scope["method"] not in _BODY_METHODS:
+                await self.app(scope, receive, send)
+                return
+            body = await self._read(scope, receive)
+            if body.strip():
+                parse_json(body, self.limits)
+        except JobnikError as exc:
+            await errors.response_for(exc)(scope, receive, send)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read(self, scope: Scope, receive: Receive) -> bytes:
+        limit = self.limits.body_bytes
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLarge(_too_large(limit))
+        chunks: list[bytes] = []
+        seen = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > limit:
+                raise PayloadTooLarge(_too_large(limit))
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+
+def _too_large(limit: int) -> str:
+    return f"request body is larger than {limit} bytes"
+
+
+def _replay(body: bytes, receive: Receive) -> Callable[[], Any]:
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed

@@ -1,0 +1,93 @@
+"""Schemathesis against a live server on each backend: every check, a bounded time.
+
+Every operation of /openapi.json is called, with an admin token, with generated valid and invalid
+requests (examples,
+coverage, fuzzing and stateful phases) and each answer is checked against the document. The run
+must find no server error and no answer that differs from the document (status, content type,
+headers, schema, Allow). Schemathesis' `positive_data_acceptance` also reports schema-valid
+requests that jobnik refuses for reasons a JSON schema does not state (a reused Idempotency-Key,
+a date-time text that matches its pattern but names no date, an integer beyond 64 bits deep in a
+free-form payload); those refusals are answers the document lists, so they are not failures.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .test_access import tokens
+
+MAX_SECONDS = 45  # per backend
+NOT_FAILURES = frozenset({"positive_data_acceptance"})
+
+
+def run_schemathesis(url: str, report: Path, token: str) -> tuple[int, Counter[str], list[str]]:
+    """(test cases generated, checks failed by name, errors), from the run's output and its
+    NDJSON report (which details the checks of the scenarios that failed one)."""
+    st = Path(sys.executable).parent / "st"
+    command = [
+        str(st), "run", f"{url}/openapi.json",
+        "--checks", "all",
+        "--max-time", str(MAX_SECONDS),
+        "--max-examples", "25",
+        "--workers", "2",
+        "--seed", "19",
+        "--generation-database", "none",
+        "--generation-allow-x00", "false",  # NUL is refused (documented), never stored
+        # the live streams answer until the client leaves: test_fuzz_reads.py reads them; a
+        # revoked token would end the run's access (revocation has tests of its own)
+        "--exclude-path-regex", "/stream$|^/v1/tokens/",
+        "--header", f"Authorization: Bearer {token}",
+        "--request-timeout", "20",
+        "--no-color",
+        "--report", "ndjson", "--report-ndjson-path", str(report),
+    ]  # fmt: skip
+    out = subprocess.run(  # in the report's folder: the tool writes its cache where it runs
+        command, capture_output=True, text=True, timeout=MAX_SECONDS + 120, cwd=report.parent
+    )
+    generated = re.search(r"(\d+) generated", out.stdout)
+    (report.parent / "schemathesis.txt").write_text(out.stdout + out.stderr)  # for a failure
+    failed: Counter[str] = Counter()
+    errors: list[str] = []
+    for line in report.read_text().splitlines():
+        event: dict[str, Any] = json.loads(line)
+        kind, body = next(iter(event.items()))
+        if kind in ("NonFatalError", "FatalError") and _server_side(body):
+            errors.append(json.dumps(body)[:500])
+        if kind != "ScenarioFinished":
+            continue
+        for checks in (body["recorder"].get("checks") or {}).values():
+            for check in checks:
+                if check["status"] == "failure":
+                    failed[check["name"]] += 1
+                    if check["name"] not in NOT_FAILURES:
+                        errors.append(json.dumps(check)[:500])
+    return int(generated.group(1)) if generated else 0, failed, errors
+
+
+def _server_side(error: dict[str, Any]) -> bool:
+    """An error of the exchange with the server (a dropped connection, a timeout), not one of
+    the tool's own test generation (which it reports the same way)."""
+    kind = str((error.get("value") or {}).get("type", ""))
+    return any(word in kind for word in ("Connection", "Timeout", "Protocol", "Chunked", "Decode"))
+
+
+def test_schemathesis_finds_no_server_error_and_no_schema_violation(
+    database_url: str, spawn_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    env = {"JOBNIK_LIST_SHAPE": "page", "JOBNIK_MIN_POSITION_WAIT": "0.2", "JOBNIK_AUTH": "tokens"}
+    token = tokens({"JOBNIK_DATABASE_URL": database_url}, "create", "fuzz", "--role", "admin")
+    server = spawn_server(database_url, env=env)
+
+    generated, failed, errors = run_schemathesis(server.url, tmp_path / "report.ndjson", token)
+
+    assert generated > 500
+    assert {name for name in failed if name not in NOT_FAILURES} == set(), errors
+    assert errors == []
+    assert "Traceback" not in server.log(), server.log()[-3000:]

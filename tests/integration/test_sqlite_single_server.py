@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from jobnik.api.main import app_from_env
+from jobnik.domain.errors import StoreInUse
+from jobnik.scripts.cli import app as cli
+
+SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+@SQLITE_ONLY
+def test_a_second_server_on_one_sqlite_file_is_refused(database_url: str) -> None:
+    env = {"JOBNIK_DATABASE_URL": database_url}
+    first = app_from_env(env)
+
+    with pytest.raises(StoreInUse) as refused:
+        app_from_env(env)
+    first.state.store.close()
+    with TestClient(app_from_env(env)) as again:
+        served = again.get("/liveness")
+
+    assert "SQLite is for one server process" in refused.value.message
+    assert served.status_code == 200
+
+
+@SQLITE_ONLY
+def test_a_second_server_process_on_one_sqlite_file_exits_with_the_reason(
+    database_url: str, spawn_server: Callable[..., Any]
+) -> None:
+    spawn_server(database_url)
+    env = {**os.environ, "JOBNIK_DATABASE_URL": database_url}
+    factory = ["-m", "uvicorn", "jobnik.scripts.asgi:create", "--factory", "--port", "0"]
+
+    second = subprocess.run(
+        [sys.executable, *factory], env=env, capture_output=True, text=True, timeout=60
+    )
+
+    assert second.returncode != 0
+    assert "another jobnik server already serves" in second.stderr
+
+
+@SQLITE_ONLY
+def test_serve_with_several_workers_on_sqlite_is_refused(database_url: str) -> None:
+    result = CliRunner().invoke(
+        cli, ["serve", "--workers", "2"], env={"JOBNIK_DATABASE_URL": database_url}
+    )
+
+    assert result.exit_code != 0
+    assert "SQLite serves one process" in result.output
