@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from jobnik.api.middleware import REQUEST_ID_HEADER, REQUEST_ID_KEY
+from jobnik.api.schemas import ErrorBody
 from jobnik.domain.errors import (
     Busy,
     DatabaseError,
@@ -76,6 +77,24 @@ def status_for(route: str | None, exc: JobnikError) -> int:
         if cls in HTTP_STATUS:
             return HTTP_STATUS[cls]
     return 500
+
+
+def error_answers(
+    *errors: type[JobnikError] | tuple[type[JobnikError], str],
+) -> dict[int | str, dict[str, Any]]:
+    """A route's documented error answers (its OpenAPI `responses`): for each HTTP status, the
+    `code`s the route answers with it and what each means (the error's own message, or the
+    text paired with it)."""
+    by_status: dict[int, list[str]] = {}
+    for item in errors:
+        cls, meaning = item if isinstance(item, tuple) else (item, None)
+        exc = cls()
+        line = f"- `{exc.code}`: {meaning or exc.message}"
+        by_status.setdefault(status_for(None, exc), []).append(line)
+    return {
+        status: {"model": ErrorBody, "description": "\n".join(lines)}
+        for status, lines in sorted(by_status.items())
+    }
 
 
 def error_response(

@@ -72,8 +72,9 @@ def document_errors(app: FastAPI) -> None:
                 responses = operation.setdefault("responses", {})
                 responses.pop("422", None)  # FastAPI's; validation answers 400 here
                 for status in statuses_of(method, path, operation):
+                    declared = responses.get(str(status))  # the route's own codes, if it says
                     responses[str(status)] = {
-                        "description": STATUSES[status],
+                        "description": declared["description"] if declared else STATUSES[status],
                         "content": {"application/json": {"schema": ERROR_REF}},
                     }
                 if "503" in responses:

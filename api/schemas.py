@@ -142,10 +142,6 @@ class CreateTask(Traced):
     max_attempts: Annotated[int, Field(ge=1, le=INT32_MAX)] = 3
 
 
-class JobStatusChange(ApiModel):
-    status: Literal[JobStatus.PENDING, JobStatus.PAUSED, JobStatus.ABORTED]
-
-
 class StageStatusChange(ApiModel):
     status: Literal[StageStatus.PENDING]
 
@@ -194,10 +190,6 @@ class LogLineOut(OutModel):
 
 class Appended(OutModel):
     appended: int
-
-
-class PriorityChange(ApiModel):
-    priority: Priority
 
 
 # -- responses ----------------------------------------------------------------------------

@@ -13,10 +13,11 @@ from jobnik.domain.errors import InvalidRequest, ParentTaskNotRunning
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Session
 from jobnik.domain.principals import Actor, Principal
+from jobnik.domain.reruns import RerunCommands
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.domain.work import NO_TRACE, WorkCommands, command, utcnow
+from jobnik.domain.work import NO_TRACE, command, utcnow
 
 __all__ = ["NO_TRACE", "Jobnik", "NewJob", "NewStage", "NewTask", "utcnow"]
 
@@ -54,8 +55,10 @@ class NewTask:
     tracestate: str | None = None
 
 
-class Jobnik(WorkCommands, TokenCommands):
-    """The Jobnik contract's commands (jobnik-rules.md §3-§7 with §20), one transaction each."""
+class Jobnik(RerunCommands, TokenCommands):
+    """The Jobnik contract's commands (jobnik-rules.md §3-§7 with §20), one transaction each;
+    the worker's (WorkCommands), the operator's reruns (RerunCommands) and access management
+    (TokenCommands) besides."""
 
     # -- jobs -----------------------------------------------------------------------------
 
@@ -102,12 +105,20 @@ class Jobnik(WorkCommands, TokenCommands):
         return job
 
     @command
-    def set_job_status(self, job_id: UUID, target: JobStatus, *, by: Principal = Actor.API) -> Job:
-        """PENDING (resume/start), PAUSED or ABORTED; abort cascades (rules §20 #4)."""
+    def set_job_status(
+        self,
+        job_id: UUID,
+        target: JobStatus,
+        *,
+        by: Principal = Actor.API,
+        reason: str | None = None,
+    ) -> Job:
+        """PENDING (resume/start), PAUSED or ABORTED; abort cascades (rules §20 #4). `reason`
+        is recorded on the job's event."""
         now = self.clock()
         with self._write() as s:
             job = s.job(job_id)
-            job.request_status(target, now, actor=by)
+            job.request_status(target, now, reason, actor=by)
             if target in (JobStatus.PAUSED, JobStatus.ABORTED):
                 s.hold_queue(job.id)  # its queued tasks stop being dequeueable
             if target is not JobStatus.ABORTED:
@@ -133,12 +144,17 @@ class Jobnik(WorkCommands, TokenCommands):
 
     @command
     def change_priority(
-        self, job_id: UUID, priority: Priority, *, by: Principal = Actor.API
+        self,
+        job_id: UUID,
+        priority: Priority,
+        *,
+        by: Principal = Actor.API,
+        reason: str | None = None,
     ) -> bool:
         """False when the job already has that priority (the API answers 204)."""
         with self._write() as s:
             job = s.job(job_id)
-            changed = job.change_priority(priority, self.clock(), by)
+            changed = job.change_priority(priority, self.clock(), by, reason)
             if changed:
                 s.hold_queue(job.id)  # its queued tasks are re-ranked
             s.save(job)
@@ -155,11 +171,13 @@ class Jobnik(WorkCommands, TokenCommands):
         return job
 
     @command
-    def delete_job(self, job_id: UUID, *, by: Principal = Actor.API) -> None:
+    def delete_job(
+        self, job_id: UUID, *, by: Principal = Actor.API, reason: str | None = None
+    ) -> None:
         """Remove a final job from every read model; its events stay (rules §20 #8)."""
         with self._write() as s:
             job = s.job(job_id)
-            job.delete(self.clock(), by)
+            job.delete(self.clock(), by, reason)
             s.save(job)
 
     # -- stages ---------------------------------------------------------------------------

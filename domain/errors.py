@@ -62,6 +62,54 @@ class IllegalTaskTransition(IllegalTransition):
     code = "ILLEGAL_TASK_STATUS_TRANSITION"
 
 
+class RerunRefused(IllegalTransition):
+    """this cannot be rerun now"""
+
+    code = "RERUN_REFUSED"
+
+
+class JobNotRerunnable(RerunRefused):
+    """only a FAILED or ABORTED job is rerun (and only its tasks and stages are)"""
+
+    code = "JOB_NOT_RERUNNABLE"
+
+
+class StageNotRerunnable(RerunRefused):
+    """the stage has no FAILED or ABORTED task to rerun"""
+
+    code = "STAGE_NOT_RERUNNABLE"
+
+
+class TaskNotRerunnable(RerunRefused):
+    """only a FAILED or ABORTED task is rerun"""
+
+    code = "TASK_NOT_RERUNNABLE"
+
+
+class OtherTasksFailed(RerunRefused):
+    """other tasks of the stage FAILED or were ABORTED too: rerun the stage"""
+
+    code = "STAGE_HAS_OTHER_FAILED_TASKS"
+
+
+class EarlierStageNotCompleted(RerunRefused):
+    """an earlier stage of the job has not completed: rerun the job"""
+
+    code = "EARLIER_STAGE_NOT_COMPLETED"
+
+
+class LaterStageEnded(RerunRefused):
+    """a later stage of the job ended with it (aborted): rerun the job"""
+
+    code = "LATER_STAGE_ENDED"
+
+
+class RerunSkipsStages(RerunRefused):
+    """a rerun starts at the job's first unfinished stage or before it, never after"""
+
+    code = "STAGE_AFTER_FIRST_UNFINISHED"
+
+
 class InvalidRequest(JobnikError):
     """VALIDATION_ERROR"""
 
@@ -162,6 +210,12 @@ class ParentTaskNotRunning(InvalidRequest):
     """a child job's parent task must be IN_PROGRESS (its handler creates the children)"""
 
     code = "PARENT_TASK_NOT_IN_PROGRESS"
+
+
+class StageNotInJob(InvalidRequest):
+    """fromStageId names no stage of this job"""
+
+    code = "STAGE_NOT_IN_JOB"
 
 
 class UpdateConflict(JobnikError):

@@ -12,9 +12,10 @@ from jobnik.domain.errors import (
     JobFinishing,
     JobInFiniteState,
     JobNotInFiniteState,
+    JobNotRerunnable,
 )
 from jobnik.domain.principals import Actor, Principal
-from jobnik.domain.statuses import JOB_FINAL, JOB_TRANSITIONS, JobMode, Priority
+from jobnik.domain.statuses import JOB_FINAL, JOB_RERUNNABLE, JOB_TRANSITIONS, JobMode, Priority
 from jobnik.domain.statuses import JobStatus as S
 
 
@@ -150,6 +151,21 @@ class Job(Entity):
         def apply(self, job: Job) -> None:
             job.status, job.end_time = S.ABORTED, self.timestamp
 
+    class JobReopened(Entity.Event):
+        """A rerun gave the ended job work again, from `from_stage_id` (None: none reopened)."""
+
+        previous: str
+        status: str
+        from_stage_id: UUID | None
+        completed_stages: int
+        percentage: int
+        completing: bool
+
+        def apply(self, job: Job) -> None:
+            job.status, job.end_time = self.status, None
+            job.completed_stages, job.percentage = self.completed_stages, self.percentage
+            job.completing = self.completing
+
     class JobPriorityChanged(Entity.Event):
         previous: str
         priority: str
@@ -215,6 +231,9 @@ class Job(Entity):
     @property
     def normal_stages(self) -> int:
         return self.stage_count - self.completion_stages
+
+    def _percentage(self, completed_stages: int) -> int:
+        return (completed_stages * 100) // self.stage_count if self.stage_count else 0
 
     def check_accepts_work(self) -> None:
         """New stages or tasks: refused once the job is final, finishing or completing."""
@@ -303,14 +322,13 @@ class Job(Entity):
         """Count a completed stage; the job completes when every stage has (rules §5 R6) and
         it closes by itself (seed 004). Returns what `next_phase` says."""
         done = self.completed_stages + 1
-        percentage = (done * 100) // self.stage_count if self.stage_count else 0
         self._emit(
             self.JobProgressed,
             now,
             actor,
             stage_id=stage_id,
             completed_stages=done,
-            percentage=percentage,
+            percentage=self._percentage(done),
         )
         return self.next_phase(now, actor)
 
@@ -321,14 +339,48 @@ class Job(Entity):
         self._check(S.FAILED)
         self._emit(self.JobFailed, now, actor, "a stage failed", stage_id=stage_id)
 
+    def reopen(
+        self,
+        from_stage_id: UUID | None,
+        completed_stages: int,
+        completing: bool,
+        now: datetime,
+        actor: Principal,
+        reason: str | None,
+    ) -> None:
+        """FAILED or ABORTED → running again, with `completed_stages` still COMPLETED."""
+        if self.status not in JOB_RERUNNABLE:
+            raise JobNotRerunnable(f"job {self.id} is {self.status}")
+        self._emit(
+            self.JobReopened,
+            now,
+            actor,
+            reason,
+            previous=self.status,
+            status=str(S.IN_PROGRESS if self.started else S.PENDING),
+            from_stage_id=from_stage_id,
+            completed_stages=completed_stages,
+            percentage=self._percentage(completed_stages),
+            completing=completing,
+        )
+
     def change_priority(
-        self, priority: Priority, now: datetime, actor: Principal = Actor.API
+        self,
+        priority: Priority,
+        now: datetime,
+        actor: Principal = Actor.API,
+        reason: str | None = None,
     ) -> bool:
         """False (and no event) when the priority is already `priority`."""
         if self.priority == priority:
             return False
         self._emit(
-            self.JobPriorityChanged, now, actor, previous=self.priority, priority=str(priority)
+            self.JobPriorityChanged,
+            now,
+            actor,
+            reason,
+            previous=self.priority,
+            priority=str(priority),
         )
         return True
 
@@ -337,8 +389,10 @@ class Job(Entity):
     ) -> None:
         self._emit(self.JobUserMetadataReplaced, now, actor, user_metadata=user_metadata)
 
-    def delete(self, now: datetime, actor: Principal = Actor.API) -> None:
+    def delete(
+        self, now: datetime, actor: Principal = Actor.API, reason: str | None = None
+    ) -> None:
         """Only a final job can be deleted; its history stays in the event log."""
         if not self.is_final:
             raise JobNotInFiniteState
-        self._emit(self.JobDeleted, now, actor)
+        self._emit(self.JobDeleted, now, actor, reason)

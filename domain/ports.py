@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -55,6 +55,10 @@ class Session(Protocol):
     def queued_tasks(self, job_id: UUID) -> list[Task]:
         """The job's tasks waiting for a worker or for their child jobs (PENDING, RETRIED,
         DELEGATED): what an abort takes with it at once."""
+        ...
+
+    def tasks_in(self, stage_id: UUID, statuses: Collection[str]) -> list[Task]:
+        """The stage's tasks whose status is one of `statuses`, oldest first."""
         ...
 
     def children_of(self, task_id: UUID) -> list[Job]:

@@ -103,6 +103,17 @@ class Stage(Entity):
         def apply(self, stage: Stage) -> None:
             stage.status, stage.end_time = S.ABORTED, self.timestamp
 
+    class StageReopened(Entity.Event):
+        """A rerun gave the ended stage work again: `status` PENDING or IN_PROGRESS (its turn:
+        it runs now; IN_PROGRESS when it had started), or CREATED (it waits for its turn)."""
+
+        job_id: UUID
+        previous: str
+        status: str
+
+        def apply(self, stage: Stage) -> None:
+            stage.status, stage.end_time = self.status, None
+
     class StageUserMetadataReplaced(Entity.Event):
         user_metadata: dict[str, Any]
 
@@ -260,6 +271,26 @@ class Stage(Entity):
         if self.is_final:
             return
         self._emit(self.StageAborted, now, actor, reason, job_id=self.job_id, previous=self.status)
+
+    def reopen(self, runs: bool, now: datetime, actor: Principal, reason: str | None) -> None:
+        """A rerun reopens the ended stage: it runs now (`runs`: PENDING, or IN_PROGRESS when it
+        had started) or waits for its turn (CREATED). A completion stage always waits: the
+        job's completion phase releases it."""
+        if not self.is_final:
+            raise IllegalStageTransition(f"stage {self.id} is {self.status}: it has not ended")
+        if runs and not self.completion:
+            status = S.PENDING if self.start_time is None else S.IN_PROGRESS
+        else:
+            status = S.CREATED
+        self._emit(
+            self.StageReopened,
+            now,
+            actor,
+            reason,
+            job_id=self.job_id,
+            previous=self.status,
+            status=str(status),
+        )
 
     def replace_user_metadata(
         self, user_metadata: dict[str, Any], now: datetime, actor: Principal

@@ -115,3 +115,8 @@ TASK_ABORTABLE: Final = frozenset({T.PENDING, T.RETRIED, T.DELEGATED})
 DEFAULT_LEASE_SECONDS: Final = 30 * 60
 # Why a task failed or was retried: the run statistics count them apart.
 ERROR, TIMEOUT, FATAL = "error", "timeout", "fatal"
+# Reruns: the only way out of a final status (the tables above keep final statuses absorbing).
+# An operator reruns a FAILED or ABORTED job, or a FAILED or ABORTED task (alone or with its
+# stage); a job rerun also runs the tasks of the COMPLETED stages it reopens again.
+JOB_RERUNNABLE: Final = frozenset({J.FAILED, J.ABORTED})
+TASK_RERUNNABLE: Final = frozenset({T.FAILED, T.ABORTED})

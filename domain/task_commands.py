@@ -14,7 +14,7 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate
 
 from jobnik.domain.base import Entity
-from jobnik.domain.errors import Forbidden, IllegalTaskTransition, StaleAttempt
+from jobnik.domain.errors import Forbidden, IllegalTaskTransition, StaleAttempt, TaskNotRerunnable
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, ERROR, FATAL, TASK_FINAL, TASK_TRANSITIONS
 from jobnik.domain.statuses import TaskStatus as S
@@ -55,6 +55,7 @@ class TaskCommands:
         TaskFailed: type[Entity.Event]
         TaskReturned: type[Entity.Event]
         TaskAborted: type[Entity.Event]
+        TaskRerun: type[Entity.Event]
         TaskAttemptRefused: type[Entity.Event]
         TaskLogged: type[Entity.Event]
         TaskUserMetadataReplaced: type[Entity.Event]
@@ -263,6 +264,21 @@ class TaskCommands:
             stage_id=self.stage_id,
             previous=self.status,
             reported=str(reported) if reported else None,
+        )
+
+    def rerun(self, now: datetime, actor: Principal, reason: str | None) -> None:
+        """A final task (COMPLETED, FAILED, ABORTED) → PENDING; which ones a command reruns is
+        the command's choice (domain/reruns.py)."""
+        if not self.is_final:
+            raise TaskNotRerunnable(f"task {self.id} is {self.status}: it has not ended")
+        self._emit(
+            self.TaskRerun,
+            now,
+            actor,
+            reason,
+            stage_id=self.stage_id,
+            job_id=self.job_id,
+            previous=self.status,
         )
 
     def append_log(

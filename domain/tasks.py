@@ -185,6 +185,18 @@ class Task(TaskCommands, Entity):
         def apply(self, task: Task) -> None:
             task.status, task.end_time, task.lease_expires_at = S.ABORTED, self.timestamp, None
 
+    class TaskRerun(Entity.Event):
+        """An operator's rerun: queued again with a fresh attempt budget (`attempts` back to 0;
+        `attempt` keeps counting, so reports from earlier attempts stay stale)."""
+
+        stage_id: UUID
+        job_id: UUID
+        previous: str
+
+        def apply(self, task: Task) -> None:
+            task.status, task.attempts, task.end_time = S.PENDING, 0, None
+            task.lease_expires_at, task.result = None, None
+
     class TaskAttemptRefused(Entity.Event):
         """A report or heartbeat from an attempt that is no longer current: recorded, refused."""
 

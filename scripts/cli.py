@@ -221,22 +221,32 @@ def history_export(job_id: Annotated[str, typer.Argument(help="the job's id")]) 
 
 @app.command()
 def replay(job_id: Annotated[str, typer.Argument(help="the job's id")]) -> None:
-    """The job's timeline as a table: position, time, entity, event, actor, reason."""
+    """The job's timeline as a table: position, time, entity, event, actor, and its status
+    change and reason (pauses, aborts, reruns with the reason the operator gave)."""
     header = (
-        f"{'pos':>7}  {'time':<26}  {'entity':<6}  {'id':<8}  {'event':<24}  {'actor':<6}  reason"
+        f"{'pos':>7}  {'time':<29}  {'entity':<6}  {'id':<8}  {'event':<24}  {'actor':<6}  details"
     )
     typer.echo(header)
     typer.echo("-" * len(header))
     for e in _entries(job_id):
-        details = e.reason or ""
-        status = e.payload.get("status") or e.payload.get("previous")
-        if status and not details:
-            details = str(status)
+        details = _details(e.payload, e.reason)
         actor = f"{e.actor} ({e.actor_role})" if e.actor_role else e.actor
         typer.echo(
             f"{e.position:>7}  {e.time.isoformat(timespec='milliseconds'):<29}  {e.entity:<6}  "
             f"{str(e.entity_id)[:8]:<8}  {e.type:<24}  {actor:<6}  {details}"
         )
+
+
+def _details(payload: dict[str, object], reason: str | None) -> str:
+    """An event's status change (`previous → status`, as far as it has them) and its reason."""
+    previous, status = payload.get("previous"), payload.get("status")
+    if previous and status:
+        change = f"{previous} → {status}"
+    elif previous:
+        change = f"from {previous}"
+    else:
+        change = str(status or "")
+    return ": ".join(part for part in (change, reason) if part)
 
 
 def main() -> None:

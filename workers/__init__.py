@@ -11,7 +11,16 @@ from jobnik.workers.consumer import Consumer
 from jobnik.workers.context import TaskContext
 from jobnik.workers.errors import ApiError, FatalTaskError, TransportError
 from jobnik.workers.loop import Handler, Worker, WorkerStats
-from jobnik.workers.models import DELEGATED, ChildJob, Delegated, Heartbeat, Job, Stage, Task
+from jobnik.workers.models import (
+    DELEGATED,
+    ChildJob,
+    Delegated,
+    Heartbeat,
+    Job,
+    Rerun,
+    Stage,
+    Task,
+)
 from jobnik.workers.producer import Producer
 
 __all__ = [
@@ -27,6 +36,7 @@ __all__ = [
     "Job",
     "JobnikClient",
     "Producer",
+    "Rerun",
     "Stage",
     "Task",
     "TaskContext",

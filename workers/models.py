@@ -116,6 +116,28 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Rerun:
+    """What a rerun did: the job it reopened (and its status now), the stage it runs again from,
+    the stages it reopened and how many tasks it put back in the queue."""
+
+    job_id: str
+    job_status: str
+    from_stage_id: str | None
+    reopened_stages: list[str]
+    rerun_tasks: int
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Rerun:
+        return cls(
+            job_id=body["jobId"],
+            job_status=body["jobStatus"],
+            from_stage_id=body.get("fromStageId"),
+            reopened_stages=body.get("reopenedStages") or [],
+            rerun_tasks=body.get("rerunTasks", 0),
+        )
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """The server's answer to a heartbeat: the new lease, and whether the work was cancelled."""
 

@@ -6,11 +6,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from jobnik.workers.client import JobnikClient
-from jobnik.workers.models import Job, Stage, Task
+from jobnik.workers.models import Job, Rerun, Stage, Task
+
+
+def _with_reason(body: dict[str, Any], reason: str | None) -> dict[str, Any]:
+    return {**body, "reason": reason} if reason is not None else body
 
 
 class Producer:
-    """Creates jobs, stages and tasks, and pauses, resumes, aborts and re-prioritises jobs."""
+    """Creates jobs, stages and tasks; pauses, resumes, aborts, re-prioritises, deletes and
+    reruns them."""
 
     def __init__(self, client: JobnikClient | str, *, token: str | None = None) -> None:
         """`client`: a client, or the API's URL (then `token` is its bearer token, if any)."""
@@ -96,21 +101,52 @@ class Producer:
     def stage(self, stage_id: str) -> Stage:
         return Stage.from_json(self.client.get(f"/v1/stages/{stage_id}"))
 
-    def _status(self, job_id: str, status: str) -> None:
-        self.client.put(f"/v1/jobs/{job_id}/status", {"status": status})
+    def _status(self, job_id: str, status: str, reason: str | None) -> None:
+        self.client.put(f"/v1/jobs/{job_id}/status", _with_reason({"status": status}, reason))
 
-    def pause(self, job_id: str) -> None:
-        self._status(job_id, "PAUSED")
+    def pause(self, job_id: str, *, reason: str | None = None) -> None:
+        """`reason` (on every operator command here): recorded in the job's history."""
+        self._status(job_id, "PAUSED", reason)
 
-    def resume(self, job_id: str) -> None:
-        self._status(job_id, "PENDING")
+    def resume(self, job_id: str, *, reason: str | None = None) -> None:
+        self._status(job_id, "PENDING", reason)
 
-    def abort(self, job_id: str) -> None:
+    def abort(self, job_id: str, *, reason: str | None = None) -> None:
         """Cancel the job, its stages and queued tasks; running handlers are told to stop."""
-        self._status(job_id, "ABORTED")
+        self._status(job_id, "ABORTED", reason)
 
-    def set_priority(self, job_id: str, priority: str) -> None:
-        self.client.patch(f"/v1/jobs/{job_id}/priority", {"priority": priority})
+    def set_priority(self, job_id: str, priority: str, *, reason: str | None = None) -> None:
+        body = _with_reason({"priority": priority}, reason)
+        self.client.patch(f"/v1/jobs/{job_id}/priority", body)
+
+    def delete_job(self, job_id: str, *, reason: str | None = None) -> None:
+        """Delete a job that has ended; its history stays."""
+        params = {"reason": reason} if reason is not None else None
+        self.client.request("DELETE", f"/v1/jobs/{job_id}", params=params)
+
+    def rerun_task(self, task_id: str, *, reason: str | None = None) -> Rerun:
+        """Run a FAILED or ABORTED task again with a fresh attempt budget (its stage and job
+        reopen); refused (ApiError) while other tasks of its stage failed: rerun the stage."""
+        return Rerun.from_json(
+            self.client.post(f"/v1/tasks/{task_id}/rerun", _with_reason({}, reason))
+        )
+
+    def rerun_stage(self, stage_id: str, *, reason: str | None = None) -> Rerun:
+        """Run every FAILED and ABORTED task of the stage again; the stage and its job reopen."""
+        return Rerun.from_json(
+            self.client.post(f"/v1/stages/{stage_id}/rerun", _with_reason({}, reason))
+        )
+
+    def rerun_job(
+        self, job_id: str, *, from_stage_id: str | None = None, reason: str | None = None
+    ) -> Rerun:
+        """Run a FAILED or ABORTED job again from its first unfinished stage, or from the
+        earlier stage `from_stage_id` (whose tasks, and those of the stages after it that had
+        completed, all run again)."""
+        body = _with_reason({}, reason)
+        if from_stage_id is not None:
+            body["fromStageId"] = from_stage_id
+        return Rerun.from_json(self.client.post(f"/v1/jobs/{job_id}/rerun", body))
 
     def release_stage(self, stage_id: str) -> None:
         """Move a WAITING (or CREATED) stage to PENDING once the previous stage completed."""

@@ -73,10 +73,16 @@ async def _stream(
     terminal: Callable[[], int | None] | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """Poll `read(after)`; each event is an SSE message whose id is its log position. With
-    `terminal` (the position of the job's terminal event, if any) the stream ends after that
-    event, and at once when it resumes at or past it. The stream also ends once `by`'s token is
-    revoked or expires (checked at every poll)."""
+    `terminal` (the position of the job's latest terminal event while the job is ended) the
+    stream ends after that event, and at once when it resumes at or past it; a rerun's events
+    may follow a terminal event, and are streamed up to the next end. The stream also ends once
+    `by`'s token is revoked or expires (checked at every poll)."""
     access: Access = request.app.state.access
+
+    async def ended() -> bool:  # the job has ended at or before what was streamed
+        end = await run_in_threadpool(terminal) if terminal is not None else None
+        return end is not None and end <= after
+
     while not await request.is_disconnected():
         if not await run_in_threadpool(access.still_valid, by):
             return
@@ -84,13 +90,11 @@ async def _stream(
         for e in page.items:
             yield {"id": str(e.position), "event": e.type, "data": render_event(e)}
             after = e.position
-            if terminal is not None and e.terminal:
+            if e.terminal and await ended():
                 return
         if not page.items:
-            if terminal is not None:
-                end = await run_in_threadpool(terminal)
-                if end is not None and end <= after:
-                    return
+            if await ended():
+                return
             await asyncio.sleep(POLL_SECONDS)
 
 
@@ -103,7 +107,8 @@ async def job_stream(
     last_event_id: LastEventId = None,
     after: After = 0,
 ) -> EventSourceResponse:
-    """The job's events live (SSE); resumes after Last-Event-ID; ends after its terminal event."""
+    """The job's events live (SSE); resumes after Last-Event-ID; ends once the job's latest
+    event is a terminal one (COMPLETED, FAILED, ABORTED; a rerun reopens it: stream again)."""
     await run_in_threadpool(audit.job_history, job_id, 0, 1)  # 404 before the stream starts
     start = _start(after, last_event_id)
     return EventSourceResponse(

@@ -15,6 +15,17 @@ from jobnik.api.deps import (
     ViewsDep,
     reject_unknown_query,
 )
+from jobnik.api.errors import error_answers
+from jobnik.api.operator_schemas import (
+    JOB_NOT_ENDED,
+    MALFORMED,
+    REASON_MAX,
+    REASON_TEXT,
+    JobRerunRequest,
+    JobStatusChange,
+    PriorityChange,
+    RerunOut,
+)
 from jobnik.api.pages import PagingDep, answer, page_schema, render_one
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import (
@@ -23,12 +34,17 @@ from jobnik.api.schemas import (
     DateTimeQuery,
     JobName,
     JobOut,
-    JobStatusChange,
     Message,
-    PriorityChange,
     StageOut,
 )
 from jobnik.domain.application import NewJob, NewStage
+from jobnik.domain.errors import (
+    IllegalJobTransition,
+    JobNotFound,
+    JobNotInFiniteState,
+    RerunSkipsStages,
+    StageNotInJob,
+)
 from jobnik.domain.ports import Summary
 from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import JobStatus, Priority
@@ -39,6 +55,8 @@ router = APIRouter(
     prefix="/v1", tags=["jobs"], dependencies=[Depends(authorize), Depends(reject_unknown_query)]
 )
 
+JobId = Annotated[UUID, Path(alias="jobId")]
+NO_JOB = (JobNotFound, "no such job (or it was deleted)")
 ReturnStages = Annotated[bool, Query(alias="should_return_stages")]
 ReturnTasks = Annotated[bool, Query(alias="should_return_tasks")]
 Metadata = Annotated[dict[str, Any], Body()]
@@ -94,9 +112,7 @@ def create_job(
 
 
 @router.post("/jobs/{jobId}/finish", status_code=202, openapi_extra=needs(P.PRODUCE))
-def finish_job(
-    jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")], by: PrincipalDep
-) -> JobOut:
+def finish_job(jobnik: JobnikDep, job_id: JobId, by: PrincipalDep) -> JobOut:
     """jobnik (seed 004): no new stages or tasks from now on (FINISHING); the job completes,
     through its completion stages if it has any, once its work is done. Repeating it is a
     no-op; a job that has ended is refused."""
@@ -106,7 +122,7 @@ def finish_job(
 @router.get("/jobs/{jobId}", response_model=JobOut, openapi_extra=needs(P.READ))
 def get_job(
     views: ViewsDep,
-    job_id: Annotated[UUID, Path(alias="jobId")],
+    job_id: JobId,
     should_return_stages: ReturnStages = False,
     as_of: AsOfQuery = None,
 ) -> Response:
@@ -115,21 +131,27 @@ def get_job(
     return render_one(lambda: JobOut.of(job), f"job {job_id}")
 
 
-@router.delete("/jobs/{jobId}", openapi_extra=needs(P.OPERATE))
+@router.delete(
+    "/jobs/{jobId}",
+    responses=error_answers(
+        MALFORMED, (JobNotInFiniteState, "the job has not ended: it cannot be deleted"), NO_JOB
+    ),
+    openapi_extra=needs(P.OPERATE),
+)
 def delete_job(
-    jobnik: JobnikDep, job_id: Annotated[UUID, Path(alias="jobId")], by: PrincipalDep
+    jobnik: JobnikDep,
+    job_id: JobId,
+    by: PrincipalDep,
+    reason: Annotated[str | None, Query(max_length=REASON_MAX, description=REASON_TEXT)] = None,
 ) -> Message:
     """Delete a COMPLETED, FAILED or ABORTED job; its history stays in the event log."""
-    jobnik.delete_job(job_id, by=by)
+    jobnik.delete_job(job_id, by=by, reason=reason)
     return Message(code="JOB_DELETED_SUCCESSFULLY")
 
 
 @router.patch("/jobs/{jobId}/user-metadata", openapi_extra=needs(P.PRODUCE))
 def update_user_metadata(
-    jobnik: JobnikDep,
-    job_id: Annotated[UUID, Path(alias="jobId")],
-    body: Metadata,
-    by: PrincipalDep,
+    jobnik: JobnikDep, job_id: JobId, body: Metadata, by: PrincipalDep
 ) -> Message:
     """Replace the job's user metadata (any status)."""
     jobnik.replace_job_user_metadata(job_id, body, by=by)
@@ -138,39 +160,71 @@ def update_user_metadata(
 
 @router.patch(
     "/jobs/{jobId}/priority",
-    responses={204: {"description": "unchanged; header Reason says why"}},
+    responses={
+        204: {"description": "unchanged; header Reason says why"},
+        **error_answers(MALFORMED, NO_JOB),
+    },
     openapi_extra=needs(P.PRODUCE),
 )
 def update_job_priority(
-    jobnik: JobnikDep,
-    job_id: Annotated[UUID, Path(alias="jobId")],
-    body: PriorityChange,
-    by: PrincipalDep,
+    jobnik: JobnikDep, job_id: JobId, body: PriorityChange, by: PrincipalDep
 ) -> Any:
-    """Change the job's priority; 204 with a Reason header when it is already that priority."""
-    if not jobnik.change_priority(job_id, body.priority, by=by):
+    """Change the job's priority; 204 with a Reason header when it is already that priority.
+    jobnik: `reason` is recorded on the change's event."""
+    if not jobnik.change_priority(job_id, body.priority, by=by, reason=body.reason):
         return Response(
             status_code=204, headers={"Reason": "PRIORITY_CANNOT_BE_UPDATED_TO_SAME_VALUE"}
         )
     return Message(code="JOB_MODIFIED_SUCCESSFULLY")
 
 
-@router.put("/jobs/{jobId}/status", openapi_extra=needs(P.PRODUCE))
+@router.put(
+    "/jobs/{jobId}/status",
+    responses=error_answers(
+        MALFORMED,
+        (IllegalJobTransition, "the job's status does not allow it (e.g. it has ended)"),
+        NO_JOB,
+    ),
+    openapi_extra=needs(P.PRODUCE),
+)
 def update_status(
-    jobnik: JobnikDep,
-    job_id: Annotated[UUID, Path(alias="jobId")],
-    body: JobStatusChange,
-    by: PrincipalDep,
+    jobnik: JobnikDep, job_id: JobId, body: JobStatusChange, by: PrincipalDep
 ) -> Message:
-    """PENDING (resume), PAUSED or ABORTED; abort cascades to stages and queued tasks."""
-    jobnik.set_job_status(job_id, JobStatus(body.status), by=by)
+    """PENDING (resume), PAUSED or ABORTED; abort cascades to stages and queued tasks.
+    jobnik: `reason` is recorded on the job's event."""
+    jobnik.set_job_status(job_id, JobStatus(body.status), by=by, reason=body.reason)
     return Message(code="JOB_MODIFIED_SUCCESSFULLY")
+
+
+@router.post(
+    "/jobs/{jobId}/rerun",
+    responses=error_answers(
+        MALFORMED,
+        (StageNotInJob, "fromStageId names no stage of this job"),
+        JOB_NOT_ENDED,
+        RerunSkipsStages,
+        NO_JOB,
+    ),
+    openapi_extra=needs(P.OPERATE),
+)
+def rerun_job(
+    jobnik: JobnikDep,
+    job_id: JobId,
+    by: PrincipalDep,
+    body: Annotated[JobRerunRequest | None, Body()] = None,
+) -> RerunOut:
+    """jobnik: a FAILED or ABORTED job runs again from its first unfinished stage, or from the
+    earlier stage `fromStageId` names; that stage and the ended stages after it reopen. A
+    reopened stage that had completed runs all its tasks again, any other its FAILED and
+    ABORTED ones, each with a fresh attempt budget. Answers what the rerun did."""
+    body = body or JobRerunRequest()
+    return RerunOut.of(jobnik.rerun_job(job_id, body.from_stage_id, by=by, reason=body.reason))
 
 
 @router.get("/jobs/{jobId}/stages", openapi_extra=needs(P.READ))
 def get_stages_by_job_id(
     views: ViewsDep,
-    job_id: Annotated[UUID, Path(alias="jobId")],
+    job_id: JobId,
     should_return_tasks: ReturnTasks = False,
 ) -> list[StageOut]:
     """The job's stages in order."""
@@ -182,7 +236,7 @@ def get_stages_by_job_id(
 )
 def add_stage(
     jobnik: JobnikDep,
-    job_id: Annotated[UUID, Path(alias="jobId")],
+    job_id: JobId,
     body: CreateStage,
     incoming: TraceDep,
     once: OnceDep,

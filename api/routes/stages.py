@@ -16,6 +16,14 @@ from jobnik.api.deps import (
     ViewsDep,
     reject_unknown_query,
 )
+from jobnik.api.errors import error_answers
+from jobnik.api.operator_schemas import (
+    JOB_NOT_ENDED,
+    MALFORMED,
+    STAGE_NOT_CURRENT,
+    RerunOut,
+    RerunRequest,
+)
 from jobnik.api.pages import PagingDep, answer, page_schema, render_one, task_name
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import (
@@ -28,7 +36,7 @@ from jobnik.api.schemas import (
     TaskOut,
 )
 from jobnik.domain.application import NewTask
-from jobnik.domain.errors import TooManyTasks
+from jobnik.domain.errors import StageNotFound, StageNotRerunnable, TooManyTasks
 from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import StageStatus
 
@@ -104,6 +112,30 @@ def update_stage_status(
     """Release a CREATED or WAITING stage (PENDING) once the previous stage has completed."""
     jobnik.release_stage(stage_id, by=by)
     return Message(code="STAGE_MODIFIED_SUCCESSFULLY")
+
+
+@router.post(
+    "/stages/{stageId}/rerun",
+    responses=error_answers(
+        MALFORMED,
+        StageNotRerunnable,
+        JOB_NOT_ENDED,
+        *STAGE_NOT_CURRENT,
+        (StageNotFound, "no such stage (a deleted job's stages are gone)"),
+    ),
+    openapi_extra=needs(P.OPERATE),
+)
+def rerun_stage(
+    jobnik: JobnikDep,
+    stage_id: StageId,
+    by: PrincipalDep,
+    body: Annotated[RerunRequest | None, Body()] = None,
+) -> RerunOut:
+    """jobnik: run every FAILED and ABORTED task of the stage again, each with a fresh attempt
+    budget; the stage and its job reopen. The stage must be the job's current one (else rerun
+    the job). Answers what the rerun did."""
+    reason = (body or RerunRequest()).reason
+    return RerunOut.of(jobnik.rerun_stage(stage_id, by=by, reason=reason))
 
 
 @router.get(

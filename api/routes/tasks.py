@@ -8,7 +8,15 @@ from uuid import UUID
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 
 from jobnik.api.deps import AsOfQuery, JobnikDep, ViewsDep, reject_unknown_query
+from jobnik.api.errors import error_answers
 from jobnik.api.history_schemas import ChildJobOut
+from jobnik.api.operator_schemas import (
+    JOB_NOT_ENDED,
+    MALFORMED,
+    STAGE_NOT_CURRENT,
+    RerunOut,
+    RerunRequest,
+)
 from jobnik.api.pages import PagingDep, answer, page_schema, render_one, task_name
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import (
@@ -24,6 +32,7 @@ from jobnik.api.schemas import (
     TaskOut,
     TaskStatusChange,
 )
+from jobnik.domain.errors import OtherTasksFailed, TaskNotFound, TaskNotRerunnable
 from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import TaskStatus
 
@@ -132,3 +141,28 @@ def append_logs(jobnik: JobnikDep, task_id: TaskId, body: LogLines, by: Principa
 def get_logs(views: ViewsDep, task_id: TaskId) -> list[LogLineOut]:
     """The task's log lines, oldest first."""
     return [LogLineOut(time=t, attempt=a, line=line) for t, a, line in views.task_logs(task_id)]
+
+
+@router.post(
+    "/tasks/{taskId}/rerun",
+    responses=error_answers(
+        MALFORMED,
+        TaskNotRerunnable,
+        OtherTasksFailed,
+        JOB_NOT_ENDED,
+        *STAGE_NOT_CURRENT,
+        (TaskNotFound, "no such task (a deleted job's tasks are gone)"),
+    ),
+    openapi_extra=needs(P.OPERATE),
+)
+def rerun_task(
+    jobnik: JobnikDep,
+    task_id: TaskId,
+    by: PrincipalDep,
+    body: Annotated[RerunRequest | None, Body()] = None,
+) -> RerunOut:
+    """jobnik: run a FAILED or ABORTED task again, with a fresh attempt budget; its stage and
+    job reopen. The other tasks of the stage must not have failed (rerun the stage), and the
+    stage must be the job's current one (else rerun the job). Answers what the rerun did."""
+    reason = (body or RerunRequest()).reason
+    return RerunOut.of(jobnik.rerun_task(task_id, by=by, reason=reason))

@@ -22,7 +22,8 @@ Delegation (inferred from the events of the job's tasks):
     TaskRedispatched                     IN_PROGRESS every child ended: the task runs again
     then the job's own events            COMPLETED / FAILED as above
 
-A job with several delegating tasks shows the latest of these.
+A job with several delegating tasks shows the latest of these. A rerun (JobReopened) moves a
+FAILED or ABORTED job back to PENDING or IN_PROGRESS.
 
 "Most recent job" is the job of that name created last (highest log position of its
 JobCreated). `lastInteraction` is the time of the latest status event (creation included) of any
@@ -52,6 +53,7 @@ STATUS_AFTER: Final[Mapping[type, Callable[[Any], str | None]]] = {
     Job.JobCompleted: lambda e: JobStatus.COMPLETED.value,
     Job.JobFailed: lambda e: JobStatus.FAILED.value,
     Job.JobAborted: lambda e: JobStatus.ABORTED.value,
+    Job.JobReopened: lambda e: str(e.status),
     Task.TaskDelegated: lambda e: "DELEGATING",
     Task.TaskChildEnded: lambda e: "WAITING" if e.open_children else None,
     Task.TaskRedispatched: lambda e: JobStatus.IN_PROGRESS.value,
@@ -161,7 +163,7 @@ class LastStatus(CatchUpProjection):
     """lastStatus, lastInteraction and counts by status per job name."""
 
     name = "last_status"
-    version = 2  # 2: DELEGATING and WAITING
+    version = 3  # 2: DELEGATING and WAITING; 3: reruns (JobReopened)
     tables = (NAMES, JOBS, COUNTS)
     keys = {NAMES: ("name",), JOBS: ("job_id",), COUNTS: ("name", "status")}
     events = tuple(STATUS_AFTER)

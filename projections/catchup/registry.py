@@ -33,7 +33,9 @@ class InlineProjection:
     """The inline read models as one projection; its rows come from `inline.project.project`."""
 
     name = "inline"
-    version = 1  # bump when inline/project.py or inline/history.py changes what they write
+    # Bump when inline/ (project.py, task_ops.py, history.py) changes what it writes.
+    # 2: a FAILED stage's or job's queued tasks stay in the queue, closed; reruns.
+    version = 2
     tables: tuple[str, ...] = TABLES
     keys: Final = {t: tuple(c.strip() for c in PRIMARY_KEYS[t].split(",")) for t in TABLES}
     topics: tuple[str, ...] = ()  # every event

@@ -1,7 +1,8 @@
 """Run statistics per job (job run counters), per stage and summed over the job.
 
 Counters, per stage (a stage is one worker's step of the job):
-- created: TaskCreated, plus every TaskRetried (a retry counts as a new task);
+- created: TaskCreated, plus every TaskRetried (a retry counts as a new task) and every
+  TaskRerun (an operator's rerun: a new run of the task, beside the outcome of the last one);
 - successful: TaskCompleted;
 - retried_after_error / retried_after_timeout: TaskRetried with cause error / timeout (a handler
   failure, or a lease that ran out and was swept: a missing keep-alive);
@@ -18,7 +19,9 @@ Times: a stage's start_time is its StageStarted (its first dequeue), its end_tim
 latest task outcome (completed, retried, failed or aborted). The job's start_time is JobStarted,
 its end_time its COMPLETED/FAILED/ABORTED. After the job ends:
 created == successful + retried* + failed* + canceled + obsolete (+ tasks still IN_PROGRESS).
-The rows stay when the job is deleted (`deleted` becomes true): they are history.
+The rows stay when the job is deleted (`deleted` becomes true): they are history. A rerun
+(JobReopened) takes the job back out of its end: status again, no end_time, no obsolete tasks
+(they are queued for it again), and the invariant holds again once it ends again.
 
 The fold is pure and its changes commute within their kind (counter deltas add up, times and
 statuses are last-writer-wins in log order), so a batch folds to one statement per row.
@@ -156,10 +159,12 @@ STEP: Final[dict[type, Callable[[Changes, Any], None]]] = {
     Job.JobCreated: _job_created,
     Job.JobResumed: lambda c, e: c.set_job(e.originator_id, status=str(e.status)),
     **{t: _job_status(status) for t, status in JOB_STATUS.items()},
+    Job.JobReopened: lambda c, e: c.set_job(e.originator_id, status=e.status, end_time=None),
     Job.JobDeleted: lambda c, e: c.set_job(e.originator_id, deleted=True),
     Stage.StageAdded: _stage_added,
     Stage.StageStarted: lambda c, e: c.set_stage(e.originator_id, start_time=e.timestamp),
     Task.TaskCreated: lambda c, e: c.add(e.stage_id, CREATED),
+    Task.TaskRerun: lambda c, e: c.add(e.stage_id, CREATED),
     Task.TaskDequeued: lambda c, e: c.add(e.stage_id, DEQUEUED),
     Task.TaskReturned: lambda c, e: c.add(e.stage_id, RETURNED),
     Task.TaskCompleted: lambda c, e: c.ended(e.stage_id, SUCCESSFUL, e.timestamp),
@@ -181,6 +186,7 @@ EVENTS: Final = (
     Job.JobCompleted,
     Job.JobFailed,
     Job.JobAborted,
+    Job.JobReopened,
     Job.JobDeleted,
     Stage.StageAdded,
     Stage.StageStarted,
@@ -191,6 +197,7 @@ EVENTS: Final = (
     Task.TaskRetried,
     Task.TaskFailed,
     Task.TaskAborted,
+    Task.TaskRerun,
 )
 
 INSERT_JOB: Final = (
@@ -215,7 +222,7 @@ class RunStats(CatchUpProjection):
     """Run counters and times per job and per stage."""
 
     name = "run_stats"
-    version = 1
+    version = 2  # 2: reruns (JobReopened, TaskRerun)
     per_job = True  # rows per job and per stage, written by that job's events alone
     tables = (JOBS, STAGES)
     keys = {JOBS: ("job_id",), STAGES: ("stage_id",)}

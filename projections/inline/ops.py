@@ -59,3 +59,12 @@ class IndexEvent:
 
 
 Op = Insert | Update | Add | Delete | Enqueue | IndexEvent
+
+
+def own_row(table: str, event: Any, values: Mapping[str, Any]) -> Update:
+    """SET `values` on the row of the event's own aggregate, with its version and update time."""
+    return Update(
+        table,
+        {"id": event.originator_id},
+        {"version": event.originator_version, "update_time": event.timestamp, **values},
+    )

@@ -113,18 +113,24 @@ class Audit:
         return Page(items, items[-1].position if len(items) == limit else None)
 
     def terminal_position(self, job_id: UUID) -> int | None:
-        """The log position of the job's terminal event; None while it has none."""
-        names = {f"t{i}": get_topic(cls) for i, cls in enumerate(TERMINAL)}
+        """The log position of the job's latest terminal event while the job is ended; None
+        while it runs (it never ended, or a rerun reopened it after its last end)."""
+        ends = {f"t{i}": get_topic(cls) for i, cls in enumerate(TERMINAL)}
+        reopened = get_topic(Job.JobReopened)
         with self.store.cursor(write=False) as cur:
             rows = cur.raw_all(
-                f"SELECT MAX(j.position) AS position FROM job_events_v1 j "
-                f"JOIN {self.events} e ON e.{self.position} = j.position "
+                "SELECT MAX(CASE WHEN e.topic = "
+                f"{self.p('r')} THEN 0 ELSE j.position END) AS ended, "
+                f"MAX(CASE WHEN e.topic = {self.p('r')} THEN j.position ELSE 0 END) AS reopened "
+                f"FROM job_events_v1 j JOIN {self.events} e ON e.{self.position} = j.position "
                 f"WHERE j.job_id = {self.p('j')} "
-                f"AND e.topic IN ({', '.join(self.p(n) for n in names)})",
-                {"j": self.store.dialect.dump("job_id", job_id), **names},
+                f"AND e.topic IN ({', '.join(self.p(n) for n in [*ends, 'r'])})",
+                {"j": self.store.dialect.dump("job_id", job_id), "r": reopened, **ends},
             )
-        found = rows[0]["position"] if rows else None
-        return int(found) if found is not None else None
+        ended = rows[0]["ended"] if rows else None
+        if not ended or int(ended) < int(rows[0]["reopened"] or 0):
+            return None
+        return int(ended)
 
     def feed(
         self,

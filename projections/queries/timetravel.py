@@ -18,7 +18,7 @@ from jobnik.domain.ports import Summary
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.projections.inline.project import SUMMARY_KEY
+from jobnik.projections.inline.task_ops import SUMMARY_KEY
 from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.results import JobView, StageView
 

@@ -9,7 +9,7 @@ sessions (sqlite.py) and every backend's read sessions. PostgreSQL's write sessi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, cast
 from uuid import UUID
@@ -134,9 +134,10 @@ class SqlSession:
 
     # -- queries (under the writer lock) ------------------------------------------------------
 
-    def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
+    def _rows(self, name: str, statuses: str = "", **params: Any) -> list[dict[str, Any]]:
         self.lock()
-        return self.cur.all(self.d.sql(name), params)
+        sql = self.d.sql(name, statuses=statuses) if statuses else self.d.sql(name)
+        return self.cur.all(sql, params)
 
     def stage_at(self, job_id: UUID, order: int) -> Stage | None:
         rows = self._rows("stage_at", job_id=self.d.dump("job_id", job_id), o=order)
@@ -148,6 +149,14 @@ class SqlSession:
 
     def queued_tasks(self, job_id: UUID) -> list[Task]:
         rows = self._rows("queued_tasks_of_job", job_id=self.d.dump("job_id", job_id))
+        return [cast(Task, self._remember(task_from_row(r))) for r in rows]
+
+    def tasks_in(self, stage_id: UUID, statuses: Collection[str]) -> list[Task]:
+        wanted = {f"st{i}": str(status) for i, status in enumerate(sorted(statuses))}
+        marks = ", ".join(self.d.param(k) for k in wanted)
+        rows = self._rows(
+            "tasks_of_stage_in", marks, stage_id=self.d.dump("stage_id", stage_id), **wanted
+        )
         return [cast(Task, self._remember(task_from_row(r))) for r in rows]
 
     def children_of(self, task_id: UUID) -> list[Job]:

@@ -46,6 +46,10 @@ def _requests(t: Targets) -> dict[str, Request]:
         "update_user_metadata": ("PATCH", f"{job}/user-metadata", {"a": 1}),
         "update_job_priority": ("PATCH", f"{job}/priority", {"priority": "HIGH"}),
         "update_status": ("PUT", f"{job}/status", {"status": "PAUSED"}),
+        # (reruns of what has not ended: refused after the permission check, changing nothing)
+        "rerun_job": ("POST", f"{job}/rerun", {"reason": "matrix"}),
+        "rerun_stage": ("POST", f"{stage}/rerun", None),
+        "rerun_task": ("POST", f"{task}/rerun", None),
         "get_stages_by_job_id": ("GET", f"{job}/stages", None),
         "add_stage": ("POST", f"{job}/stage", {"type": "more", "data": {}}),
         "get_stages": ("GET", "/v1/stages", None),

@@ -36,3 +36,41 @@ def test_a_stream_resumed_before_the_terminal_event_ends_after_it(api: Api) -> N
     ids = stream(api, job["id"], str(history[0]["position"]))
 
     assert ids == [str(e["position"]) for e in history[1:]]
+
+
+def test_a_stream_ends_at_the_abort_though_a_late_report_follows_it(api: Api) -> None:
+    job = api.create_job()
+    stage = api.add_stage(job["id"])
+    api.add_tasks(stage["id"])
+    task = api.dequeue(stage["type"])
+    api.set_job_status(job["id"], "ABORTED")
+    api.report(task["id"], "COMPLETED")  # recorded after the abort, moves nothing
+    history = api.http.get(f"/v1/jobs/{job['id']}/history").json()["items"]
+    types = [e["type"] for e in history]
+    aborted = types.index("JobAborted")
+    assert aborted < len(types) - 1
+
+    ids = stream(api, job["id"], str(history[0]["position"]))
+
+    assert ids == [str(e["position"]) for e in history[1 : aborted + 1]]
+
+
+def test_a_stream_resumed_at_a_failure_a_rerun_reopened_goes_on_to_the_next_end(
+    api: Api,
+) -> None:
+    job = api.create_job()
+    stage = api.add_stage(job["id"])
+    api.add_tasks(stage["id"], maxAttempts=1)
+    api.run_task(stage["type"], "FAILED")
+    failed = api.http.get(f"/v1/jobs/{job['id']}/history").json()["items"][-1]
+    assert failed["type"] == "JobFailed"
+    assert api.http.post(f"/v1/jobs/{job['id']}/rerun").status_code == 200
+    api.run_task(stage["type"], "COMPLETED")
+    history = api.http.get(f"/v1/jobs/{job['id']}/history").json()["items"]
+    after = [e for e in history if e["position"] > failed["position"]]
+
+    ids = stream(api, job["id"], str(failed["position"]))
+
+    assert "JobReopened" in [e["type"] for e in after]
+    assert after[-1]["type"] == "JobCompleted"
+    assert ids == [str(e["position"]) for e in after]

@@ -254,14 +254,15 @@ def test_an_inline_version_bump_is_rebuilt_at_start_up_before_serving(
         store = client.app.state.store  # type: ignore[attr-defined]
         with store.cursor(write=True) as cur:  # a row the old code got wrong
             cur.execute("UPDATE jobs_v1 SET percentage = 42")
-    monkeypatch.setattr(INLINE, "version", 2)
+    bumped = INLINE.version + 1
+    monkeypatch.setattr(INLINE, "version", bumped)
 
     with serve(http_env) as client:
         store = client.app.state.store  # type: ignore[attr-defined]
         inline = registered(store, "inline")
         job = client.get(f"/v1/jobs/{job_id}").json()
 
-    assert (inline.built_version, inline.stale) == (2, False)
+    assert (inline.built_version, inline.stale) == (bumped, False)
     assert inline.rebuilt_at is not None
     assert job["percentage"] == 0
 
@@ -274,7 +275,7 @@ def test_with_rebuild_on_start_off_a_version_bump_is_only_reported(
         store = client.app.state.store  # type: ignore[attr-defined]
         with store.cursor(write=True) as cur:
             cur.execute("UPDATE jobs_v1 SET percentage = 42")
-    monkeypatch.setattr(INLINE, "version", 2)
+    monkeypatch.setattr(INLINE, "version", INLINE.version + 1)
     monkeypatch.setattr(LastStatus, "version", LastStatus.version + 1)
 
     with serve({**http_env, "JOBNIK_REBUILD_ON_START": "off"}) as client:

@@ -8,8 +8,10 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
 from jobnik.api.main import app_from_env
+from jobnik.scripts.cli import app as cli
 
 from .conftest import SpawnServer
 
@@ -221,3 +223,68 @@ def test_the_global_sse_feed_resumes_from_last_event_id(
                 break
 
     assert [int(e["id"]) for e in got] == list(range(4, total + 1))
+
+
+def failed_then_rerun(http: Any, stage_type: str) -> tuple[dict[str, Any], int]:
+    """A one-task job that failed, then its task rerun with a reason; returns the job and the
+    position of its JobFailed."""
+    job = http.post("/v1/jobs", json={"name": "rerun", "data": {}}).json()
+    stage = http.post(f"/v1/jobs/{job['id']}/stage", json={"type": stage_type, "data": {}}).json()
+    http.post(f"/v1/stages/{stage['id']}/tasks", json=[{"data": {}, "maxAttempts": 1}])
+    task = http.patch(f"/v1/stages/{stage_type}/tasks/dequeue").json()
+    http.put(f"/v1/tasks/{task['id']}/status", json={"status": "FAILED"})
+    failed = history(http, job["id"])["items"][-1]
+    assert failed["type"] == "JobFailed"
+    r = http.post(f"/v1/tasks/{task['id']}/rerun", json={"reason": "input fixed"})
+    assert r.status_code == 200, r.text
+    return job, failed["position"]
+
+
+def test_a_jobs_stream_carries_its_reruns_and_ends_at_its_latest_end(
+    database_url: str, spawn_server: SpawnServer
+) -> None:
+    server = spawn_server(database_url, env={"JOBNIK_SWEEP_INTERVAL": "0"})
+    api = httpx.Client(base_url=server.url, timeout=30)
+    job, failed_at = failed_then_rerun(api, "again")
+    reopened: list[dict[str, str]] = []
+    listening = threading.Event()
+
+    def listen() -> None:  # connected while the job runs again: ends at its JobCompleted
+        with api.stream("GET", f"/v1/jobs/{job['id']}/stream", params={"after": failed_at}) as r:
+            listening.set()
+            reopened.extend(sse_events("".join(r.iter_text())))
+
+    listener = threading.Thread(target=listen)
+    listener.start()
+    assert listening.wait(20)
+    task = api.patch("/v1/stages/again/tasks/dequeue").json()
+    api.put(f"/v1/tasks/{task['id']}/status", json={"status": "COMPLETED"})
+    listener.join(20)
+    with api.stream("GET", f"/v1/jobs/{job['id']}/stream") as r:
+        everything = sse_events("".join(r.iter_text()))  # from the start: past the JobFailed
+
+    kinds = [e["event"] for e in everything]
+    assert kinds.index("JobFailed") < kinds.index("JobReopened")
+    assert kinds[-1] == "JobCompleted"
+    assert [e["event"] for e in reopened][:3] == ["JobReopened", "StageReopened", "TaskRerun"]
+    assert reopened == everything[len(everything) - len(reopened) :]
+    assert [e["position"] for e in history(api, job["id"], limit=1000)["items"]] == [
+        int(e["id"]) for e in everything
+    ]
+
+
+def test_replay_prints_each_rerun_with_its_status_change_and_reason(
+    client: TestClient, database_url: str
+) -> None:
+    job, _ = failed_then_rerun(client, "replayed")
+
+    result = CliRunner().invoke(
+        cli, ["replay", job["id"]], env={"JOBNIK_DATABASE_URL": database_url}
+    )
+
+    assert result.exit_code == 0, result.output
+    lines = {line.split()[4]: line for line in result.output.splitlines()[2:]}
+    assert lines["JobReopened"].endswith("api     FAILED → IN_PROGRESS: input fixed")
+    assert lines["StageReopened"].endswith("FAILED → IN_PROGRESS: input fixed")
+    assert lines["TaskRerun"].endswith("from FAILED: input fixed")
+    assert lines["JobFailed"].endswith("a stage failed")

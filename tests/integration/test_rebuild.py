@@ -29,6 +29,7 @@ def snapshot(store: SqlStore) -> dict[str, list[dict[str, Any]]]:
 def random_workload(jobnik: Jobnik, rng: random.Random, steps: int) -> dict[str, int]:
     jobs: list[Any] = []
     stages: list[Any] = []
+    failed: list[Any] = []  # tasks reported FAILED: what reruns mostly pick from
     done: dict[str, int] = {}
 
     def attempt(name: str, command: Any) -> None:
@@ -79,8 +80,22 @@ def random_workload(jobnik: Jobnik, rng: random.Random, steps: int) -> dict[str,
                 if rng.random() < 0.85:
                     status = TaskStatus.COMPLETED if rng.random() < 0.8 else TaskStatus.FAILED
                     jobnik.report_task(task.id, status)
+                    if status == TaskStatus.FAILED:
+                        failed.append(task)
 
             attempt("work", work)
+        elif roll < 0.66 and stages:
+            kind, stage = rng.choice(["task", "stage", "job"]), rng.choice(stages)
+            task = rng.choice(failed[-5:]) if failed and rng.random() < 0.8 else None
+            if kind == "task" and task is not None:
+                attempt("rerun_task", lambda t=task: jobnik.rerun_task(t.id, reason="rerun"))
+            elif kind == "stage":
+                stage_id = task.stage_id if task is not None else stage.id
+                attempt("rerun_stage", lambda s=stage_id: jobnik.rerun_stage(s))
+            else:  # an aborted job's too; from its first unfinished stage, or from `stage`
+                job_id = task.job_id if task is not None else stage.job_id
+                start = stage.id if rng.random() < 0.3 else None
+                attempt("rerun_job", lambda j=job_id, s=start: jobnik.rerun_job(j, s))
         elif roll < 0.7 and stages:
             stage = rng.choice(stages)
             attempt("release", lambda stage=stage: jobnik.release_stage(stage.id))
@@ -148,6 +163,7 @@ def test_rebuilt_read_models_equal_their_live_twins_row_for_row(
     assert snapshot(store) == live
     assert done.get("work", 0) > 25  # the workload did real work
     assert done.get("delete", 0) > 0
+    assert done.get("rerun_job", 0) + done.get("rerun_stage", 0) + done.get("rerun_task", 0) > 0
     assert live["tasks_v1"]
     assert len(live["tokens_v1"]) == 4
     assert {t["holder"] for t in live["tasks_v1"]} == {None, "tiler"}
@@ -215,8 +231,31 @@ def test_a_rebuild_leaves_the_tables_and_indexes_the_migrations_made(
 ODD = ["plain", "", "NULL", "a\tb\nc", 'quote " and \\ backslash', "{braces,comma}", "ünï ✓"]
 
 
+def rerun_workload(jobnik: Jobnik) -> None:
+    """Each kind of rerun at least once: a failed task (its queued siblings reopened with it),
+    a stage, an aborted job from an earlier stage, and a rerun that fails again."""
+    kind = "rerun"
+    job = jobnik.create_job(NewJob(name="reruns", data={}))
+    first, second = (jobnik.add_stage(job.id, NewStage(type=kind, data={})) for _ in "12")
+    jobnik.add_tasks(first.id, [NewTask(data={"i": i}, max_attempts=1) for i in range(3)])
+    jobnik.add_tasks(second.id, [NewTask(data={}, max_attempts=1)])
+    task = jobnik.dequeue(kind)
+    jobnik.report_task(task.id, TaskStatus.FAILED)
+    jobnik.rerun_task(task.id, reason="again")
+    jobnik.report_task(jobnik.dequeue(kind).id, TaskStatus.FAILED)  # the stage fails anew
+    jobnik.rerun_stage(first.id)
+    for _ in range(3):
+        jobnik.report_task(jobnik.dequeue(kind).id, TaskStatus.COMPLETED)
+    jobnik.dequeue(kind)  # the second stage's task, held when the job is aborted
+    jobnik.set_job_status(job.id, JobStatus.ABORTED)
+    jobnik.rerun_job(job.id, first.id, reason="from the top")
+    jobnik.report_task(jobnik.dequeue(kind).id, TaskStatus.COMPLETED)
+
+
 def busy_workload(jobnik: Jobnik, rng: random.Random, steps: int) -> None:
-    """random_workload, plus leases, heartbeats, hand-backs, logs and awkward strings."""
+    """random_workload and reruns, plus leases, heartbeats, hand-backs, logs and awkward
+    strings."""
+    rerun_workload(jobnik)
     random_workload(jobnik, rng, steps)
     for kind in TYPES:  # work for the loop below, whatever the random part left
         job = jobnik.create_job(NewJob(name="busy", data={"odd": ODD}))

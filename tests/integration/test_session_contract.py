@@ -155,6 +155,21 @@ class SessionContract:
         assert taken.id == tasks[0].id
         assert queued == in_queue_order(tasks[1:])
 
+    def test_a_stages_tasks_are_found_by_status_in_creation_order(
+        self, store: Store, app: Jobnik
+    ) -> None:
+        _, stage, tasks = job_with_tasks(app, "by status", 3)
+        taken = app.dequeue("by status")
+
+        with store.session(write=True) as s:
+            waiting = [t.id for t in s.tasks_in(stage.id, {"PENDING"})]
+            running = [t.id for t in s.tasks_in(stage.id, {"IN_PROGRESS", "COMPLETED"})]
+            none = s.tasks_in(stage.id, {"FAILED"})
+
+        assert waiting == in_queue_order([t for t in tasks if t.id != taken.id])
+        assert running == [taken.id]
+        assert none == []
+
     def test_a_summary_counts_its_stage_tasks_and_sees_the_sessions_own_saves(
         self, store: Store, app: Jobnik
     ) -> None:

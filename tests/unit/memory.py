@@ -9,7 +9,7 @@ it on success only, as a transaction would.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, cast
@@ -172,6 +172,13 @@ class MemorySession:
             r
             for r in self.tables.where(TASKS, {"job_id": job_id})
             if r["status"] in ("PENDING", "RETRIED", "DELEGATED")
+        ]
+        rows.sort(key=lambda r: (r["creation_time"], str(r["id"])))
+        return [cast(Task, self._remember(r, task_from_row)) for r in rows]
+
+    def tasks_in(self, stage_id: UUID, statuses: Collection[str]) -> list[Task]:
+        rows = [
+            r for r in self.tables.where(TASKS, {"stage_id": stage_id}) if r["status"] in statuses
         ]
         rows.sort(key=lambda r: (r["creation_time"], str(r["id"])))
         return [cast(Task, self._remember(r, task_from_row)) for r in rows]

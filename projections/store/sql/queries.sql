@@ -31,6 +31,11 @@ SELECT * FROM stages_v1 WHERE job_id = %(job_id)s ORDER BY stage_order;
 SELECT * FROM tasks_v1 WHERE job_id = %(job_id)s
     AND status IN ('PENDING', 'RETRIED', 'DELEGATED') ORDER BY creation_time, id;
 
+-- name: tasks_of_stage_in
+-- {statuses}: the placeholders of the statuses wanted.
+SELECT * FROM tasks_v1 WHERE stage_id = %(stage_id)s AND status IN ({statuses})
+    ORDER BY creation_time, id;
+
 -- name: jobs_of_parent_task
 SELECT * FROM jobs_v1 WHERE parent_task_id = %(t)s ORDER BY creation_time, id;
 

@@ -138,6 +138,39 @@ class Commands(RuleBasedStateMachine):
         job = data.draw(st.sampled_from(self.jobs))
         self.attempt(lambda: self.jobnik.set_job_status(job, wanted))
 
+    @precondition(lambda self: self.jobs)
+    @rule(data=st.data(), kind=st.sampled_from(["task", "stage", "job", "job from a stage"]))
+    def rerun(self, data: st.DataObject, kind: str) -> None:
+        """An operator's rerun: the one command allowed to take something out of a final
+        status, and only within the job it reruns."""
+        ended = {"FAILED", "ABORTED"}  # mostly what a rerun takes, sometimes anything
+        jobs = [j for j in self.jobs if self.status(JOBS, j) in ended] or self.jobs
+        job = data.draw(st.sampled_from(jobs if data.draw(st.booleans()) else self.jobs))
+        stages = [r["id"] for r in self.store.tables.where(STAGES, {"job_id": job})]
+        tasks = [r["id"] for r in self.store.tables.where(TASKS, {"job_id": job})]
+        tasks = [t for t in tasks if self.status(TASKS, t) in ended] or tasks
+        if kind == "task" and tasks:
+            task = data.draw(st.sampled_from(tasks))
+            self.attempt(lambda: self.jobnik.rerun_task(task, reason="stateful"))
+        elif kind == "stage" and stages:
+            stage = data.draw(st.sampled_from(stages))
+            self.attempt(lambda: self.jobnik.rerun_stage(stage))
+        elif kind == "job from a stage" and stages:
+            stage = data.draw(st.sampled_from(stages))
+            self.attempt(lambda: self.jobnik.rerun_job(job, from_stage_id=stage))
+        else:
+            self.attempt(lambda: self.jobnik.rerun_job(job))
+        for key in [k for k in self.final if k[1] == job or self.job_of(*k) == job]:
+            del self.final[key]  # (what a refused rerun left alone is seen final again next)
+
+    def status(self, table: str, id: UUID) -> str | None:
+        row = self.store.tables.maybe(table, id=id)
+        return None if row is None else str(row["status"])
+
+    def job_of(self, table: str, id: UUID) -> UUID | None:
+        row = self.store.tables.maybe(table, id=id)
+        return None if row is None else row["id"] if table == JOBS else row["job_id"]
+
     def queue_type(self, task_id: UUID) -> str:
         [row] = self.store.tables.where("queue_v1", {"task_id": task_id})
         kind: str = row["stage_type"]
@@ -156,7 +189,7 @@ class Commands(RuleBasedStateMachine):
             assert all(s[c] >= 0 for c in SUMMARY_COUNTERS)
 
     @invariant()
-    def terminal_states_never_change(self) -> None:
+    def terminal_states_change_only_by_a_rerun(self) -> None:
         for table, finals in FINAL_BY_TABLE.items():
             for row in self.store.tables.rows[table]:
                 key = (table, row["id"])
@@ -178,6 +211,27 @@ class Commands(RuleBasedStateMachine):
                     assert row["end_time"] >= (row["start_time"] or created)
                 elif table != TASKS or row["status"] != TaskStatus.RETRIED:
                     assert row["status"] not in FINAL_BY_TABLE[table]
+
+    @invariant()
+    def what_has_not_ended_holds_no_failed_or_aborted_part(self) -> None:
+        """A stage still open has no FAILED or ABORTED task, a job still open no FAILED or
+        ABORTED stage: reruns reopen whole what they reopen."""
+        ended = {"FAILED", "ABORTED"}
+        for parent, child, key in ((STAGES, TASKS, "stage_id"), (JOBS, STAGES, "job_id")):
+            open_ids = {
+                r["id"]
+                for r in self.store.tables.rows[parent]
+                if r["status"] not in FINAL_BY_TABLE[parent]
+            }
+            for row in self.store.tables.rows[child]:
+                assert not (row[key] in open_ids and row["status"] in ended), (child, row["id"])
+
+    @invariant()
+    def a_jobs_completed_stages_are_counted(self) -> None:
+        for job in self.store.tables.rows[JOBS]:
+            stages = self.store.tables.where(STAGES, {"job_id": job["id"]})
+            done = sum(1 for s in stages if s["status"] == "COMPLETED")
+            assert job["completed_stages"] == done, job["id"]
 
     @invariant()
     def at_most_one_stage_of_a_job_is_active(self) -> None:

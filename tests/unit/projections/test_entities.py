@@ -8,6 +8,7 @@ import pytest
 from eventsourcing.domain import Aggregate
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.domain.errors import TaskNotRerunnable
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.principals import Actor
@@ -200,13 +201,22 @@ def _ended_job(status: JobStatus) -> tuple[Job, Any]:
     return job, only_event(job)
 
 
-@pytest.mark.parametrize("status", [JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.ABORTED])
+@pytest.mark.parametrize("status", [JobStatus.COMPLETED, JobStatus.ABORTED])
 def test_a_job_that_ends_leaves_the_queue(status: JobStatus) -> None:
     job, event = _ended_job(status)
 
     assert entity_ops(event, POSITION) == [
         Update(JOBS, {"id": job.id}, stamp(event, status=status.value, end_time=at(5))),
         Delete(QUEUE, {"job_id": job.id}),
+    ]
+
+
+def test_a_failed_job_closes_its_queued_tasks_for_a_rerun() -> None:
+    job, event = _ended_job(JobStatus.FAILED)
+
+    assert entity_ops(event, POSITION) == [
+        Update(JOBS, {"id": job.id}, stamp(event, status="FAILED", end_time=at(5))),
+        Update(QUEUE, {"job_id": job.id}, {"job_open": False}),
     ]
 
 
@@ -315,13 +325,22 @@ def _ended_stage(status: str) -> tuple[Stage, Any]:
     return stage, only_event(stage)
 
 
-@pytest.mark.parametrize("status", ["COMPLETED", "FAILED", "ABORTED"])
+@pytest.mark.parametrize("status", ["COMPLETED", "ABORTED"])
 def test_a_stage_that_ends_leaves_the_queue(status: str) -> None:
     stage, event = _ended_stage(status)
 
     assert entity_ops(event, POSITION) == [
         Update(STAGES, {"id": stage.id}, stamp(event, status=status, end_time=at(5))),
         Delete(QUEUE, {"stage_id": stage.id}),
+    ]
+
+
+def test_a_failed_stage_closes_its_queued_tasks_for_a_rerun() -> None:
+    stage, event = _ended_stage("FAILED")
+
+    assert entity_ops(event, POSITION) == [
+        Update(STAGES, {"id": stage.id}, stamp(event, status="FAILED", end_time=at(5))),
+        Update(QUEUE, {"stage_id": stage.id}, {"stage_open": False}),
     ]
 
 
@@ -333,6 +352,89 @@ def test_stage_user_metadata_is_replaced_whole() -> None:
     assert entity_ops(event, POSITION) == [
         Update(STAGES, {"id": stage.id}, stamp(event, user_metadata={"b": 2}))
     ]
+
+
+# -- reruns -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "now"), [(JobStatus.FAILED, "IN_PROGRESS"), (JobStatus.ABORTED, "PENDING")]
+)
+def test_a_reopened_job_runs_again_and_opens_its_queued_tasks(status: JobStatus, now: str) -> None:
+    job = job_in(status)  # (the aborted one had not started)
+    job.reopen(None, 0, False, at(9), Actor.API, "again")
+    event = only_event(job)
+
+    assert entity_ops(event, POSITION) == [
+        Update(
+            JOBS,
+            {"id": job.id},
+            stamp(
+                event,
+                status=now,
+                end_time=None,
+                completed_stages=0,
+                percentage=0,
+                completing=False,
+            ),
+        ),
+        Update(QUEUE, {"job_id": job.id}, {"job_open": True}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("runs", "status", "open_"), [(True, "IN_PROGRESS", True), (False, "CREATED", False)]
+)
+def test_a_reopened_stage_runs_or_waits_for_its_turn(runs: bool, status: str, open_: bool) -> None:
+    stage = stage_in(StageStatus.FAILED)
+    stage.reopen(runs, at(9), Actor.API, None)
+    event = only_event(stage)
+
+    assert entity_ops(event, POSITION) == [
+        Update(STAGES, {"id": stage.id}, stamp(event, status=status, end_time=None)),
+        Update(QUEUE, {"stage_id": stage.id}, {"stage_open": open_}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "counter"),
+    [
+        (TaskStatus.FAILED, "failed"),
+        (TaskStatus.ABORTED, "aborted"),
+        (TaskStatus.COMPLETED, "completed"),
+    ],
+)
+def test_a_rerun_task_is_queued_again_with_a_fresh_budget(status: TaskStatus, counter: str) -> None:
+    task = task_in(status, max_attempts=2)
+    task.rerun(at(9), Actor.API, "again")
+    event = only_event(task)
+
+    assert entity_ops(event, POSITION) == [
+        Update(
+            TASKS,
+            {"id": task.id},
+            stamp(
+                event,
+                status="PENDING",
+                attempts=0,
+                end_time=None,
+                lease_expires_at=None,
+                result=None,
+            ),
+        ),
+        Add(SUMMARIES, {"stage_id": task.stage_id}, {counter: -1, "pending": 1}),
+        Enqueue(task.id, task.stage_id, POSITION),
+    ]
+
+
+@pytest.mark.parametrize("status", [TaskStatus.PENDING, TaskStatus.IN_PROGRESS, TaskStatus.RETRIED])
+def test_a_task_that_has_not_ended_is_not_rerun(status: TaskStatus) -> None:
+    task = task_in(status)
+
+    with pytest.raises(TaskNotRerunnable):
+        task.rerun(at(9), Actor.API, None)
+
+    assert task.collect_events() == []
 
 
 # -- tasks ----------------------------------------------------------------------------------
