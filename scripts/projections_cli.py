@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from rich.progress import Task
     from rich.text import Text
 
+    from jobnik.api.settings import Settings
     from jobnik.projections.store.base import SqlStore
 
 projections = typer.Typer(
@@ -27,13 +28,15 @@ Name = Annotated[
 ]
 
 
-def open_store() -> SqlStore:
-    """The store the environment's settings name, migrated."""
+def open_store(settings: Settings | None = None) -> SqlStore:
+    """The store the settings (by default the environment's) name, migrated."""
     from jobnik.api.settings import Settings
-    from jobnik.projections.store.base import SqlStore
+    from jobnik.projections.startup import migrate
+    from jobnik.projections.store.backends import open_store as open_database
 
-    store = SqlStore(Settings().library_env())
-    store.migrate()
+    settings = settings or Settings()
+    store = open_database(settings.library_env())
+    migrate(store, settings.rebuild_processes)
     return store
 
 
@@ -123,14 +126,16 @@ def status_command() -> None:
 def rebuild_command(name: Name = None) -> None:
     """Rebuild blue/green: fresh tables from the log while the API serves the old ones, then an
     atomic swap (writers wait only for the swap)."""
+    from jobnik.api.settings import Settings
     from jobnik.projections.rebuild.bluegreen import RebuildBusy, rebuild
 
     names = _names(name)
-    store = open_store()
+    settings = Settings()
+    store = open_store(settings)
     started = time.perf_counter()
     try:
         with _progress("rebuild") as show:
-            count = rebuild(store, show, names=names)
+            count = rebuild(store, show, names=names, processes=settings.rebuild_processes)
     except RebuildBusy as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(3) from exc
@@ -146,14 +151,16 @@ def rebuild_command(name: Name = None) -> None:
 @projections.command("verify")
 def verify_command(name: Name = None) -> None:
     """Replay into shadow tables and list every row that differs from the live one (exit 1)."""
+    from jobnik.api.settings import Settings
     from jobnik.projections.rebuild.bluegreen import RebuildBusy
     from jobnik.projections.rebuild.verify import verify
 
     names = _names(name)
-    store = open_store()
+    settings = Settings()
+    store = open_store(settings)
     try:
         with _progress("verify") as show:
-            differences = verify(store, show, names=names)
+            differences = verify(store, show, names=names, processes=settings.rebuild_processes)
     except RebuildBusy as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(3) from exc
