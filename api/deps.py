@@ -6,7 +6,6 @@ pool, a thread hop (about 0.2 ms of CPU here) per dependency per request for a l
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Final
 
@@ -15,6 +14,7 @@ from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel
 
 from jobnik.api.idempotency import IdempotencyKeys, fingerprint
+from jobnik.api.schemas import TRACEPARENT_RE, TRACESTATE_RE
 from jobnik.api.settings import Settings
 from jobnik.api.telemetry.tracing import current_traceparent
 from jobnik.domain.application import NO_TRACE, Jobnik
@@ -22,11 +22,6 @@ from jobnik.domain.errors import InvalidRequest
 from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.timetravel import AsOf
 from jobnik.projections.queries.views import Views
-
-TRACEPARENT_RE: Final = re.compile(r"^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$")
-TRACESTATE_RE: Final = re.compile(
-    r"^[a-z0-9][a-z0-9_\-*/]*=[^,=]+(?:,[a-z0-9][a-z0-9_\-*/]*=[^,=]+)*$"
-)
 
 
 async def get_jobnik(request: Request) -> Jobnik:

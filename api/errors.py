@@ -204,8 +204,9 @@ def install(app: FastAPI) -> None:
             rid,
             extra={"action": "unhandled_error", "request_id": rid},
         )
-        code = "DATABASE_RELATED_ERROR" if _is_database_error(exc) else "UNKNOWN_ERROR"
-        return error_response(500, "Internal Server Error", code, {REQUEST_ID_HEADER: rid})
+        return error_response(
+            500, "Internal Server Error", "UNKNOWN_ERROR", {REQUEST_ID_HEADER: rid}
+        )
 
 
 def _methods_of(request: Request) -> list[str]:
@@ -216,8 +217,3 @@ def _methods_of(request: Request) -> list[str]:
         if match != Match.NONE:
             methods.update(getattr(route, "methods", None) or ())
     return sorted(methods)
-
-
-def _is_database_error(exc: BaseException) -> bool:
-    module = type(exc).__module__
-    return module.startswith(("psycopg", "sqlite3", "eventsourcing"))

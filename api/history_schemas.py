@@ -19,7 +19,7 @@ from jobnik.domain.statuses import JobMode, JobStatus
 from jobnik.projections.catchup.last_status import JobDefinition, JobLink
 from jobnik.projections.catchup.run_stats import Counts, JobStatistics
 from jobnik.projections.queries.audit import Entry, Page
-from jobnik.projections.queries.views import ChildJob
+from jobnik.projections.queries.results import ChildJob
 
 
 class JobLinkOut(OutModel):

@@ -21,23 +21,23 @@ from jobnik.api.positions import note_written
 from jobnik.domain.errors import IdempotencyKeyReused
 from jobnik.domain.work import run_retrying
 from jobnik.projections.store.base import SqlStore
-from jobnik.projections.store.schema import IDEMPOTENCY_KEYS
 
 DEFAULT_TTL: Final = 24 * 3600.0
+IDEMPOTENCY_KEYS: Final = "jobnik_idempotency_keys"
 
 SELECT_KEY: Final = (
-    f"SELECT fingerprint, status, body, position FROM {IDEMPOTENCY_KEYS} "
+    "SELECT fingerprint, status, body, position FROM jobnik_idempotency_keys "
     "WHERE idempotency_key = {key}"
 )
 INSERT_KEY: Final = (
-    f"INSERT INTO {IDEMPOTENCY_KEYS} "
+    "INSERT INTO jobnik_idempotency_keys "
     "(idempotency_key, fingerprint, status, body, position, created_at) "
     "VALUES ({key}, {fingerprint}, {status}, {body}, {position}, {created_at})"
 )
 DELETE_EXPIRED_KEY: Final = (
-    f"DELETE FROM {IDEMPOTENCY_KEYS} WHERE idempotency_key = {{key}} AND created_at < {{cutoff}}"
+    "DELETE FROM jobnik_idempotency_keys WHERE idempotency_key = {key} AND created_at < {cutoff}"
 )
-DELETE_EXPIRED: Final = f"DELETE FROM {IDEMPOTENCY_KEYS} WHERE created_at < {{cutoff}}"
+DELETE_EXPIRED: Final = "DELETE FROM jobnik_idempotency_keys WHERE created_at < {cutoff}"
 
 
 def fingerprint(method: str, path: str, body: bytes) -> str:

@@ -34,9 +34,10 @@ from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.catchup_views import CatchUpViews
 from jobnik.projections.queries.tokens import TokenViews
 from jobnik.projections.queries.views import Views
-from jobnik.projections.rebuild.bluegreen import rebuild
+from jobnik.projections.rebuild.bluegreen import rebuild, rebuild_outdated
+from jobnik.projections.startup import migrate
+from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
-from jobnik.projections.store.leader import LeaderLock
 
 log = logging.getLogger(__name__)
 
@@ -169,15 +170,25 @@ def projections_at_start(store: SqlStore, settings: Settings) -> CatchUpRunner |
                 extra={"action": "projection_stale", "projection": s.name},
             )
     if mode == "auto" and outdated(store, [INLINE]):  # re-checked under the rebuild lock
-        rebuild(store, names=[INLINE.name], only_outdated=True, wait=3600)
+        rebuild(
+            store,
+            names=[INLINE.name],
+            only_outdated=True,
+            wait=3600,
+            processes=settings.rebuild_processes,
+        )
     if settings.catchup_interval <= 0:
         return None
     return CatchUpRunner(
         store,
         CATCH_UP,
-        LeaderLock(store, "catchup"),
+        store.leader_lock("catchup"),
         interval=settings.catchup_interval,
-        rebuild_stale=mode == "auto",
+        rebuild=(
+            (lambda p: rebuild_outdated(store, p.name, settings.rebuild_processes))
+            if mode == "auto"
+            else None
+        ),
     )
 
 
@@ -194,18 +205,18 @@ def app_from_settings(settings: Settings) -> FastAPI:
     )
     if telemetry.provider is not None:
         instrument_database(telemetry.provider)  # before the store opens its connections
-    store = SqlStore(settings.library_env())
+    store = open_store(settings.library_env())
     try:
         store.claim_server()
     except StoreInUse:
         store.close()
         raise
-    store.migrate()
+    migrate(store, settings.rebuild_processes)
     jobnik = Jobnik(store, lease_seconds=settings.lease_seconds)
     keys = IdempotencyKeys(store, settings.idempotency_ttl)
     interval = settings.sweep_interval
     sweeper = (
-        Sweeper(jobnik, LeaderLock(store, "sweeper"), interval, purge=keys.purge)
+        Sweeper(jobnik, store.leader_lock("sweeper"), interval, purge=keys.purge)
         if interval > 0
         else None
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 from uuid import UUID
 
 from fastapi import Response
@@ -22,14 +22,18 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from jobnik.api.deps import TRACEPARENT_RE, TRACESTATE_RE
 from jobnik.api.readable import if_asked
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.projections.queries.views import JobView, StageView
+from jobnik.projections.queries.results import JobView, StageView
 
+# W3C trace context headers, as a request may carry them (here and in the body).
+TRACEPARENT_RE: Final = re.compile(r"^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$")
+TRACESTATE_RE: Final = re.compile(
+    r"^[a-z0-9][a-z0-9_\-*/]*=[^,=]+(?:,[a-z0-9][a-z0-9_\-*/]*=[^,=]+)*$"
+)
 TRACEPARENT, TRACESTATE = TRACEPARENT_RE.pattern, TRACESTATE_RE.pattern
 
 JobName = Annotated[str, Field(min_length=2, max_length=50)]

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 
-from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS
+from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS
 from jobnik.projections.store.config import library_env
 
 PREFIX = "JOBNIK_"

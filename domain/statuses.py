@@ -35,7 +35,7 @@ class TaskStatus(StrEnum):
     FAILED = "FAILED"
     RETRIED = "RETRIED"
     ABORTED = "ABORTED"
-    DELEGATED = "DELEGATED"  # jobnik: waiting for its child jobs (seed 001), then re-queued
+    DELEGATED = "DELEGATED"  # jobnik: waiting for its child jobs (delegation), then re-queued
 
 
 class JobMode(StrEnum):
@@ -65,9 +65,9 @@ J, S, T = JobStatus, StageStatus, TaskStatus
 
 JOB_TRANSITIONS: Final[Mapping[JobStatus, frozenset[JobStatus]]] = {
     J.CREATED: frozenset({J.PENDING, J.PAUSED, J.ABORTED}),
-    # PENDING → COMPLETED: a finished job with no work left (seed 004's finish).
+    # PENDING → COMPLETED: a finished job with no work left (finish).
     J.PENDING: frozenset({J.IN_PROGRESS, J.PAUSED, J.COMPLETED, J.ABORTED}),
-    # COMPLETED/FAILED from PAUSED: a paused job still completes (reports are facts).
+    # COMPLETED/FAILED from PAUSED: a paused job still completes.
     J.IN_PROGRESS: frozenset({J.PAUSED, J.COMPLETED, J.FAILED, J.ABORTED}),
     J.PAUSED: frozenset({J.PENDING, J.IN_PROGRESS, J.COMPLETED, J.FAILED, J.ABORTED}),
     J.COMPLETED: frozenset(),
@@ -89,7 +89,7 @@ TASK_TRANSITIONS: Final[Mapping[TaskStatus, frozenset[TaskStatus]]] = {
     T.CREATED: frozenset({T.PENDING, T.ABORTED}),
     T.PENDING: frozenset({T.IN_PROGRESS, T.ABORTED}),
     # IN_PROGRESS → PENDING: a worker hands an unfinished task back (jobnik's addition)
-    # IN_PROGRESS → DELEGATED: the handler created child jobs and waits for them (seed 001)
+    # IN_PROGRESS → DELEGATED: the handler created child jobs and waits for them (delegation)
     T.IN_PROGRESS: frozenset({T.PENDING, T.COMPLETED, T.FAILED, T.RETRIED, T.ABORTED, T.DELEGATED}),
     T.RETRIED: frozenset({T.IN_PROGRESS, T.ABORTED}),
     # DELEGATED → PENDING: every child job ended; the task is re-dispatched
@@ -103,13 +103,18 @@ JOB_FINAL: Final = frozenset({J.COMPLETED, J.FAILED, J.ABORTED})
 STAGE_FINAL: Final = frozenset({S.COMPLETED, S.FAILED, S.ABORTED})
 TASK_FINAL: Final = frozenset({T.COMPLETED, T.FAILED, T.ABORTED})
 
-# A task can be dequeued only while its job and its stage are in one of these (rules §6).
+# A task can be dequeued only while its job and its stage are in one of these: the rule the
+# queue read model keeps (projections/inline/queue.py).
 JOB_DEQUEUEABLE: Final = frozenset({J.PENDING, J.IN_PROGRESS})
 STAGE_DEQUEUEABLE: Final = frozenset({S.PENDING, S.IN_PROGRESS})
 TASK_QUEUED: Final = frozenset({T.PENDING, T.RETRIED})
 # Tasks a job's abort takes with it at once (IN_PROGRESS ones end with their worker's report).
 TASK_ABORTABLE: Final = frozenset({T.PENDING, T.RETRIED, T.DELEGATED})
 
+# A dequeue's lease when the client names none, for clients that never heartbeat.
+DEFAULT_LEASE_SECONDS: Final = 30 * 60
+# Why a task failed or was retried: the run statistics count them apart.
+ERROR, TIMEOUT, FATAL = "error", "timeout", "fatal"
 # Reruns: the only way out of a final status (the tables above keep final statuses absorbing).
 # An operator reruns a FAILED or ABORTED job, or a FAILED or ABORTED task (alone or with its
 # stage); a job rerun also runs the tasks of the COMPLETED stages it reopens again.

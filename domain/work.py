@@ -25,8 +25,14 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Session, Store
 from jobnik.domain.principals import Actor, Principal, Role
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import JobStatus, StageStatus, TaskStatus
-from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS, TIMEOUT, Task
+from jobnik.domain.statuses import (
+    DEFAULT_LEASE_SECONDS,
+    TIMEOUT,
+    JobStatus,
+    StageStatus,
+    TaskStatus,
+)
+from jobnik.domain.tasks import Task
 
 NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"
 

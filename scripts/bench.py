@@ -82,6 +82,8 @@ from jobnik.domain.errors import (
 )
 from jobnik.domain.statuses import TaskStatus
 from jobnik.domain.work import conflicts_retried
+from jobnik.projections.startup import migrate
+from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
 from jobnik.scripts import bench_floor
@@ -182,32 +184,36 @@ def suite_database(backend: str, pg_url: str, tmp: Path) -> Iterator[str]:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-class CountingStore(SqlStore):
-    """The store, counting write sessions and those that began while another was open.
+class CountingStore:
+    """A store whose write sessions are counted, and those that began while another was open.
 
     SQLite write sessions hold the writer lock from BEGIN IMMEDIATE, so there a session that
     begins while another is open waits for it: that count is the number of lock waits.
     PostgreSQL write sessions run their loads side by side and queue only for the short locked
-    end (the hot-stage figure samples pg_locks for those waits instead)."""
+    end (the hot-stage figure samples pg_locks for those waits instead). Everything else is the
+    store's."""
 
-    def __init__(self, env: dict[str, str]) -> None:
-        super().__init__(env)
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
         self._mutex = threading.Lock()
         self.active = self.writes = self.waits = 0
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
     @contextmanager
-    def _transaction(self, write: bool) -> Iterator[Any]:
+    def session(self, *, write: bool) -> Iterator[Any]:
         if not write:
-            with super()._transaction(write) as got:
-                yield got
+            with self.store.session(write=False) as session:
+                yield session
             return
         with self._mutex:
             self.writes += 1
             self.waits += self.active > 0
             self.active += 1
         try:
-            with super()._transaction(write) as got:
-                yield got
+            with self.store.session(write=True) as session:
+                yield session
         finally:
             with self._mutex:
                 self.active -= 1
@@ -215,10 +221,10 @@ class CountingStore(SqlStore):
 
 @contextmanager
 def engine(url: str) -> Iterator[CountingStore]:
-    store = CountingStore(library_env({"JOBNIK_DATABASE_URL": url}))
+    store = open_store(library_env({"JOBNIK_DATABASE_URL": url}))
     try:
-        store.migrate()
-        yield store
+        migrate(store)
+        yield CountingStore(store)
     finally:
         store.close()
 
@@ -484,7 +490,7 @@ def fig_bulk(ctx: Ctx) -> None:
             tasks = app.add_tasks(stage.id, batch)
             first = first or tasks[0]
         engine_s = time.perf_counter() - t0
-        stage_key = stage.id if store.pg is not None else str(stage.id)
+        stage_key = stage.id if store.backend == "postgres" else str(stage.id)
         template = bench_floor.bulk_template(url, store.events_table, first.id, stage_key)
         raw_s = bench_floor.raw_bulk(url, store.events_table, template, n)
         tables = ", ".join(["events", *template.rows, "summaries_v1"])
@@ -621,7 +627,7 @@ def fig_hot(ctx: Ctx) -> None:
         raw.load("floor-hot", n)
         writes0, waits0, conflicts0 = store.writes, store.waits, conflicts_retried()
         with contextlib.ExitStack() as stack:
-            sampler = stack.enter_context(LockSampler(url)) if store.pg is not None else None
+            sampler = stack.enter_context(LockSampler(url)) if store.backend == "postgres" else None
             got = drain(app, "hot", k)
         floor = raw.run("floor-hot", k)
         check(got.tasks == n and floor.tasks == n, f"drained {got.tasks}/{floor.tasks} of {n}")

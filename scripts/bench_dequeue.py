@@ -61,9 +61,13 @@ from typing import Any
 from urllib.parse import urlparse, urlunparse
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.projections.startup import migrate
+from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
+from jobnik.projections.store.postgres import PostgresStore
 from jobnik.projections.store.session import SqlSession
+from jobnik.projections.store.sqlite import SqliteStore
 
 DEPTH_A = 100
 BATCH = 1_000
@@ -87,7 +91,7 @@ def _admin(pg_url: str) -> Any:
 
 
 @contextmanager
-def open_store(backend: str, label: str, pg_url: str, tmp: Path) -> Iterator[SqlStore]:
+def scenario_store(backend: str, label: str, pg_url: str, tmp: Path) -> Iterator[SqlStore]:
     """A fresh, migrated database for one scenario; dropped (or deleted) afterwards."""
     if backend == "postgres":
         import os
@@ -97,9 +101,9 @@ def open_store(backend: str, label: str, pg_url: str, tmp: Path) -> Iterator[Sql
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
             admin.execute(f"CREATE DATABASE {name}")
         url = urlunparse(urlparse(pg_url)._replace(path=f"/{name}"))
-        store = SqlStore(library_env({"JOBNIK_DATABASE_URL": url}))
+        store = open_store(library_env({"JOBNIK_DATABASE_URL": url}))
         try:
-            store.migrate()
+            migrate(store)
             yield store
         finally:
             store.close()
@@ -107,9 +111,9 @@ def open_store(backend: str, label: str, pg_url: str, tmp: Path) -> Iterator[Sql
                 admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     else:
         path = tmp / f"bench_{label}.db"
-        store = SqlStore(library_env({"JOBNIK_DATABASE_URL": f"sqlite:///{path}"}))
+        store = open_store(library_env({"JOBNIK_DATABASE_URL": f"sqlite:///{path}"}))
         try:
-            store.migrate()
+            migrate(store)
             yield store
         finally:
             store.close()
@@ -117,13 +121,13 @@ def open_store(backend: str, label: str, pg_url: str, tmp: Path) -> Iterator[Sql
 
 def settle(store: SqlStore) -> None:
     """Let the load's after-work happen now rather than during the measurements."""
-    if store.pg is not None:
+    if isinstance(store, PostgresStore):
         with store.pg.get_connection() as conn:  # the library's connections autocommit
             for table in (store.events_table, *TABLES):
                 conn.execute(f"VACUUM (ANALYZE) {table}")
             conn.execute("CHECKPOINT")
     else:
-        assert store.lite is not None
+        assert isinstance(store, SqliteStore)
         with store.lite.get_connection(commit=False) as conn:
             conn.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
@@ -196,7 +200,7 @@ class _Capture:
 def claim_statement(store: SqlStore, stage_type: str) -> tuple[str, Any]:
     """The engine's own claim SQL and parameters, so the figures track `SqlSession.claim`."""
     capture = _Capture()
-    SqlSession(store, capture, write=False, locked=True).claim(stage_type)  # type: ignore[arg-type]
+    SqlSession(store, capture, write=False).claim(stage_type)  # type: ignore[arg-type]
     if not capture.sql:
         raise RuntimeError("SqlSession.claim ran no statement")
     return capture.sql, capture.params
@@ -205,7 +209,7 @@ def claim_statement(store: SqlStore, stage_type: str) -> tuple[str, Any]:
 def claim_plan(store: SqlStore, stage_type: str) -> list[str]:
     sql, params = claim_statement(store, stage_type)
     with store.cursor(write=False) as cur:  # rolled back: the row lock EXPLAIN ANALYZE takes too
-        if store.pg is not None:
+        if isinstance(store, PostgresStore):
             rows = cur.all(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params)
             return [r["QUERY PLAN"] for r in rows]
         cur.raw.execute(f"EXPLAIN QUERY PLAN {sql}", params)  # raw: its `id` is no uuid
@@ -215,7 +219,7 @@ def claim_plan(store: SqlStore, stage_type: str) -> list[str]:
 def plan_problems(store: SqlStore, lines: list[str]) -> list[str]:
     text = "\n".join(lines)
     problems = []
-    if store.pg is not None:
+    if isinstance(store, PostgresStore):
         if "Seq Scan on queue_v1" in text:
             problems.append("Seq Scan on queue_v1")
     elif any(line.lstrip().startswith("SCAN queue_v1") for line in lines):
@@ -228,7 +232,7 @@ def plan_problems(store: SqlStore, lines: list[str]) -> list[str]:
 @contextmanager
 def bare_claim(store: SqlStore) -> Iterator[Callable[[str], float]]:
     """A timer of the claim query alone, each run in its own transaction on one held connection."""
-    if store.pg is not None:
+    if isinstance(store, PostgresStore):
         with store.pg.get_connection() as conn:
 
             def run_pg(stage_type: str) -> float:
@@ -243,7 +247,7 @@ def bare_claim(store: SqlStore) -> Iterator[Callable[[str], float]]:
 
             yield run_pg
     else:
-        assert store.lite is not None
+        assert isinstance(store, SqliteStore)
         with store.lite.get_connection(commit=False) as lconn:
             raw = lconn.cursor().sqlite_cursor
 
@@ -332,8 +336,8 @@ def measure(
         f"over {args.types:,} types; {args.samples} timed dequeues each (dequeue only, no report)"
     )
     with (
-        open_store(backend, "a", args.pg_url, tmp) as store_a,
-        open_store(backend, "b", args.pg_url, tmp) as store_b,
+        scenario_store(backend, "a", args.pg_url, tmp) as store_a,
+        scenario_store(backend, "b", args.pg_url, tmp) as store_b,
     ):
         a = Scenario("a", store_a, Jobnik(store_a))
         b = Scenario("b", store_b, Jobnik(store_b))
@@ -353,7 +357,11 @@ def measure(
         if settled:
             settle(store_a)
             settle(store_b)
-        how = "VACUUM (ANALYZE), CHECKPOINT" if store_b.pg is not None else "WAL checkpoint"
+        how = (
+            "VACUUM (ANALYZE), CHECKPOINT"
+            if isinstance(store_b, PostgresStore)
+            else "WAL checkpoint"
+        )
         say(f"# {backend}: settled ({how}) in {time.perf_counter() - t0:.1f} s")
         after = claim_plan(store_b, b.sampled[0])
         result.problems += [f"{p} (after ANALYZE)" for p in plan_problems(store_b, after)]

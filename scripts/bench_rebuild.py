@@ -69,9 +69,13 @@ from urllib.parse import urlparse, urlunparse
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.ports import Session
 from jobnik.domain.statuses import TaskStatus
+from jobnik.projections.startup import migrate
+from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
 from jobnik.projections.store.dialect import SQLITE
+from jobnik.projections.store.postgres import PostgresStore
+from jobnik.projections.store.sqlite import SqliteStore
 
 TASKS_PER_JOB = 1_000
 GROUP = 1_000  # commands per transaction while generating
@@ -157,7 +161,7 @@ def child(kind: str, url: str, trace: bool) -> None:
         import tracemalloc
 
         tracemalloc.start()
-    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": url}))
+    store = open_store(library_env({"JOBNIK_DATABASE_URL": url}))
     out: dict[str, Any] = {}
     started, cpu = time.perf_counter(), time.process_time() + _children_cpu()
     if kind == "raw":
@@ -217,9 +221,9 @@ def measure(kind: str, url: str, trace: bool = False) -> dict[str, Any]:
 def write_log(path: Path, events: int, label: str) -> str:
     """A SQLite database holding a log of at least `events` events; its URL."""
     url = f"sqlite:///{path}"
-    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": url}))
+    store = open_store(library_env({"JOBNIK_DATABASE_URL": url}))
     try:
-        store.migrate()
+        migrate(store)
         generate(store, events, label)
     finally:
         store.close()
@@ -250,13 +254,13 @@ def copy(sqlite_url: str, pg_url: str) -> None:
     from jobnik.projections.catchup.registry import ALL
     from jobnik.projections.store.dialect import POSTGRES
 
-    source = SqlStore(library_env({"JOBNIK_DATABASE_URL": sqlite_url}))
-    target = SqlStore(library_env({"JOBNIK_DATABASE_URL": pg_url}))
+    source = open_store(library_env({"JOBNIK_DATABASE_URL": sqlite_url}))
+    target = open_store(library_env({"JOBNIK_DATABASE_URL": pg_url}))
     started = time.perf_counter()
     try:
-        target.migrate()
-        assert source.lite is not None
-        assert target.pg is not None
+        migrate(target)
+        assert isinstance(source, SqliteStore)
+        assert isinstance(target, PostgresStore)
         tables = [t for p in ALL for t in p.tables]
         with source.lite.get_connection(commit=False) as lite, target.pg.get_connection() as pg:
             read = lite.cursor().sqlite_cursor
@@ -452,7 +456,7 @@ def main() -> int:
 
 
 def count_events(url: str) -> int:
-    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": url}))
+    store = open_store(library_env({"JOBNIK_DATABASE_URL": url}))
     try:
         return int(store.recorder.max_notification_id() or 0)
     finally:

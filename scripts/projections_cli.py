@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from rich.progress import Task
     from rich.text import Text
 
+    from jobnik.api.settings import Settings
     from jobnik.projections.store.base import SqlStore
 
 projections = typer.Typer(
@@ -28,13 +29,15 @@ Name = Annotated[
 ]
 
 
-def open_store() -> SqlStore:
-    """The store the environment's settings name, migrated."""
+def open_store(settings: Settings | None = None) -> SqlStore:
+    """The store the settings (by default the environment's) name, migrated."""
     from jobnik.api.settings import Settings
-    from jobnik.projections.store.base import SqlStore
+    from jobnik.projections.startup import migrate
+    from jobnik.projections.store.backends import open_store as open_database
 
-    store = SqlStore(Settings().library_env())
-    store.migrate()
+    settings = settings or Settings()
+    store = open_database(settings.library_env())
+    migrate(store, settings.rebuild_processes)
     return store
 
 
@@ -128,14 +131,16 @@ def rebuild_command(name: Name = None) -> None:
     Fresh tables are filled from the log while the API keeps serving the old ones, then swapped
     in by one transaction; writers wait only for the swap. Exit status 3: another rebuild or
     verify is running."""
+    from jobnik.api.settings import Settings
     from jobnik.projections.rebuild.bluegreen import RebuildBusy, rebuild
 
     names = _names(name)
-    store = open_store()
+    settings = Settings()
+    store = open_store(settings)
     started = time.perf_counter()
     try:
         with _progress("rebuild") as show:
-            count = rebuild(store, show, names=names)
+            count = rebuild(store, show, names=names, processes=settings.rebuild_processes)
     except RebuildBusy as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(3) from exc
@@ -153,14 +158,16 @@ def verify_command(name: Name = None) -> None:
     """Replay the log into fresh tables and list every row that differs from the live one.
 
     Exit status 1 when a row differs, 3 when another rebuild or verify is running."""
+    from jobnik.api.settings import Settings
     from jobnik.projections.rebuild.bluegreen import RebuildBusy
     from jobnik.projections.rebuild.verify import verify
 
     names = _names(name)
-    store = open_store()
+    settings = Settings()
+    store = open_store(settings)
     try:
         with _progress("verify") as show:
-            differences = verify(store, show, names=names)
+            differences = verify(store, show, names=names, processes=settings.rebuild_processes)
     except RebuildBusy as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(3) from exc

@@ -32,6 +32,8 @@ import psycopg
 import pytest
 
 from jobnik.domain.application import Jobnik
+from jobnik.projections.startup import migrate
+from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
 
@@ -279,9 +281,9 @@ def env(database_url: str) -> dict[str, str]:
 @pytest.fixture
 def store(env: dict[str, str]) -> Iterator[SqlStore]:
     """A migrated store, closed after the test."""
-    s = SqlStore(library_env(env))
+    s = open_store(library_env(env))
     try:
-        s.migrate()
+        migrate(s)
         yield s
     finally:
         s.close()
@@ -291,9 +293,9 @@ def store(env: dict[str, str]) -> Iterator[SqlStore]:
 def pg_store(pg_database_url: str) -> Iterator[SqlStore]:
     """A migrated store on a fresh PostgreSQL database (tests of PostgreSQL-only code)."""
     _reset(pg_database_url)
-    s = SqlStore(library_env({"JOBNIK_DATABASE_URL": pg_database_url}))
+    s = open_store(library_env({"JOBNIK_DATABASE_URL": pg_database_url}))
     try:
-        s.migrate()
+        migrate(s)
         yield s
     finally:
         s.close()

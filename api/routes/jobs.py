@@ -48,7 +48,7 @@ from jobnik.domain.errors import (
 from jobnik.domain.ports import Summary
 from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import JobStatus, Priority
-from jobnik.projections.queries.views import StageView
+from jobnik.projections.queries.results import StageView
 
 P = Permission
 router = APIRouter(

@@ -1,20 +1,21 @@
-"""lastStatus per job name (seed 001): the status of the most recent job of that name, when a job
-of that name last changed, and how many jobs of that name are in each status.
+"""lastStatus per job name (job definitions): the status of the most recent job of that name, when
+a job of that name last changed, and how many jobs of that name are in each status.
 
-The status vocabulary is seed 001's (`FinalStatus` plus PENDING/IN_PROGRESS). Jobnik's job
-statuses map onto it as follows (`SEED_STATUS`); the jobnik status is kept beside it:
+A job definition speaks a smaller vocabulary of statuses (the final ones, COMPLETED and FAILED,
+plus PENDING and IN_PROGRESS, and the delegation's DELEGATING and WAITING). Jobnik's job statuses
+map onto it as follows (`DEFINITION_STATUS`); the jobnik status is kept beside it:
 
-    jobnik        seed 001      why
+    jobnik        definition    why
     CREATED       PENDING       not claimed by any worker yet
     PENDING       PENDING
     PAUSED        PENDING       not being worked on; resumes into PENDING/IN_PROGRESS
     IN_PROGRESS   IN_PROGRESS
     COMPLETED     COMPLETED
     FAILED        FAILED
-    ABORTED       FAILED        seed 001 knows two terminal statuses; an abort is an explicit
-                                failure there (its parent dispatch fires on it, as on FAILED)
+    ABORTED       FAILED        the definition knows two final statuses; an abort is an
+                                explicit failure there (a parent task hears of it as of FAILED)
 
-Delegation (seed 001's inference, from the events of the job's tasks):
+Delegation (inferred from the events of the job's tasks):
 
     TaskDelegated                        DELEGATING  the handler dispatched child jobs this run
     TaskChildEnded, children still open  WAITING     a child ended, its siblings have not
@@ -57,7 +58,7 @@ STATUS_AFTER: Final[Mapping[type, Callable[[Any], str | None]]] = {
     Task.TaskChildEnded: lambda e: "WAITING" if e.open_children else None,
     Task.TaskRedispatched: lambda e: JobStatus.IN_PROGRESS.value,
 }
-SEED_STATUS: Final[Mapping[str, str]] = {
+DEFINITION_STATUS: Final[Mapping[str, str]] = {
     JobStatus.CREATED: "PENDING",
     JobStatus.PENDING: "PENDING",
     JobStatus.PAUSED: "PENDING",
@@ -65,8 +66,8 @@ SEED_STATUS: Final[Mapping[str, str]] = {
     JobStatus.COMPLETED: "COMPLETED",
     JobStatus.FAILED: "FAILED",
     JobStatus.ABORTED: "FAILED",
-    "DELEGATING": "DELEGATING",  # issue 5
-    "WAITING": "WAITING",  # issue 5
+    "DELEGATING": "DELEGATING",
+    "WAITING": "WAITING",
 }
 COUNT_KEYS: Final = ("PENDING", "IN_PROGRESS", "DELEGATING", "WAITING", "COMPLETED", "FAILED")
 
@@ -97,7 +98,7 @@ class NameRow:
 
     @property
     def last_status(self) -> str:
-        return SEED_STATUS.get(self.last_job_status, self.last_job_status)
+        return DEFINITION_STATUS.get(self.last_job_status, self.last_job_status)
 
 
 @dataclass
@@ -139,20 +140,22 @@ def step(state: State, event: Any, position: int) -> None:
 
 
 UPSERT_JOB: Final = (
-    f"INSERT INTO {JOBS} (job_id, name, status) VALUES (%(job_id)s, %(name)s, %(status)s) "
-    f"ON CONFLICT (job_id) DO UPDATE SET status = EXCLUDED.status"
+    "INSERT INTO last_status_v1_jobs (job_id, name, status) "
+    "VALUES (%(job_id)s, %(name)s, %(status)s) "
+    "ON CONFLICT (job_id) DO UPDATE SET status = EXCLUDED.status"
 )
 UPSERT_NAME: Final = (
-    f"INSERT INTO {NAMES} (name, last_job_id, last_job_position, last_job_status, last_status, "
-    "last_interaction) VALUES (%(name)s, %(last_job_id)s, %(last_job_position)s, "
+    "INSERT INTO last_status_v1 (name, last_job_id, last_job_position, last_job_status, "
+    "last_status, last_interaction) VALUES (%(name)s, %(last_job_id)s, %(last_job_position)s, "
     "%(last_job_status)s, %(last_status)s, %(last_interaction)s) ON CONFLICT (name) DO UPDATE "
     "SET last_job_id = EXCLUDED.last_job_id, last_job_position = EXCLUDED.last_job_position, "
     "last_job_status = EXCLUDED.last_job_status, last_status = EXCLUDED.last_status, "
     "last_interaction = EXCLUDED.last_interaction"
 )
 ADD_COUNT: Final = (
-    f"INSERT INTO {COUNTS} (name, status, jobs) VALUES (%(name)s, %(status)s, %(jobs)s) "
-    f"ON CONFLICT (name, status) DO UPDATE SET jobs = {COUNTS}.jobs + EXCLUDED.jobs"
+    "INSERT INTO last_status_v1_counts (name, status, jobs) "
+    "VALUES (%(name)s, %(status)s, %(jobs)s) "
+    "ON CONFLICT (name, status) DO UPDATE SET jobs = last_status_v1_counts.jobs + EXCLUDED.jobs"
 )
 
 
@@ -164,21 +167,21 @@ class LastStatus(CatchUpProjection):
     tables = (NAMES, JOBS, COUNTS)
     keys = {NAMES: ("name",), JOBS: ("job_id",), COUNTS: ("name", "status")}
     events = tuple(STATUS_AFTER)
-    ddl = f"""
-    CREATE TABLE IF NOT EXISTS {NAMES} (
+    ddl = """
+    CREATE TABLE IF NOT EXISTS last_status_v1 (
         name TEXT PRIMARY KEY,
-        last_job_id {{uuid}} NOT NULL,
+        last_job_id {uuid} NOT NULL,
         last_job_position BIGINT NOT NULL,
         last_job_status TEXT NOT NULL,
         last_status TEXT NOT NULL,
-        last_interaction {{time}} NOT NULL
+        last_interaction {time} NOT NULL
     );
-    CREATE TABLE IF NOT EXISTS {JOBS} (
-        job_id {{uuid}} PRIMARY KEY,
+    CREATE TABLE IF NOT EXISTS last_status_v1_jobs (
+        job_id {uuid} PRIMARY KEY,
         name TEXT NOT NULL,
         status TEXT NOT NULL
     );
-    CREATE TABLE IF NOT EXISTS {COUNTS} (
+    CREATE TABLE IF NOT EXISTS last_status_v1_counts (
         name TEXT NOT NULL,
         status TEXT NOT NULL,
         jobs INTEGER NOT NULL,
@@ -212,12 +215,12 @@ class LastStatus(CatchUpProjection):
         wanted = {job_of(e) for _, e in batch} - created
         jobs = {
             r["job_id"]: JobRow(r["job_id"], r["name"], r["status"])
-            for r in _select_in(cur, sql, f"SELECT * FROM {JOBS}", "job_id", wanted)
+            for r in _select_in(cur, sql, "SELECT * FROM last_status_v1_jobs", "job_id", wanted)
         }
         names = {j.name for j in jobs.values()} | {
             e.name for _, e in batch if isinstance(e, Job.JobCreated)
         }
-        rows = _select_in(cur, sql, f"SELECT * FROM {NAMES}", "name", names)
+        rows = _select_in(cur, sql, "SELECT * FROM last_status_v1", "name", names)
         return State(
             jobs,
             {
@@ -259,9 +262,9 @@ class JobDefinition:
     last_job_status: str
     last_interaction: datetime
     last_job_id: UUID
-    counts: dict[str, int]  # seed 001 vocabulary, every key present
+    counts: dict[str, int]  # the definition's vocabulary, every key present
     job_counts: dict[str, int]  # jobnik's statuses, those with jobs
-    source_job: JobLink | None = None  # the last job's parent job (seed 001's sourceJob)
+    source_job: JobLink | None = None  # the last job's parent job (`sourceJob` on the wire)
     child_jobs: tuple[JobLink, ...] = ()  # the last job's child jobs
 
 
@@ -295,14 +298,16 @@ def _links(cur: Cursor, job_id: UUID) -> tuple[JobLink | None, tuple[JobLink, ..
 def read(cur: Cursor, name: str) -> JobDefinition | None:
     """The job definition `name` as the projection has it, or None when it has no job."""
     p = cur.dialect.param
-    row = cur.one(f"SELECT * FROM {NAMES} WHERE name = {p('n')}", {"n": name})
+    row = cur.one(f"SELECT * FROM last_status_v1 WHERE name = {p('n')}", {"n": name})
     if row is None:
         return None
-    rows = cur.all(f"SELECT status, jobs FROM {COUNTS} WHERE name = {p('n')}", {"n": name})
+    rows = cur.all(
+        f"SELECT status, jobs FROM last_status_v1_counts WHERE name = {p('n')}", {"n": name}
+    )
     job_counts = {r["status"]: int(r["jobs"]) for r in rows if r["jobs"]}
     counts = dict.fromkeys(COUNT_KEYS, 0)
     for status, n in job_counts.items():
-        key = SEED_STATUS.get(status, status)
+        key = DEFINITION_STATUS.get(status, status)
         counts[key] = counts.get(key, 0) + n
     source, children = _links(cur, row["last_job_id"])
     return JobDefinition(

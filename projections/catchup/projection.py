@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 from eventsourcing.utils import get_topic
 
@@ -16,16 +15,11 @@ from jobnik.projections.store.dialect import Dialect
 from jobnik.projections.store.names import identity
 
 Batch = Sequence[tuple[int, Any]]  # (log position, decoded domain event), in log order
-_TYPES: Final = {
-    "postgres": {"uuid": "uuid", "json": "jsonb", "time": "timestamptz", "bool": "boolean"},
-    "sqlite": {"uuid": "TEXT", "json": "TEXT", "time": "TEXT", "bool": "INTEGER"},
-}
-_PARAM: Final = re.compile(r"%\((\w+)\)s")
 
 
 class Sql:
-    """SQL text for one dialect (`%(name)s` → `:name` on SQLite), table names mapped by `rename`
-    (identity for the live tables, shadow names during a rebuild)."""
+    """SQL text for one dialect (its parameters' style: `Dialect.params`), table names mapped by
+    `rename` (identity for the live tables, shadow names during a rebuild)."""
 
     def __init__(self, dialect: Dialect, rename: Callable[[str], str] = identity) -> None:
         self.dialect = dialect
@@ -34,7 +28,7 @@ class Sql:
 
     def _text(self, template: str) -> str:
         text = self.rename(template)
-        return _PARAM.sub(r":\1", text) if self.dialect.name == "sqlite" else text
+        return self.dialect.params(text)
 
     def __call__(self, template: str) -> str:
         return self._cached(template)
@@ -59,9 +53,9 @@ class CatchUpProjection(ABC):
     def topics(self) -> tuple[str, ...]:
         return tuple(get_topic(cls) for cls in self.events)
 
-    def create(self, backend: str) -> list[str]:
+    def create(self, dialect: Dialect) -> list[str]:
         """The statements that create the projection's (live) tables."""
-        return [s.strip() for s in self.ddl.format(**_TYPES[backend]).split(";") if s.strip()]
+        return [s.strip() for s in self.ddl.format(**dialect.types).split(";") if s.strip()]
 
     @abstractmethod
     def apply(self, cur: Cursor, batch: Batch, sql: Sql, prepared: Any = None) -> None:
@@ -76,12 +70,12 @@ class CatchUpProjection(ABC):
 
 @contextmanager
 def pipelined(cur: Cursor) -> Iterator[None]:
-    """PostgreSQL pipeline mode for a run of statements: sent without waiting for each answer
-    (a read, or the block's end, waits for them all). A projection batch is hundreds of small
-    writes, so this saves a network round trip per statement."""
-    # (A rebuild's deferred cursor, rebuild/writer.py, has no raw cursor: its thread waits.)
-    if cur.dialect.name == "postgres" and cur.raw is not None:
-        with cur.raw.connection.pipeline():
-            yield
-    else:
+    """Pipeline mode for a run of statements, where the driver has it (`Dialect.pipeline`): sent
+    without waiting for each answer (a read, or the block's end, waits for them all). A
+    projection batch is hundreds of small writes: this saves a round trip per statement."""
+    # (A rebuild's deferred cursor, store/pagewriter.py, has no raw cursor: its thread waits.)
+    if cur.raw is None:
+        yield
+        return
+    with cur.dialect.pipeline(cur.raw):
         yield

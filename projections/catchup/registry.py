@@ -25,7 +25,8 @@ from jobnik.projections.catchup.projection import CatchUpProjection
 from jobnik.projections.catchup.run_stats import RunStats
 from jobnik.projections.inline.tables import PRIMARY_KEYS, TABLES
 from jobnik.projections.store.base import SqlStore
-from jobnik.projections.store.cursor import Cursor
+from jobnik.projections.store.dialect import Dialect
+from jobnik.projections.store.migrations import schema
 
 
 class InlineProjection:
@@ -57,13 +58,12 @@ class InlineProjection:
         }
     )
 
-    def create(self, backend: str) -> list[str]:
-        """The migrations' statements that concern these tables, in order: a shadow built from
-        them has the live tables' columns, in the live tables' order."""
-        from jobnik.projections.store.migrations import MIGRATIONS
-
+    def create(self, dialect: Dialect) -> list[str]:
+        """The schema's statements that create these tables and their indexes: a shadow built
+        from them has the live tables' columns, in the live tables' order (a migrated database
+        has the schema's, tests/integration/test_migrations.py)."""
         mentions = re.compile(r"\b(" + "|".join(self.tables) + r")\b").search
-        return [s for _, _, make in MIGRATIONS for s in make(backend) if mentions(s)]
+        return [s for s in schema(dialect) if mentions(s)]
 
 
 Projection = InlineProjection | CatchUpProjection
@@ -92,20 +92,14 @@ def ensure(store: SqlStore) -> None:
     """
     with store.cursor(write=True) as cur:
         known = tracking.entries(cur)
-        head = _head(cur, store)
+        head = store.log_head(cur)
         for p in ALL:
             if p.name in known:
                 continue
             if isinstance(p, CatchUpProjection):
-                for statement in p.create(store.backend):
+                for statement in p.create(store.dialect):
                     cur.execute(statement)
             tracking.register(cur, p.name, p.version, head if p is INLINE else 0)
-
-
-def _head(cur: Cursor, store: SqlStore) -> int:
-    column = "notification_id" if store.backend == "postgres" else "rowid"
-    row = cur.one(f"SELECT MAX({column}) AS head FROM {store.events_table}")
-    return int(row["head"] or 0) if row else 0
 
 
 @dataclass(frozen=True)
@@ -139,7 +133,7 @@ class Status:
 def status(store: SqlStore) -> list[Status]:
     with store.cursor(write=False) as cur:
         known = tracking.entries(cur)
-        head = _head(cur, store)
+        head = store.log_head(cur)
     out = []
     for p in ALL:
         entry = known.get(p.name)

@@ -1,11 +1,11 @@
-"""Run statistics per job (seed 004's job run counters), per stage and summed over the job.
+"""Run statistics per job (job run counters), per stage and summed over the job.
 
-Counters, per stage (SMILA counts per worker; a jobnik stage is one worker's step):
-- created: TaskCreated, plus every TaskRetried (SMILA counts a retry as a new task) and every
+Counters, per stage (a stage is one worker's step of the job):
+- created: TaskCreated, plus every TaskRetried (a retry counts as a new task) and every
   TaskRerun (an operator's rerun: a new run of the task, beside the outcome of the last one);
 - successful: TaskCompleted;
 - retried_after_error / retried_after_timeout: TaskRetried with cause error / timeout (a handler
-  failure, or a lease that ran out and was swept: SMILA's missing keep-alive);
+  failure, or a lease that ran out and was swept: a missing keep-alive);
 - failed_after_retry: TaskFailed with cause error or timeout (attempts ran out);
   failed_without_retry: TaskFailed with cause fatal;
 - canceled: TaskAborted (the job was aborted; also a late report or hand-back after the abort);
@@ -15,10 +15,9 @@ Counters, per stage (SMILA counts per worker; a jobnik stage is one worker's ste
   precondition (a live job) is gone. Derived when read from the `queued` gauge (TaskCreated,
   TaskRetried and TaskReturned add one, TaskDequeued and aborting a queued task take one).
 
-Times: a stage's start_time is its StageStarted (its first dequeue, SMILA: "the first task for a
-worker was started"), its end_time the time of its latest task outcome (completed, retried,
-failed or aborted: "updated with every finished task"). The job's start_time is JobStarted, its
-end_time its COMPLETED/FAILED/ABORTED. After the job ends, as in SMILA:
+Times: a stage's start_time is its StageStarted (its first dequeue), its end_time the time of its
+latest task outcome (completed, retried, failed or aborted). The job's start_time is JobStarted,
+its end_time its COMPLETED/FAILED/ABORTED. After the job ends:
 created == successful + retried* + failed* + canceled + obsolete (+ tasks still IN_PROGRESS).
 The rows stay when the job is deleted (`deleted` becomes true): they are history. A rerun
 (JobReopened) takes the job back out of its end: status again, no end_time, no obsolete tasks
@@ -39,8 +38,8 @@ from uuid import UUID
 
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import JOB_FINAL, JobStatus, TaskStatus
-from jobnik.domain.tasks import FATAL, TIMEOUT, Task
+from jobnik.domain.statuses import FATAL, JOB_FINAL, TIMEOUT, JobStatus, TaskStatus
+from jobnik.domain.tasks import Task
 from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql
 from jobnik.projections.store.cursor import Cursor
 
@@ -202,23 +201,25 @@ EVENTS: Final = (
 )
 
 INSERT_JOB: Final = (
-    f"INSERT INTO {JOBS} (job_id, name, status, creation_time, start_time, end_time, deleted) "
-    "VALUES (%(job_id)s, %(name)s, %(status)s, %(creation_time)s, %(start_time)s, "
-    "%(end_time)s, %(deleted)s)"
+    "INSERT INTO run_stats_v1_jobs "
+    "(job_id, name, status, creation_time, start_time, end_time, deleted) VALUES "
+    "(%(job_id)s, %(name)s, %(status)s, %(creation_time)s, %(start_time)s, %(end_time)s, "
+    "%(deleted)s)"
 )
 INSERT_STAGE: Final = (
-    f"INSERT INTO {STAGES} (stage_id, job_id, stage_order, type, start_time, end_time) VALUES "
+    "INSERT INTO run_stats_v1_stages "
+    "(stage_id, job_id, stage_order, type, start_time, end_time) VALUES "
     "(%(stage_id)s, %(job_id)s, %(stage_order)s, %(type)s, %(start_time)s, %(end_time)s)"
 )
 ADD_COUNTERS: Final = (
-    f"UPDATE {STAGES} SET "
+    "UPDATE run_stats_v1_stages SET "
     + ", ".join(f"{c} = {c} + %({c})s" for c in COUNTERS)
     + " WHERE stage_id = %(stage_id)s"
 )
 
 
 class RunStats(CatchUpProjection):
-    """seed 004's run counters and times per job and per stage."""
+    """Run counters and times per job and per stage."""
 
     name = "run_stats"
     version = 2  # 2: reruns (JobReopened, TaskRerun)
@@ -227,7 +228,7 @@ class RunStats(CatchUpProjection):
     keys = {JOBS: ("job_id",), STAGES: ("stage_id",)}
     events = EVENTS
     ddl = f"""
-    CREATE TABLE IF NOT EXISTS {JOBS} (
+    CREATE TABLE IF NOT EXISTS run_stats_v1_jobs (
         job_id {{uuid}} PRIMARY KEY,
         name TEXT NOT NULL,
         status TEXT NOT NULL,
@@ -236,7 +237,7 @@ class RunStats(CatchUpProjection):
         end_time {{time}},
         deleted {{bool}} NOT NULL
     );
-    CREATE TABLE IF NOT EXISTS {STAGES} (
+    CREATE TABLE IF NOT EXISTS run_stats_v1_stages (
         stage_id {{uuid}} PRIMARY KEY,
         job_id {{uuid}} NOT NULL,
         stage_order INTEGER NOT NULL,
@@ -245,7 +246,7 @@ class RunStats(CatchUpProjection):
         start_time {{time}},
         end_time {{time}}
     );
-    CREATE INDEX IF NOT EXISTS {STAGES}_job ON {STAGES} (job_id)
+    CREATE INDEX IF NOT EXISTS run_stats_v1_stages_job ON run_stats_v1_stages (job_id)
     """
 
     def prepare(self, batch: Batch) -> Changes:
@@ -323,12 +324,14 @@ class JobStatistics:
 def read(cur: Cursor, job_id: UUID) -> JobStatistics | None:
     """The job's statistics as the projection has them, or None when it has none."""
     p, d = cur.dialect.param, cur.dialect
-    job = cur.one(f"SELECT * FROM {JOBS} WHERE job_id = {p('j')}", {"j": d.dump("job_id", job_id)})
+    job = cur.one(
+        f"SELECT * FROM run_stats_v1_jobs WHERE job_id = {p('j')}", {"j": d.dump("job_id", job_id)}
+    )
     if job is None:
         return None
     ended = job["status"] in JOB_FINAL
     rows = cur.all(
-        f"SELECT * FROM {STAGES} WHERE job_id = {p('j')} ORDER BY stage_order",
+        f"SELECT * FROM run_stats_v1_stages WHERE job_id = {p('j')} ORDER BY stage_order",
         {"j": d.dump("job_id", job_id)},
     )
     stages = [

@@ -7,20 +7,13 @@ neither, so after a restart every event is applied exactly once. `CatchUpRunner`
 background thread of the API process that holds the leader lock (one process per database runs
 the catch-up projections however many serve the API).
 
-Driver: a small runner of ours over the eventsourcing library's `select_notifications`, not the
-library's `ProjectionRunner`/`Projection` with a tracking recorder, because
-- `SQLiteApplicationRecorder.subscribe` raises NotImplementedError (eventsourcing 9.5): the
-  library's runner cannot follow a SQLite log, and jobnik behaves the same on both backends;
-- the library's runner builds its own `Application` (a second connection pool) and its view from
-  an `InfrastructureFactory` and the environment, while our views live next to the inline read
-  models and share the store's pool, dialect and the shadow-table renaming rebuilds use;
-- it writes one tracking row per event in one transaction per event; we apply hundreds of events
-  per transaction, so replaying 300,000 events takes hundreds of commits, not 300,000.
-What we do take from the library: the notification log (`select_notifications` with `stop` and a
-topic filter), its gapless commit-ordered notification ids (every save holds the event table's
-EXCLUSIVE lock on PostgreSQL; SQLite has one writer), the mapper (decoding and upcasting), and the
-discipline of `eventsourcing.projection`: view rows and tracking position in one transaction.
-The tracking position lives in `jobnik_projections` (tracking.py) beside the projection's version.
+Driver: a small runner of ours over the library's notification log, not the library's own
+projection runner, which cannot follow every backend's log, opens an application (and a
+connection pool) of its own, and commits once per event; a round here applies hundreds of events
+per transaction. Taken from the library: the notification log (gapless, commit-ordered ids), the
+mapper (decoding and upcasting), and its discipline: view rows and tracking position in one
+transaction. The tracking position lives in `jobnik_projections` (tracking.py) beside the
+projection's version.
 """
 
 from __future__ import annotations
@@ -28,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from jobnik.projections.catchup import tracking
@@ -59,7 +52,7 @@ def catch_up(
             found = tracking.get(cur, projection.name)
         if found is None:
             return 0
-        seen = found, int(store.recorder.max_notification_id() or 0)
+        seen = found, store.head()
     entry, head = seen
     return catch_up_together(store, [(projection, entry)], head, limit)
 
@@ -98,9 +91,7 @@ def _catch_up_from(
 ) -> int:
     """`catch_up_together` for projections that are all at position `start`."""
     topics = sorted({t for p, _ in due for t in p.topics})
-    notes = store.recorder.select_notifications(
-        start, limit, stop=head, topics=topics, inclusive_of_start=False
-    )
+    notes = store.notifications(start, limit, stop=head, topics=topics)
     end = notes[-1].id if len(notes) == limit else head  # the filter may skip the rest to head
     events = [(n.id, n.topic, store.mapper.to_domain_event(n)) for n in notes]
     moved = 0
@@ -142,11 +133,11 @@ class CatchUpRunner:
 
     Wakes on every write this process commits (the store's `on_commit`) and otherwise every
     `interval` seconds (writes from other processes), but starts rounds at most every `min_gap`
-    seconds, so that under load one round applies the events of many commits. With
-    `rebuild_stale`, a projection whose rows an older version of its code built is rebuilt
-    blue/green first (the old rows keep serving meanwhile); without, it is caught up with the
-    new code as it is. Rows built by a newer version (a rolling deploy's newer processes) are
-    left alone.
+    seconds, so that under load one round applies the events of many commits. With `rebuild`
+    (`rebuild.bluegreen.rebuild_outdated`), a projection whose rows an older version of its code
+    built is rebuilt blue/green first (the old rows keep serving meanwhile); without, it is caught
+    up with the new code as it is. Rows built by a newer version (a rolling deploy's newer
+    processes) are left alone.
     """
 
     def __init__(
@@ -157,12 +148,12 @@ class CatchUpRunner:
         *,
         interval: float = 0.2,
         batch: int = BATCH,
-        rebuild_stale: bool = True,
+        rebuild: Callable[[CatchUpProjection], None] | None = None,
         follower_interval: float = 2.0,
         min_gap: float = 0.05,
     ) -> None:
         self.store, self.projections, self.lock = store, list(projections), lock
-        self.interval, self.batch, self.rebuild_stale = interval, batch, rebuild_stale
+        self.interval, self.batch, self.rebuild = interval, batch, rebuild
         self.min_gap = min(min_gap, interval)  # shortest time between two rounds' starts
         self.follower_interval = max(interval, follower_interval)  # how often to try the lock
         self.leading = False
@@ -197,7 +188,7 @@ class CatchUpRunner:
             return 0
         with self.store.cursor(write=False) as cur:
             registry = tracking.entries(cur)
-        head = int(self.store.recorder.max_notification_id() or 0)
+        head = self.store.head()
         due = []
         for projection in self.projections:
             if self._stop.is_set():
@@ -205,25 +196,13 @@ class CatchUpRunner:
             entry = registry.get(projection.name)
             if entry is None or entry.version > projection.version:
                 continue  # not registered yet, or built by a newer version (rolling deploy)
-            if entry.version < projection.version and self.rebuild_stale:
-                self._rebuild(projection)
+            if entry.version < projection.version and self.rebuild is not None:
+                self.rebuild(projection)
                 continue
             due.append((projection, entry))
         moved = catch_up_together(self.store, due, head, self.batch)
         self.applied += moved
         return moved
-
-    def _rebuild(self, projection: CatchUpProjection) -> None:
-        from jobnik.projections.rebuild.bluegreen import RebuildBusy, rebuild
-
-        log.info(
-            "rebuilding stale projection",
-            extra={"action": "projection_rebuild", "projection": projection.name},
-        )
-        try:
-            rebuild(self.store, names=[projection.name], only_outdated=True)
-        except RebuildBusy:  # another process rebuilds; its swap will show up in the registry
-            log.info("rebuild busy elsewhere", extra={"action": "projection_rebuild_busy"})
 
     def _run(self) -> None:
         failures = 0

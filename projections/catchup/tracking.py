@@ -42,24 +42,26 @@ def _entry(row: dict[str, Any] | None) -> Entry | None:
 
 def get(cur: Cursor, name: str) -> Entry | None:
     """The registry row of `name`."""
-    sql = f"SELECT * FROM {TABLE} WHERE name = {cur.dialect.param('n')}"
+    sql = f"SELECT * FROM jobnik_projections WHERE name = {cur.dialect.param('n')}"
     return _entry(cur.one(sql, {"n": name}))
 
 
 def locked(cur: Cursor, names: Sequence[str]) -> dict[str, int]:
-    """The positions of `names`, their rows locked (PostgreSQL) until the transaction ends, in
+    """The positions of `names`, their rows locked (where rows lock) until the transaction ends, in
     name order (two lockers of the same rows never wait for each other crosswise): how a
     catch-up round and a rebuild's swap take turns."""
-    lock = " ORDER BY name FOR UPDATE" if cur.dialect.name == "postgres" else ""
+    lock = f" ORDER BY name{cur.dialect.for_update}"
     p = cur.dialect.param
     params = {f"n{i}": name for i, name in enumerate(names)}
     listed = ", ".join(p(k) for k in params)
-    rows = cur.all(f"SELECT name, position FROM {TABLE} WHERE name IN ({listed}){lock}", params)
+    rows = cur.all(
+        f"SELECT name, position FROM jobnik_projections WHERE name IN ({listed}){lock}", params
+    )
     return {str(r["name"]): int(r["position"]) for r in rows}
 
 
 def entries(cur: Cursor) -> dict[str, Entry]:
-    rows = cur.all(f"SELECT * FROM {TABLE} ORDER BY name")
+    rows = cur.all("SELECT * FROM jobnik_projections ORDER BY name")
     return {e.name: e for e in (_entry(r) for r in rows) if e is not None}
 
 
@@ -67,7 +69,7 @@ def register(cur: Cursor, name: str, version: int, position: int) -> None:
     """Add `name` if it is not registered yet (concurrent starts: the first one wins)."""
     p = cur.dialect.param
     cur.execute(
-        f"INSERT INTO {TABLE} (name, version, position, rebuilt_at) VALUES "
+        f"INSERT INTO jobnik_projections (name, version, position, rebuilt_at) VALUES "
         f"({p('n')}, {p('v')}, {p('p')}, NULL) ON CONFLICT (name) DO NOTHING",
         {"n": name, "v": version, "p": position},
     )
@@ -76,7 +78,7 @@ def register(cur: Cursor, name: str, version: int, position: int) -> None:
 def advance(cur: Cursor, name: str, position: int) -> None:
     p = cur.dialect.param
     cur.execute(
-        f"UPDATE {TABLE} SET position = {p('p')} WHERE name = {p('n')}",
+        f"UPDATE jobnik_projections SET position = {p('p')} WHERE name = {p('n')}",
         {"n": name, "p": position},
     )
 
@@ -84,8 +86,8 @@ def advance(cur: Cursor, name: str, position: int) -> None:
 def record_rebuild(cur: Cursor, name: str, version: int, position: int, at: datetime) -> None:
     p = cur.dialect.param
     cur.execute(
-        f"UPDATE {TABLE} SET version = {p('v')}, position = {p('p')}, rebuilt_at = {p('at')} "
-        f"WHERE name = {p('n')}",
+        f"UPDATE jobnik_projections SET version = {p('v')}, position = {p('p')}, "
+        f"rebuilt_at = {p('at')} WHERE name = {p('n')}",
         {"n": name, "v": version, "p": position, "at": cur.dialect.dump("rebuilt_at", at)},
     )
 

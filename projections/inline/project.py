@@ -6,7 +6,7 @@ model equals its live twin row for row.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from eventsourcing.domain import DomainEventProtocol
@@ -16,6 +16,7 @@ from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus
 from jobnik.projections.inline.history import entity_row
 from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, Update, own_row
+from jobnik.projections.inline.queue import is_open
 from jobnik.projections.inline.tables import (
     ENTITY_JOBS,
     JOBS,
@@ -28,10 +29,8 @@ from jobnik.projections.inline.tables import (
 from jobnik.projections.inline.task_ops import TASK_PROJECT
 from jobnik.projections.inline.tokens import TOKEN_PROJECT
 
-OPEN_JOB: Final = frozenset({JobStatus.PENDING, JobStatus.IN_PROGRESS})
-OPEN_STAGE: Final = frozenset({StageStatus.PENDING, StageStatus.IN_PROGRESS})
-# Status strings as plain constants: an enum member's `.value` is a descriptor call (about a
-# microsecond), and the projection runs for every event of a rebuild.
+# Status strings as plain constants, not `Enum.value` lookups: the projection runs for every
+# event of a rebuild.
 JOB_IN_PROGRESS: Final = JobStatus.IN_PROGRESS.value
 JOB_PAUSED: Final = JobStatus.PAUSED.value
 JOB_PENDING: Final = JobStatus.PENDING.value
@@ -91,7 +90,7 @@ def _ended(
 
     value = status.value
     if status in (JobStatus.FAILED, StageStatus.FAILED):
-        closed = {"job_open" if key == "job_id" else "stage_open": False}
+        closed = {"job_open" if key == "job_id" else "stage_open": is_open(value)}
 
         def failed(e: Any, _: int) -> list[Op]:
             return [
@@ -120,21 +119,21 @@ def _job_reopened(e: Job.JobReopened, _: int) -> list[Op]:
             percentage=e.percentage,
             completing=e.completing,
         ),
-        Update(QUEUE, {"job_id": e.originator_id}, {"job_open": e.status in OPEN_JOB}),
+        Update(QUEUE, {"job_id": e.originator_id}, {"job_open": is_open(e.status)}),
     ]
 
 
 def _stage_reopened(e: Stage.StageReopened, _: int) -> list[Op]:
     return [
         _stage(e, status=e.status, end_time=None),
-        Update(QUEUE, {"stage_id": e.originator_id}, {"stage_open": e.status in OPEN_STAGE}),
+        Update(QUEUE, {"stage_id": e.originator_id}, {"stage_open": is_open(e.status)}),
     ]
 
 
 def _job_resumed(e: Job.JobResumed, _: int) -> list[Op]:
     return [
         _job(e, status=e.status),
-        Update(QUEUE, {"job_id": e.originator_id}, {"job_open": e.status in OPEN_JOB}),
+        Update(QUEUE, {"job_id": e.originator_id}, {"job_open": is_open(e.status)}),
     ]
 
 
@@ -198,7 +197,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     ],
     Job.JobPaused: lambda e, _: [
         _job(e, status=JOB_PAUSED),
-        Update(QUEUE, {"job_id": e.originator_id}, {"job_open": False}),
+        Update(QUEUE, {"job_id": e.originator_id}, {"job_open": is_open(JOB_PAUSED)}),
     ],
     Job.JobResumed: _job_resumed,
     Job.JobProgressed: lambda e, _: [
@@ -214,7 +213,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Stage.StageAdded: _stage_added,
     Stage.StageReleased: lambda e, _: [
         _stage(e, status=STAGE_PENDING),
-        Update(QUEUE, {"stage_id": e.originator_id}, {"stage_open": True}),
+        Update(QUEUE, {"stage_id": e.originator_id}, {"stage_open": is_open(STAGE_PENDING)}),
     ],
     Stage.StageStarted: lambda e, _: [_stage(e, status=STAGE_IN_PROGRESS, start_time=e.timestamp)],
     Stage.StageCompleted: _ended(_stage, "stage_id", StageStatus.COMPLETED),
@@ -243,21 +242,3 @@ def project_rows(event: DomainEventProtocol[Any], position: int) -> list[Op]:
     if entity is not None:
         ops.append(Insert(ENTITY_JOBS, entity))
     return ops
-
-
-def batches(
-    events: Sequence[DomainEventProtocol[Any]], ids: Sequence[Any]
-) -> Iterator[list[list[Op]]]:
-    """Group consecutive events of one type and distinct aggregates: their ops commute."""
-    run: list[list[Op]] = []
-    kind: type | None = None
-    seen: set[Any] = set()
-    for event, position in zip(events, ids, strict=True):
-        if run and (type(event) is not kind or event.originator_id in seen):
-            yield run
-            run, seen = [], set()
-        kind = type(event)
-        seen.add(event.originator_id)
-        run.append(project(event, position))
-    if run:
-        yield run

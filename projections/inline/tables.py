@@ -20,6 +20,8 @@ PRIMARY_KEYS: Final = {
     JOB_EVENTS: "job_id, position",
     TOKENS: "id",
 }
+# The same, as column tuples.
+KEYS: Final = {t: tuple(c.strip() for c in cols.split(",")) for t, cols in PRIMARY_KEYS.items()}
 
 SUMMARY_COUNTERS: Final = (
     "pending",

@@ -11,7 +11,7 @@ from jobnik.domain.tasks import Task
 from jobnik.projections.inline.ops import Add, Delete, Enqueue, Insert, Op, Update, own_row
 from jobnik.projections.inline.tables import LOGS, QUEUE, SUMMARIES, TASKS
 
-# Summary keys by task status (rules §9: camelCase on the wire, snake_case here).
+# A stage summary's counter by task status (snake_case here, camelCase on the wire).
 SUMMARY_KEY: Final = {
     TaskStatus.PENDING: "pending",
     TaskStatus.IN_PROGRESS: "in_progress",
@@ -22,7 +22,7 @@ SUMMARY_KEY: Final = {
     TaskStatus.ABORTED: "aborted",
     TaskStatus.DELEGATED: "delegated",
 }
-_SUMMARY_OF: Final = {status.value: key for status, key in SUMMARY_KEY.items()}  # no enum call
+_SUMMARY_OF: Final = {status.value: key for status, key in SUMMARY_KEY.items()}
 # (plain strings, as project.py's job and stage statuses, and for the same reason)
 TASK_ABORTED: Final = TaskStatus.ABORTED.value
 TASK_COMPLETED: Final = TaskStatus.COMPLETED.value

@@ -8,7 +8,6 @@ from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
 
-from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic
 
 from jobnik.domain.errors import JobNotFound
@@ -16,6 +15,7 @@ from jobnik.domain.jobs import Job
 from jobnik.projections.inline.project import PROJECT
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
+from jobnik.projections.store.eventlog import COLUMNS, stored_event
 
 # Fields every event has; the rest is its payload (but for a token's secret hash, never shown).
 STANDARD: Final = frozenset(
@@ -60,21 +60,14 @@ class Audit:
     def __init__(self, store: SqlStore) -> None:
         self.store = store
         self.p = store.dialect.param
-        pg = store.dialect.name == "postgres"
         self.events = store.events_table
-        self.position = "notification_id" if pg else "rowid"
+        self.position = store.position_column
 
     def _entries(self, rows: Iterable[Mapping[str, Any]]) -> list[Entry]:
         out = []
         for r in rows:
-            oid = r["originator_id"]
-            entity_id = oid if isinstance(oid, UUID) else UUID(oid)
-            stored = StoredEvent(
-                originator_id=entity_id,
-                originator_version=r["originator_version"],
-                topic=r["topic"],
-                state=bytes(r["state"]),
-            )
+            stored = stored_event(r)
+            entity_id = UUID(str(stored.originator_id))
             event: Any = self.store.mapper.to_domain_event(stored)
             qualname = r["topic"].split(":", 1)[1]
             out.append(
@@ -95,10 +88,7 @@ class Audit:
         return out
 
     def _columns(self) -> str:
-        return (
-            f"e.{self.position} AS position, e.originator_id, e.originator_version, e.topic, "
-            "e.state"
-        )
+        return f"e.{self.position} AS position, {COLUMNS}"
 
     def _known(self, cur: Cursor, job_id: UUID) -> None:
         row = cur.one(
@@ -171,4 +161,4 @@ class Audit:
         return Page(items, items[-1].position if len(items) == limit else None)
 
     def last_position(self) -> int:
-        return int(self.store.recorder.max_notification_id() or 0)
+        return self.store.head()

@@ -40,9 +40,7 @@ class CatchUpViews:
     def _read(self, name: str, min_position: int | None, query: Callable[[Cursor], T]) -> T:
         if min_position:
             wait_for(self.store, name, min_position, self.wait_seconds)
-        with self.store.cursor(write=False) as cur:
-            if cur.dialect.name == "postgres":  # one snapshot for the rows and the position
-                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        with self.store.cursor(write=False, snapshot=True) as cur:  # rows and position at once
             entry = tracking.get(cur, name)
             value = query(cur)
         self.on_served(entry.position if entry else 0)

@@ -20,7 +20,7 @@ from jobnik.domain.statuses import TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.projections.inline.task_ops import SUMMARY_KEY
 from jobnik.projections.queries.audit import Audit
-from jobnik.projections.queries.views import JobView, StageView
+from jobnik.projections.queries.results import JobView, StageView
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from jobnik.domain.errors import JobNotFound, StageNotFound, TaskNotFound
-from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
-from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.projections.inline.rows import (
     job_from_row,
@@ -20,37 +18,16 @@ from jobnik.projections.inline.rows import (
     summary_from_row,
     task_from_row,
 )
+from jobnik.projections.queries.audit import Audit
+from jobnik.projections.queries.results import ChildJob, JobView, StageView
+from jobnik.projections.queries.timetravel import AsOf, TimeTravel
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
-
-if TYPE_CHECKING:
-    from jobnik.projections.queries.timetravel import AsOf, TimeTravel
 
 STAGE_SELECT = (
     "SELECT s.*, m.pending, m.in_progress, m.completed, m.failed, m.created, m.retried, "
     "m.aborted, m.total, m.delegated FROM stages_v1 s JOIN summaries_v1 m ON m.stage_id = s.id"
 )
-
-
-@dataclass(frozen=True)
-class StageView:
-    stage: Stage
-    summary: Summary
-    tasks: list[Task] | None = None
-
-
-@dataclass(frozen=True)
-class JobView:
-    job: Job
-    stages: list[StageView] | None = None
-
-
-@dataclass(frozen=True)
-class ChildJob:
-    """A child job of a delegated task, with its tasks that completed with a result."""
-
-    job: Job
-    results: list[Task]
 
 
 T = TypeVar("T")
@@ -114,9 +91,6 @@ class Views:
 
     @cached_property
     def history(self) -> TimeTravel:
-        from jobnik.projections.queries.audit import Audit
-        from jobnik.projections.queries.timetravel import TimeTravel
-
         return TimeTravel(Audit(self.store))
 
     def job(self, job_id: UUID, *, with_stages: bool = False, as_of: AsOf | None = None) -> JobView:
@@ -281,7 +255,7 @@ class Views:
             return int(row["n"]) if row else 0
 
     def children(self, task_id: UUID) -> list[ChildJob]:
-        """The child jobs of `task_id` (seed 001), oldest first, with their tasks' results."""
+        """The child jobs of `task_id` (delegation), oldest first, with their tasks' results."""
         by_task = self._by_id("t", task_id)
         with self.store.cursor(write=False) as cur:
             if cur.one(f"SELECT id FROM tasks_v1 WHERE id = {self.p('t')}", by_task) is None:

@@ -13,11 +13,11 @@ from typing import Any, Protocol
 from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql, pipelined
 from jobnik.projections.catchup.registry import InlineProjection, Projection
 from jobnik.projections.inline.ops import Op
-from jobnik.projections.inline.project import batches, project_rows
+from jobnik.projections.inline.project import project_rows
 from jobnik.projections.rebuild.fold import Fold
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
-from jobnik.projections.store.executor import OpExecutor
+from jobnik.projections.store.executor import OpExecutor, batches
 from jobnik.projections.store.names import identity
 
 FOLD = True  # rebuilds fold pages (fold.py); tests switch it off to compare with the slow path
@@ -45,7 +45,7 @@ def _inline_applier(store: SqlStore, rename: Callable[[str], str]) -> Applier:
     shadow tables, which only the rebuild writes, a page at a time folded (fold.py)."""
     executor = OpExecutor(store.dialect, None if rename is identity else rename)
     if _inline_preparer(rename) is not None:
-        folder = Fold(executor, rename, store.events_table if store.pg is not None else None)
+        folder = Fold(executor, store.bulk(rename))
 
         def fold(cur: Cursor, batch: Batch, prepared: Any = None) -> None:
             ops, index = prepared if prepared is not None else fold_ops(batch)

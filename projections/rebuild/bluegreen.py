@@ -26,7 +26,6 @@ from jobnik.projections.rebuild.passes import Pass, Progress, fewer_collections,
 from jobnik.projections.rebuild.shadow import swap
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
-from jobnik.projections.store.leader import LeaderLock
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +37,7 @@ class RebuildBusy(RuntimeError):
 @contextmanager
 def rebuild_lock(store: SqlStore, *, wait: float = 0.0) -> Iterator[None]:
     """Hold this database's rebuild lock; `wait` seconds for it, else RebuildBusy."""
-    lock = LeaderLock(store, "rebuild")
+    lock = store.leader_lock("rebuild")
     deadline = time.monotonic() + wait
     while not lock.acquire():
         if time.monotonic() >= deadline:
@@ -63,7 +62,8 @@ def rebuild(
 
     `only_outdated`: only those whose rows an older version built, judged once the rebuild lock
     is held (so processes starting together rebuild once). `wait`: seconds to wait for the lock.
-    `processes`: how many replay the log on PostgreSQL (default `parallel.processes()`).
+    `processes`: how many replay the log, where the store replays in parallel (default: one per
+    CPU, see `parallel.processes`).
     """
     projections = by_name(names)
     with rebuild_lock(store, wait=wait), fewer_collections():
@@ -74,13 +74,13 @@ def rebuild(
         work = Pass(store, shadows_of(store, projections), progress, keep=True)
         work.create()
         try:
-            work.build(processes=processes or parallel.processes())
+            work.build(processes=parallel.processes(processes))
             with store.cursor(write=True, swap=True) as cur:  # writers wait until the commit
                 _lock_entries(cur, projections)
                 head = work.finish(cur)
                 now = datetime.now(UTC)
                 for s in work.shadows:
-                    swap(cur, s.projection.tables)
+                    swap(store, cur, s.projection.tables)
                     tracking.record_rebuild(cur, s.projection.name, s.projection.version, head, now)
         except BaseException:
             work.drop()
@@ -101,3 +101,15 @@ def _lock_entries(cur: Cursor, projections: Sequence[Projection]) -> None:
     """Wait for catch-up batches in flight (they hold their registry rows until they commit);
     rows locked in name order, as a catch-up round locks them."""
     tracking.locked(cur, [p.name for p in projections])
+
+
+def rebuild_outdated(store: SqlStore, name: str, processes: int | None = None) -> None:
+    """Rebuild projection `name` if an older version of its code built its rows, unless another
+    process is rebuilding (its swap will show up in the registry)."""
+    log.info(
+        "rebuilding stale projection", extra={"action": "projection_rebuild", "projection": name}
+    )
+    try:
+        rebuild(store, names=[name], only_outdated=True, processes=processes)
+    except RebuildBusy:
+        log.info("rebuild busy elsewhere", extra={"action": "projection_rebuild_busy"})

@@ -1,15 +1,13 @@
 """Rebuild fast path: a page of row operations folded into final row states, written in bulk.
 
-During a rebuild the shadow tables are private (only the rebuild writes them), so the operations a
-page of events makes (`entities.project`) need not reach the database one by one. `Fold` applies
-them in memory, keyed by primary key: an Insert followed by Updates and Adds of the same row is one
-row; a row inserted and deleted in the page never reaches the database; Updates and Adds of a row
-stored by an earlier page collapse into one patch. `flush` then writes each table with a few
-statements: on PostgreSQL one `DELETE ... USING unnest(...)`, one `INSERT ... SELECT FROM
-unnest(...)` per column set and one `UPDATE ... FROM unnest(...)` per column set (a statement per
-table and shape, whatever the number of rows); on SQLite (no network) `executemany`.
+During a rebuild the shadow tables are private (only the rebuild writes them), so the operations
+a page of events makes (`inline.project.project`) need not reach the database one by one. `Fold`
+applies them in memory, keyed by primary key: an Insert followed by Updates and Adds of the same
+row is one row; a row inserted and deleted in the page never reaches the database; Updates and
+Adds of a row stored by an earlier page collapse into one patch. `flush` then writes a few
+statements per table and shape, whatever the number of rows (store/bulk.py).
 
-Exactly the rows of the per-event path (`executor.OpExecutor`), by construction:
+Exactly the rows of the per-event path (`store.executor.OpExecutor`), by construction:
 - an operation is folded only when its outcome is known from memory: it names its row by primary
   key, and the row is new in the page, or known absent, or the operation needs nothing but the key
   (a patch: `UPDATE ... WHERE pk` does the same to the stored row, or nothing if there is none);
@@ -25,119 +23,52 @@ Exactly the rows of the per-event path (`executor.OpExecutor`), by construction:
   everything folded so far is written, the operation runs as its own SQL, and memory forgets
   what the statement may have changed.
 The history index (an `IndexEvent` per event on the per-event path, a lookup in
-`entity_jobs_v1`) is not folded: pages come without IndexEvents (`registry.fold_ops`), and the
+`entity_jobs_v1`) is not folded: pages come without IndexEvents (`apply.fold_ops`), and the
 page's (aggregate, position) pairs are filed by one set-based statement after the page's
 `entity_jobs_v1` rows. That files the same events, since an aggregate's first event is its
 creation, the one that makes its `entity_jobs_v1` row, and nothing deletes those rows.
 
-Memory keys a row by its primary key: a one-column key (always a uuid) by the UUID's integer,
-which is hashed and compared in C (`_memo`).
-
-Between pages memory keeps the stage and job rows it knows whole (`KEPT`, a bounded number), so
-Enqueues rarely read them back: on PostgreSQL the page's statements run on a writer thread
-(writer.py) while the next page folds, and a read there waits for every write queued before it.
-What the writes send is taken from memory when they are queued (COPY rows as tuples, arrays), so
-later folding cannot change a write still in the queue.
-
-The rows a page inserts into tasks and queue (`CARRIED`) are written with the page after it
-instead: a task's next events usually come within a page, and folded into its new row there
-(its queue row deleted before it was ever written) the row is written once, not inserted and then
-updated or deleted. Nothing reads those tables' rows between the two pages (a barrier writes
-them first; a Delete by another column judges them in memory), a row is carried once (memory
-stays within two pages), and the pass ends with an empty page, which writes the last carry.
-(Measured on a 300,000-event log, two parts: each part's 15,000 task updates, 15,000 queue
-inserts and 15,000 queue deletes are gone.)
+What memory keeps between pages, and the rows it carries to the next one: rowstate.py.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from operator import itemgetter
-from typing import Any, Final
-from uuid import UUID
-
-from psycopg.types.json import Jsonb
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from jobnik.projections.inline.ops import Add, Delete, Enqueue, IndexEvent, Insert, Op, Update
-from jobnik.projections.inline.tables import (
-    ENTITY_JOBS,
-    JOB_EVENTS,
-    JOBS,
-    PRIMARY_KEYS,
-    QUEUE,
-    STAGES,
-    TASKS,
+from jobnik.projections.inline.queue import queue_row
+from jobnik.projections.inline.tables import JOBS, QUEUE, STAGES
+from jobnik.projections.rebuild.rowstate import (
+    CARRIED,
+    GONE,
+    KEEP,
+    KEPT,
+    LOADED,
+    MISSING,
+    NEW,
+    PATCH,
+    PK,
+    PK1,
+    Barrier,
+    Row,
+    memo,
+    stored_key,
 )
-from jobnik.projections.rebuild.writer import run
+from jobnik.projections.store.bulk import BulkWriter
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.executor import OpExecutor
-from jobnik.projections.store.names import checked
-from jobnik.projections.store.schema import JSON_COLUMNS
-
-NEW, LOADED, PATCH, GONE = "new", "loaded", "patch", "gone"
-OPEN: Final = frozenset({"PENDING", "IN_PROGRESS"})  # the Enqueue statement's open statuses
-_INT: Final = re.compile(r"^\(?'?(-?\d+)'?\)?(::\w+)?$")
-PK: Final[Mapping[str, tuple[str, ...]]] = {
-    t: tuple(c.strip() for c in cols.split(",")) for t, cols in PRIMARY_KEYS.items()
-}
-
-KEPT: Final = (STAGES, JOBS)  # rows kept from page to page (Enqueue reads them), up to
-KEEP: Final = 1000  # rows per table
-CARRIED: Final = (TASKS, QUEUE)  # tables whose new rows wait for the next page (`Fold._carry`)
-PK1: Final = {t: cols[0] for t, cols in PK.items() if len(cols) == 1}
-_MISSING: Final = object()
-
-
-class Row:
-    """What the page did to one row.
-
-    NEW: `values` is the whole row, to insert (after deleting the stored one when `replaces`).
-    LOADED: `values` is the whole stored row; `dirty` the columns to write back.
-    PATCH: the stored row, if any, gets `values` set and `adds` added.
-    GONE: there is no row (any more); `replaces`: a stored one, if any, must be deleted.
-    """
-
-    # (millions are made: no dataclass)
-    __slots__ = ("adds", "carried", "dirty", "replaces", "state", "values")
-
-    def __init__(
-        self, state: str, values: dict[str, Any] | None = None, replaces: bool = False
-    ) -> None:
-        self.state = state
-        self.values: dict[str, Any] = {} if values is None else values
-        self.adds: dict[str, int] = {}
-        self.dirty: set[str] = set()
-        self.replaces = replaces
-        self.carried = False  # a NEW row held back from the page before (`Fold.flush`)
-
-
-class Barrier(Exception):
-    """The operation cannot be folded: write what is folded, then run it as SQL."""
-
-
-@dataclass
-class Column:
-    type: str  # PostgreSQL's name for the column's type (array casts), or SQLite's declared type
-    default: int | None  # an integer DEFAULT, else None
-    has_default: bool
-    oid: int = 0  # PostgreSQL's type oid (binary COPY)
 
 
 class Fold:
-    """Folds pages of `Op`s into the tables `rename` names; one instance per rebuild pass."""
+    """Folds pages of `Op`s and writes them with `bulk` (into the tables its `rename` names);
+    one instance per rebuild pass."""
 
-    def __init__(
-        self, executor: OpExecutor, rename: Callable[[str], str], events: str | None = None
-    ) -> None:
+    def __init__(self, executor: OpExecutor, bulk: BulkWriter) -> None:
         self.executor = executor
-        self.events = events  # the event log's table (PostgreSQL: `_index` reads it)
-        self.d = executor.d
-        self.rename = rename
+        self.bulk = bulk
         self.rows: dict[str, dict[Any, Row]] = {}
         self.where: list[Delete] = []  # Deletes by other columns: `flush` runs them first
-        self.columns: dict[str, dict[str, Column]] = {}
         self.kept: dict[str, dict[Any, Row]] = {}  # (`_retain`)
         self.carried: dict[str, dict[Any, Row]] = {}  # (`_carry`)
         self.cur: Cursor | None = None  # the page's, while `apply` folds it
@@ -158,12 +89,8 @@ class Fold:
         write the result; `index`: the (aggregate, position) of the page's events, filed in the
         history index after the page's entity_jobs rows."""
         for table in PK:
-            self._types(cur, table)
-        if self.d.name == "postgres":
-            # The shadows have no statistics: the planner would hash-join each page's keys with
-            # a scan of the whole table (a rebuild quadratic in the log). Probe the primary key.
-            cur.execute("SET LOCAL enable_hashjoin = off")
-            cur.execute("SET LOCAL enable_mergejoin = off")
+            self.bulk.types(cur, table)
+        self.bulk.begin(cur)
         self.cur = cur  # (`_known` reads a stage or job row memory lacks through it)
         fold = self._fold
         for ops in page:
@@ -176,7 +103,7 @@ class Fold:
                     self.forget(op)
         self.flush(cur, keep=False)
         if index:
-            self._index(cur, index)
+            self.bulk.index(cur, index)
         self._retain()
         self.cur = None
 
@@ -193,9 +120,9 @@ class Fold:
             table = self.rows[table_name] = {}
         single = PK1.get(table_name)
         if single is not None and len(key) == 1:  # the usual case, without a call to _pk
-            value = key.get(single, _MISSING)
-            if value is not _MISSING:
-                return table, _memo(value)
+            value = key.get(single, MISSING)
+            if value is not MISSING:
+                return table, memo(value)
         return table, self._pk(table_name, key)
 
     def _delete_op(self, op: Delete) -> None:
@@ -285,10 +212,10 @@ class Fold:
         """The primary key `key` names (of a whole `row`), or Barrier if it names another set."""
         single = PK1.get(table)
         if single is not None and (row or len(key) == 1):
-            value = key.get(single, _MISSING)
-            if value is _MISSING:
+            value = key.get(single, MISSING)
+            if value is MISSING:
                 raise Barrier
-            return _memo(value)
+            return memo(value)
         pk = PK.get(table)
         if pk is None or (not row and len(key) != len(pk)) or any(c not in key for c in pk):
             raise Barrier
@@ -299,7 +226,7 @@ class Fold:
             return  # the Enqueue found no stage or job row: INSERT ... SELECT inserts nothing
         single = PK1.get(table)
         if single is not None and single in values:
-            key = _memo(values[single])
+            key = memo(values[single])
         else:
             key = self._pk(table, values, row=True)
         rows = self.rows.get(table)
@@ -317,12 +244,12 @@ class Fold:
     def _known(self, table: str, key: Any) -> dict[str, Any] | None:
         """The row of `table` with primary key `key` (None: no such row), read from the
         database when memory has no word of it: then the stored row is the row as it is."""
-        row = self.rows.get(table, {}).get(_memo(key))
+        row = self.rows.get(table, {}).get(memo(key))
         if row is None:
             if any(op.table == table for op in self.where):
                 raise Barrier  # the stored row may be one a pending Delete removes
             self._load(self.cur, table, {key})
-            row = self.rows[table][_memo(key)]
+            row = self.rows[table][memo(key)]
         if row.state == PATCH:
             raise Barrier  # changed in memory, not known whole
         return row.values if row.state in (NEW, LOADED) else None
@@ -334,16 +261,7 @@ class Fold:
         job = self._known(JOBS, stage["job_id"])
         if job is None:
             return None
-        return {
-            "task_id": op.task_id,
-            "job_id": stage["job_id"],
-            "stage_id": stage["id"],
-            "stage_type": stage["type"],
-            "priority_rank": job["priority_rank"],
-            "seq": op.seq,
-            "stage_open": stage["status"] in OPEN,
-            "job_open": job["status"] in OPEN,
-        }
+        return queue_row(op.task_id, stage, job, op.seq)
 
     def forget(self, op: Op) -> None:
         """After `op` ran as SQL: drop what memory holds that the statement may have changed."""
@@ -352,7 +270,7 @@ class Fold:
         table = QUEUE if isinstance(op, Enqueue) else op.table
         rows = self.rows.get(table, {})
         if isinstance(op, Enqueue):
-            rows.pop(_memo(op.task_id), None)
+            rows.pop(memo(op.task_id), None)
             return
         if isinstance(op, Insert):
             rows.pop(self._pk(table, op.row, row=True), None)
@@ -376,21 +294,12 @@ class Fold:
         if not ids:
             return []
         ordered = sorted(ids, key=str)
-        if self.d.name == "postgres":
-            found = cur.all(
-                self.rename(f"SELECT * FROM {table} WHERE id = ANY(%(ids)b)"), {"ids": ordered}
-            )
-        else:
-            found = []
-            for start in range(0, len(ordered), 500):
-                part = {f"v{i}": self.d.dump("id", v) for i, v in enumerate(ordered[start:][:500])}
-                marks = ", ".join(f":{k}" for k in part)
-                found += cur.all(self.rename(f"SELECT * FROM {table} WHERE id IN ({marks})"), part)
+        found = self.bulk.load(cur, table, ordered)
         rows = self.rows.setdefault(table, {})
         for key in ordered:
-            rows[_memo(key)] = Row(GONE)
+            rows[memo(key)] = Row(GONE)
         for r in found:
-            rows[_memo(r["id"])] = Row(LOADED, r)
+            rows[memo(r["id"])] = Row(LOADED, r)
         return found
 
     # -- writing -------------------------------------------------------------------------------
@@ -404,16 +313,16 @@ class Fold:
             cur.execute(*self.executor.statement(op))
         self.where.clear()
         for table, rows in self.rows.items():
-            doomed = [_stored(table, k) for k, r in rows.items() if r.replaces]
+            doomed = [stored_key(table, k) for k, r in rows.items() if r.replaces]
             if doomed:
-                self._delete(cur, table, doomed)
+                self.bulk.delete(cur, table, doomed)
         for table, rows in self.rows.items():
             shapes: dict[tuple[str, ...], list[dict[str, Any]]] = {}
             for r in rows.values():
                 if r.state == NEW:
                     shapes.setdefault(tuple(r.values), []).append(r.values)
             for cols, values in shapes.items():
-                self._insert_rows(cur, table, cols, values)
+                self.bulk.insert(cur, table, cols, values)
         for table, rows in self.rows.items():
             patches: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Any]] = {}
             for key, r in rows.items():
@@ -424,10 +333,10 @@ class Fold:
                 else:
                     continue
                 patches.setdefault((tuple(sets), tuple(adds)), []).append(
-                    (_stored(table, key), sets, adds)
+                    (stored_key(table, key), sets, adds)
                 )
             for (set_cols, add_cols), items in patches.items():
-                self._update(cur, table, set_cols, add_cols, items)
+                self.bulk.update(cur, table, set_cols, add_cols, items)
         if not keep:
             self.kept = {t: rows for t in KEPT if len(rows := self.rows.get(t, {})) <= KEEP}
             self.rows.clear()
@@ -438,7 +347,7 @@ class Fold:
 
     def _known_whole(self, table: str) -> None:
         """After a flush: memory keeps the rows of `table` it knows whole (LOADED) or absent."""
-        rows, columns = self.rows[table], self.columns[table].keys()
+        rows, columns = self.rows[table], self.bulk.columns[table].keys()
         for key, r in list(rows.items()):
             if r.state == GONE:
                 rows[key] = Row(GONE)
@@ -478,177 +387,8 @@ class Fold:
                 carry[table] = later
         return carry
 
-    def _types(self, cur: Cursor, table: str) -> dict[str, Column]:
-        if table not in self.columns:
-            name = self.rename(table)
-            if self.d.name == "postgres":
-                found = cur.raw_all(
-                    "SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type, "
-                    "a.atttypid::int AS oid, "
-                    "pg_get_expr(d.adbin, d.adrelid) AS dflt FROM pg_attribute a "
-                    "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
-                    "WHERE a.attrelid = %(t)s::regclass AND a.attnum > 0 AND NOT a.attisdropped",
-                    {"t": name},
-                )
-            else:
-                found = [
-                    {"name": r["name"], "type": r["type"], "dflt": r["dflt_value"]}
-                    for r in cur.raw_all(f"PRAGMA table_info({checked(name)})")
-                ]
-            self.columns[table] = {
-                r["name"]: _column(r["type"], r["dflt"], r.get("oid", 0)) for r in found
-            }
-        return self.columns[table]
-
     def _default(self, table: str, column: str) -> int | None:
-        col = self.columns.get(table, {}).get(column)
+        col = self.bulk.columns.get(table, {}).get(column)
         if col is None or (col.has_default and col.default is None):
             raise Barrier  # unknown column or a default we do not evaluate: let SQL do it
         return col.default
-
-    def _arrays(
-        self, cur: Cursor, table: str, cols: Sequence[str], rows: Iterable[Sequence[Any]]
-    ) -> tuple[str, dict[str, Any]]:
-        """`unnest(%(a0)s::type[], ...) AS v(col, ...)` and its parameters (PostgreSQL)."""
-        types = self._types(cur, table)
-        columns = list(zip(*rows, strict=True))
-        params = {  # binary arrays: psycopg dumps them many times faster than text ones
-            f"a{i}": [Jsonb(v) if v is not None else v for v in values]
-            if c in JSON_COLUMNS
-            else list(values)
-            for i, (c, values) in enumerate(zip(cols, columns, strict=True))
-        }
-        casts = ", ".join(f"%(a{i})b::{types[c].type}[]" for i, c in enumerate(cols))
-        return f"unnest({casts}) AS v({', '.join(map(checked, cols))})", params
-
-    def _delete(self, cur: Cursor, table: str, keys: list[tuple[Any, ...]]) -> None:
-        pk = PK[table]
-        if self.d.name == "postgres":
-            source, params = self._arrays(cur, table, pk, keys)
-            match = " AND ".join(f"t.{c} = v.{c}" for c in pk)
-            cur.execute(self.rename(f"DELETE FROM {table} t USING {source} WHERE {match}"), params)
-            return
-        where = " AND ".join(f"{c} = :{c}" for c in pk)
-        cur.executemany(
-            self.rename(f"DELETE FROM {table} WHERE {where}"),
-            [{c: self.d.dump(c, v) for c, v in zip(pk, k, strict=True)} for k in keys],
-        )
-
-    def _insert_rows(
-        self, cur: Cursor, table: str, cols: tuple[str, ...], rows: list[dict[str, Any]]
-    ) -> None:
-        names = ", ".join(map(checked, cols))
-        if self.d.name == "postgres":  # binary COPY: no SQL to parse, rows formatted in C
-            types = self._types(cur, table)
-            get = itemgetter(*cols)
-            statement = self.rename(f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)")
-            oids = [types[c].oid for c in cols]  # jsonb: dicts dumped as they are
-            data = [get(r) for r in rows] if len(cols) > 1 else [(get(r),) for r in rows]
-            run(cur, lambda c: _copy(c, statement, oids, data))  # `data`: a snapshot of `rows`
-            return
-        marks = ", ".join(f":{c}" for c in cols)
-        cur.executemany(
-            self.rename(f"INSERT INTO {table} ({names}) VALUES ({marks})"),
-            [self.d.dump_row(r) for r in rows],
-        )
-
-    def _update(
-        self,
-        cur: Cursor,
-        table: str,
-        set_cols: tuple[str, ...],
-        add_cols: tuple[str, ...],
-        items: list[tuple[tuple[Any, ...], dict[str, Any], dict[str, int]]],
-    ) -> None:
-        pk = PK[table]
-        if self.d.name == "postgres":
-            cols = (*pk, *set_cols, *add_cols)
-            source, params = self._arrays(
-                cur,
-                table,
-                cols,
-                ([*k, *(s[c] for c in set_cols), *(a[c] for c in add_cols)] for k, s, a in items),
-            )
-            assign = [f"{c} = v.{c}" for c in set_cols] + [f"{c} = t.{c} + v.{c}" for c in add_cols]
-            match = " AND ".join(f"t.{c} = v.{c}" for c in pk)
-            cur.execute(
-                self.rename(
-                    f"UPDATE {table} t SET {', '.join(assign)} FROM {source} WHERE {match}"
-                ),
-                params,
-            )
-            return
-        sets = [f"{c} = :s_{c}" for c in set_cols] + [f"{c} = {c} + :a_{c}" for c in add_cols]
-        where = " AND ".join(f"{c} = :k_{c}" for c in pk)
-        cur.executemany(
-            self.rename(f"UPDATE {table} SET {', '.join(sets)} WHERE {where}"),
-            [
-                {
-                    **{f"k_{c}": self.d.dump(c, v) for c, v in zip(pk, k, strict=True)},
-                    **{f"s_{c}": self.d.dump(c, s[c]) for c in set_cols},
-                    **{f"a_{c}": a[c] for c in add_cols},
-                }
-                for k, s, a in items
-            ],
-        )
-
-    def _index(self, cur: Cursor, index: Sequence[tuple[Any, int]]) -> None:
-        """The page's events (aggregate, position): each filed under its aggregate's job, if it
-        has one."""
-        first, last = index[0][1], index[-1][1]
-        if self.events is not None and last - first + 1 == len(index):
-            # Every event from `first` to `last` is here (the usual case): the server joins
-            # them from the log itself, no ids to send.
-            cur.execute(
-                self.rename(
-                    f"INSERT INTO {JOB_EVENTS} (job_id, position) "
-                    f"SELECT e.job_id, s.notification_id FROM {self.events} s "
-                    f"JOIN {ENTITY_JOBS} e ON e.entity_id = s.originator_id "
-                    "WHERE s.notification_id BETWEEN %(first)s AND %(last)s"
-                ),
-                {"first": first, "last": last},
-            )
-        elif self.d.name == "postgres":
-            cur.execute(
-                self.rename(
-                    f"INSERT INTO {JOB_EVENTS} (job_id, position) SELECT e.job_id, v.position "
-                    "FROM unnest(%(ids)b::uuid[], %(positions)b::bigint[]) AS v(id, position) "
-                    f"JOIN {ENTITY_JOBS} e ON e.entity_id = v.id"
-                ),
-                {"ids": [i for i, _ in index], "positions": [p for _, p in index]},
-            )
-        else:
-            statement = self.executor.statement(IndexEvent(index[0][0], 0))[0]
-            cur.executemany(
-                statement,
-                [{"entity_id": self.d.dump("entity_id", i), "position": p} for i, p in index],
-            )
-
-
-def _memo(value: Any) -> Any:
-    """How memory keys a row by a one-column primary key: a UUID by its integer, which Python
-    hashes and compares in C (a UUID's __hash__ and __eq__ are Python calls: a tenth of the
-    fold's time, measured), anything else as it is. Several columns: a tuple of their values."""
-    return value.int if type(value) is UUID else value
-
-
-def _stored(table: str, key: Any) -> tuple[Any, ...]:
-    """The primary key's values as the database holds them, from memory's key (`_memo`): every
-    one-column primary key of the read models is a uuid."""
-    if table in PK1:
-        return (UUID(int=key) if type(key) is int else key,)
-    return tuple(key)
-
-
-def _copy(cur: Cursor, statement: str, oids: list[int], rows: list[Sequence[Any]]) -> None:
-    with cur.raw.copy(statement) as copy:
-        copy.set_types(oids)
-        for r in rows:
-            copy.write_row(r)
-
-
-def _column(type_: str, default: str | None, oid: int) -> Column:
-    if default is None:
-        return Column(type_, None, False, oid)
-    m = _INT.match(default.strip())
-    return Column(type_, int(m.group(1)) if m else None, True, oid)

@@ -1,8 +1,9 @@
 """A pass over the log that feeds shadow tables: paged, read ahead, folded, written in bulk.
 
 The pass keeps three kinds of thread busy: a read-ahead thread reads, decodes and prepares the
-next page (readahead.py), the caller's thread folds the current one in memory, and on PostgreSQL
-a writer thread per projection writes the page before on a connection of its own (writer.py).
+next page (readahead.py), the caller's thread folds the current one in memory, and, where the
+store has page writers, a thread per projection writes the page before on a connection of its
+own (store/pagewriter.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import gc
 import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -24,9 +25,9 @@ from jobnik.projections.rebuild.apply import Applier, Prepare, applier, preparer
 from jobnik.projections.rebuild.log import PAGE, read_pages
 from jobnik.projections.rebuild.readahead import read_ahead
 from jobnik.projections.rebuild.shadow import Renamer, drop_shadows
-from jobnik.projections.rebuild.writer import Writer
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
+from jobnik.projections.store.pagewriter import Writer
 
 _INDEX: Final = re.compile(r"\s*CREATE (?:UNIQUE )?INDEX (?:IF NOT EXISTS )?(\w+)")
 Progress = Callable[[int, int], None]  # (events applied so far, events to apply in all)
@@ -38,8 +39,8 @@ def fewer_collections() -> Iterator[None]:
 
     A replay allocates millions of short-lived objects (decoded events, op lists, row dicts)
     that reference counting frees; none of them form cycles. With the default thresholds the
-    collector still ran every 700 allocations, and every few pages a full collection walked every
-    object of the process: measured, about a third of a rebuild's time. Objects alive before the
+    collector runs every 700 allocations, and every few pages a full collection walks every
+    object of the process, a large share of a rebuild's time. Objects alive before the
     replay are frozen out of the collector's walks and the young generation's threshold goes up;
     both are restored afterwards (process-wide settings: other threads collect less meanwhile).
     """
@@ -78,11 +79,8 @@ class Pass:
 
     The bulk of the log is replayed into shadows without the projections' `late_indexes`, which
     no replay statement reads through; for shadows that are to replace the live tables (`keep`),
-    `settle` then builds each of them in one go, before the rest of the log and the swap.
-    (Measured on a 300,000-event log, two parts: building them takes 0.1 s; deferring them
-    made the rebuild about 5 % faster. UNLOGGED shadows, set LOGGED before the swap, saved the
-    server 3-4 µs of CPU per event during the replay, then took 0.7-0.9 s to rewrite into the
-    WAL: slower in all.)"""
+    `settle` then builds each of them in one go, before the rest of the log and the swap (one
+    build costs less than keeping the index up to date row by row)."""
 
     def __init__(
         self,
@@ -112,7 +110,7 @@ class Pass:
         with self.store.cursor(write=True, lock=False) as cur:
             for s in self.shadows:
                 drop_shadows(cur, s.projection.tables)
-                for statement in s.projection.create(self.store.backend):
+                for statement in s.projection.create(self.store.dialect):
                     index = _INDEX.match(statement)
                     if index and index.group(1) in s.projection.late_indexes:
                         self.late.append(s.rename(statement))
@@ -135,7 +133,7 @@ class Pass:
                 drop_shadows(cur, s.projection.tables)
 
     def head(self) -> int:
-        return int(self.store.recorder.max_notification_id() or 0)
+        return self.store.head()
 
     def build(self, near: int | None = None, processes: int = 1) -> None:
         """Feed the shadows until they are within `near` (a page) of the head (no lock held),
@@ -172,7 +170,7 @@ class Pass:
 
     @contextmanager
     def _page(self, writers: list[Writer] | None) -> Iterator[list[AbstractContextManager[Cursor]]]:
-        """The cursors a page goes through: a writer's page each (PostgreSQL), else one
+        """The cursors a page goes through: a writer's page each, or (no writers) one
         transaction shared by every shadow."""
         if writers is None:
             with self.store.cursor(write=True, lock=False) as cur:
@@ -188,12 +186,12 @@ class Pass:
     def _parallel(self, processes: int) -> None:
         """Replay the log up to its head with the per-job shadows fed by `processes` processes,
         the others by this one meanwhile, when the log is long enough to pay for starting them
-        (PostgreSQL only: SQLite has one writer)."""
+        and the store replays in parallel (`SqlStore.replays_in_parallel`)."""
         head = self.head()
         per_job = [s for s in self.shadows if s.projection.per_job]
         if (
             processes < 2
-            or self.store.pg is None
+            or not self.store.replays_in_parallel
             or not per_job
             or head - self.position < parallel.MIN_EVENTS
         ):
@@ -224,15 +222,10 @@ class Pass:
         self.applied += applied
         self.position = head
 
-    @contextmanager
-    def _writers(self) -> Iterator[list[Writer] | None]:
-        """On PostgreSQL a writer per shadow (writer.py): a page is written while the next one
-        is folded. SQLite has one writer connection: pages are applied in turn."""
-        if self.store.pg is None:
-            yield None
-            return
-        with ExitStack() as stack:
-            yield [stack.enter_context(Writer(self.store)) for _ in self.shadows]
+    def _writers(self) -> AbstractContextManager[list[Writer] | None]:
+        """A page writer per shadow where the backend writes side by side (a page is written
+        while the next one is folded), else None: pages are applied in turn."""
+        return self.store.page_writers(len(self.shadows))
 
     def finish(self, cur: Cursor) -> int:
         """Feed the shadows the rest of the log, in the caller's transaction; returns the head.
@@ -294,4 +287,4 @@ def feed_part(
     """What a part's process runs (parallel.run_parts): its jobs' events into the shadows."""
     with fewer_collections():
         work = Pass(store, shadows_of(store, by_name(names)), lambda n, _: applied(n))
-        work.replay(read_pages(store, after, PAGE, head, (), route=route), head)
+        work.replay(read_pages(store, after, PAGE, head, (), part=route), head)

@@ -3,7 +3,7 @@
 A rebuild reads and decodes a page of events (Python work, then a wait for the database) and
 then applies it (Python work, then waits for the database to write it). Done in one thread the
 waits add up; with the next page read and decoded by a thread of its own, each thread's Python
-runs while the other one waits for the server (the GIL is released while psycopg waits).
+runs while the other one waits for the server (the GIL is released while the driver waits).
 
 The producer starts an item only when fewer than `depth` wait for the consumer, so memory
 holds the consumer's page and at most `depth` more, however long the source.

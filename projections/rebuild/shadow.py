@@ -2,11 +2,9 @@
 
 A projection's SQL (its DDL, the executor's statements) names its live tables; `Renamer` rewrites
 those names, and every index name that starts with one (all of ours do: `jobs_v1_name`,
-`queue_v1_next`, PostgreSQL's `jobs_v1_pkey`), to the shadow names. `swap` then drops the live
-tables and renames the shadows in the caller's transaction. PostgreSQL renames the indexes back
-too; SQLite cannot rename an index, so it drops the shadow-named ones and builds them again under
-their live names, inside the same transaction (on SQLite the swap takes as long as those index
-builds; on PostgreSQL it is catalogue updates only).
+`queue_v1_next`, a primary key's `jobs_v1_pkey`), to the shadow names. `swap` then drops the live
+tables and renames the shadows in the caller's transaction, and the store gives their indexes
+their live names (`SqlStore.restore_index_names`).
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from functools import cache
 from typing import Final
 
+from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.names import checked
 
@@ -54,31 +53,11 @@ def drop_shadows(cur: Cursor, tables: Iterable[str]) -> None:
         cur.execute(f"DROP TABLE IF EXISTS {shadow_of(table)}")
 
 
-def swap(cur: Cursor, tables: Sequence[str]) -> None:
+def swap(store: SqlStore, cur: Cursor, tables: Sequence[str]) -> None:
     """Replace each live table by its shadow, indexes and all (the caller's transaction)."""
     for table in tables:
         cur.execute(f"DROP TABLE IF EXISTS {checked(table)}")
     for table in tables:
         cur.execute(f"ALTER TABLE {shadow_of(table)} RENAME TO {table}")
-    if cur.dialect.name == "postgres":
-        for table in tables:
-            rows = cur.raw_all(
-                "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
-                "AND tablename = %(t)s",
-                {"t": table},
-            )
-            for r in rows:
-                name = r["indexname"]
-                if SHADOW in name:
-                    cur.execute(f"ALTER INDEX {checked(name)} RENAME TO {live_of(name)}")
-        return
     for table in tables:
-        rows = cur.raw_all(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = :t "
-            "AND sql IS NOT NULL",
-            {"t": table},
-        )
-        for r in rows:
-            if SHADOW in r["name"]:
-                cur.execute(f"DROP INDEX {checked(r['name'])}")
-                cur.execute(r["sql"].replace(SHADOW, ""))
+        store.restore_index_names(cur, table, SHADOW)

@@ -1,14 +1,13 @@
 """Verifying projections: replay them into shadows and list every row that differs from the live
 tables at the same log position.
 
-On PostgreSQL the comparison reads a REPEATABLE READ snapshot taken while writers were held back,
-so writers wait only for the final catch-up; on SQLite it runs inside the write transaction
-(writers wait for the comparison). Shadows are dropped afterwards.
+The comparison reads a snapshot in which the live tables and the shadows reflect the same log
+position (`SqlStore.settled`: writers wait for the final catch-up, or, where one writer holds
+the database, for the comparison too). Shadows are dropped afterwards.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,7 +16,6 @@ from typing import Any
 from jobnik.projections.catchup import tracking
 from jobnik.projections.catchup.projection import CatchUpProjection
 from jobnik.projections.catchup.registry import Projection, by_name
-from jobnik.projections.catchup.runner import catch_up
 from jobnik.projections.rebuild import parallel
 from jobnik.projections.rebuild.apply import applier
 from jobnik.projections.rebuild.bluegreen import rebuild_lock
@@ -26,7 +24,7 @@ from jobnik.projections.rebuild.passes import Pass, Progress, fewer_collections,
 from jobnik.projections.rebuild.shadow import shadow_of
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
-from jobnik.projections.store.names import checked, identity
+from jobnik.projections.store.names import identity
 
 
 def verify(
@@ -45,13 +43,13 @@ def verify(
         work = Pass(store, shadows_of(store, projections), progress)
         work.create()
         try:
-            work.build(processes=processes or parallel.processes())
+            work.build(processes=parallel.processes(processes))
             with _frozen(store, work, projections) as cur:
                 return [
                     d
                     for s in work.shadows
                     for table in s.projection.tables
-                    for d in compare(cur, table, s.projection.keys[table])
+                    for d in compare(store, cur, table, s.projection.keys[table])
                 ]
         finally:
             work.drop()
@@ -61,39 +59,24 @@ def verify(
 def _frozen(store: SqlStore, work: Pass, projections: Sequence[Projection]) -> Iterator[Cursor]:
     """A cursor in which every live table and every shadow reflect the same log position."""
     catch_ups = [p for p in projections if isinstance(p, CatchUpProjection)]
-    if store.pg is None:
-        with store.cursor(write=True) as cur:  # SQLite: one writer, so this holds everyone
-            head = work.finish(cur)
-            for p in catch_ups:
-                _catch_up_in(store, cur, p, head)
-            yield cur
-        return
-    with store.cursor(write=False) as snapshot:
-        snapshot.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        with store.pg.get_connection() as held, held.transaction(force_rollback=True):
-            held.execute(f"LOCK TABLE {store.events_table} IN EXCLUSIVE MODE")  # writers wait
-            with store.cursor(write=True, lock=False) as cur:
-                head = work.finish(cur)
-            for p in catch_ups:
-                _catch_up_live(store, p, head)
-            snapshot.execute("SELECT 1")  # the snapshot: taken while no writer can commit
-        yield snapshot
 
+    def settle(cur: Cursor) -> None:
+        head = work.finish(cur)
+        for p in catch_ups:
+            _catch_up_in(store, cur, p, head)
 
-def _catch_up_live(store: SqlStore, p: CatchUpProjection, head: int) -> None:
-    """Bring a live catch-up projection to `head` (the runner may be doing it too)."""
-    while tracking.position_of(store, p.name) < head:
-        if not catch_up(store, p, PAGE):
-            time.sleep(0.01)  # the runner holds the row: its batch moves the position
+    with store.settled(settle) as cur:
+        yield cur
 
 
 def _catch_up_in(store: SqlStore, cur: Cursor, p: CatchUpProjection, head: int) -> None:
-    """Bring a live catch-up projection to `head` inside `cur`'s (write) transaction."""
-    entry = tracking.get(cur, p.name)
-    if entry is None or entry.position >= head:
+    """Bring a live catch-up projection to `head` inside `cur`'s (write) transaction, as its
+    runner would: its registry row locked first, so a round under way commits before."""
+    position = tracking.locked(cur, [p.name]).get(p.name)
+    if position is None or position >= head:
         return
     live = applier(store, p, identity)
-    for notes in read_pages(store, entry.position, PAGE, head, p.topics, cur):
+    for notes in read_pages(store, position, PAGE, head, p.topics, cur):
         live(cur, [(n.id, store.mapper.to_domain_event(n)) for n in notes])
     tracking.advance(cur, p.name, head)
 
@@ -126,23 +109,13 @@ class Difference:
         return f"{self.table} [{key}]: {cols}"
 
 
-def columns_of(cur: Cursor, table: str) -> list[str]:
-    if cur.dialect.name == "postgres":
-        rows = cur.raw_all(
-            "SELECT column_name FROM information_schema.columns WHERE "
-            "table_schema = current_schema() AND table_name = %(t)s ORDER BY ordinal_position",
-            {"t": table},
-        )
-        return [r["column_name"] for r in rows]
-    return [r["name"] for r in cur.raw_all(f"PRAGMA table_info({checked(table)})")]
-
-
-def compare(cur: Cursor, table: str, key: Sequence[str]) -> list[Difference]:
+def compare(store: SqlStore, cur: Cursor, table: str, key: Sequence[str]) -> list[Difference]:
     """Every row of `table` that differs from its shadow, paired by primary key `key`.
 
     The database computes the two set differences (EXCEPT), so only differing rows reach Python.
     """
-    live_cols, shadow_cols = columns_of(cur, table), columns_of(cur, shadow_of(table))
+    live_cols = store.columns_of(cur, table)
+    shadow_cols = store.columns_of(cur, shadow_of(table))
     if live_cols != shadow_cols:
         return [
             Difference(

@@ -1,10 +1,10 @@
 """PostgreSQL write sessions in few round trips: statements queue up and travel as one string.
 
 A write command is a handful of reads and a dozen small writes. Sent one by one, each costs a
-round trip and, on this machine, more client CPU in the driver than the domain work itself.
-Here writes are rendered client-side (psycopg's adapters) and queued; a read, or the commit,
-sends everything queued as one multi-statement string, and the results come back as that many
-result sets, in order. `BEGIN` rides with the first string and
+round trip and more client CPU in the driver than the domain work itself (docs/performance.md).
+Here writes are rendered client-side and queued; a
+read, or the commit, sends everything queued as one multi-statement string, and the results come
+back as that many result sets, in order. `BEGIN` rides with the first string and
 `COMMIT` with the last, on a connection in autocommit mode, so a write command that reads once is
 two round trips.
 
@@ -30,6 +30,7 @@ from psycopg import generators, pq
 from psycopg.adapt import Transformer
 
 from jobnik.domain.errors import ConcurrencyConflict, DatabaseError
+from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.dialect import Dialect
 
 try:  # a span per round trip when the process traces (the psycopg instrumentation sees
@@ -122,12 +123,13 @@ def _time(value: datetime) -> str | None:
     return f"'{value.isoformat()}'::timestamptz" if value.tzinfo is UTC else None
 
 
-# The literals of the types every command sends, rendered directly: psycopg's adapters cost
-# 1.2 µs for a uuid and 1.7 µs for a timestamptz here, about five times these. Valid only under
-# standard_conforming_strings (a backslash is itself inside '...'), which each cursor checks;
-# any other type, or a value these decline (None), goes through psycopg.
+# The literals of the types every command sends, rendered directly: several times cheaper than
+# psycopg's adapters, a measured gain on the engine's lifecycle figure (docs/performance.md).
+# Valid only under standard_conforming_strings (a backslash is itself inside '...'), which each
+# cursor checks; any other type, or a value these decline (None), goes through psycopg.
+# tests/integration/test_batch_literals.py reads every kind back through PostgreSQL.
 _FAST: Final[dict[type, Callable[[Any], str | None]]] = {
-    UUID: lambda v: f"'{v.hex}'::uuid",  # (valid uuid input, three times faster than str())
+    UUID: lambda v: f"'{v.hex}'::uuid",  # (valid uuid input, cheaper than str())
     str: _text,
     int: lambda v: str(v) if v >= 0 else f" {v}",  # (a space: `x -%s` must not become `x --1`)
     bool: lambda v: "true" if v else "false",
@@ -155,7 +157,7 @@ class Later:
         self.rows: list[dict[str, Any]] | None = None
 
 
-class BatchCursor:
+class BatchCursor(Cursor):
     """The write session's cursor: the `Cursor` interface over queued statements.
 
     Values are rendered as literals by psycopg's adapters (`Transformer.as_literal`, the same
@@ -166,8 +168,8 @@ class BatchCursor:
     def __init__(
         self, conn: psycopg.Connection[Any], dialect: Dialect, first: Sequence[str] = ()
     ) -> None:
+        super().__init__(None, dialect)
         self.conn = conn
-        self.dialect = dialect
         self.first = list(first)  # statements the transaction begins with, after BEGIN
         self.began = False
         self.locked = False  # set by the session once it queued the writer lock
@@ -232,13 +234,13 @@ class BatchCursor:
         rows = [row % {k: self._literal(v) for k, v in p.items()} for p in params]
         self._queue.append(f"{sql[:start]}{', '.join(rows)}{sql[end:]}")
 
-    def later(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> Later:
+    def queued(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> Later:
         """Queue a query; its rows arrive with the next `flush`."""
         self.execute(sql, params)
         return self._want()
 
-    def later_prepared(self, sql: str, params: Mapping[str, Any], *, rows: int = 1) -> Later:
-        """`later` for a hot query, prepared as `execute_prepared` does."""
+    def queued_prepared(self, sql: str, params: Mapping[str, Any], *, rows: int = 1) -> Later:
+        """`queued` for a hot query, prepared as `execute_prepared` does."""
         self.execute_prepared(sql, params, rows=rows)
         return self._want()
 
@@ -250,7 +252,7 @@ class BatchCursor:
     def raw_all(
         self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()
     ) -> list[dict[str, Any]]:
-        result = self.later(sql, params)
+        result = self.queued(sql, params)
         self.flush()
         assert result.rows is not None
         return result.rows

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jobnik.projections.store.dialect import Dialect
@@ -34,6 +34,11 @@ class Cursor:
         """Rows as the driver returns them (no column conversions)."""
         self.raw.execute(sql, params)
         return [dict(r) for r in self.raw.fetchall()]
+
+    def later(self, work: Callable[[Cursor], Any]) -> None:
+        """`work(self)`, in order with this cursor's statements (here: now; a rebuild's page
+        writer runs it later, on its thread)."""
+        work(self)
 
     def all(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[dict[str, Any]]:
         self.raw.execute(sql, params)

@@ -1,15 +1,18 @@
-"""The two backends' differences in one place: placeholders and how values are stored."""
+"""The two backends' SQL: placeholders, named statements, column types, how values are stored."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
-from typing import Any
+from functools import cached_property
+from typing import Any, ClassVar, cast
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
+from jobnik.projections.store import queries
 from jobnik.projections.store.schema import BOOL_COLUMNS, JSON_COLUMNS, TIME_COLUMNS, UUID_COLUMNS
 
 
@@ -17,6 +20,33 @@ class Dialect:
     """PostgreSQL: native uuid, jsonb, timestamptz and boolean columns."""
 
     name = "postgres"
+    # Column types by kind, for the schema's placeholders ({uuid}, {json}, ...).
+    types: ClassVar[Mapping[str, str]] = {
+        "uuid": "uuid",
+        "json": "jsonb",
+        "time": "timestamptz",
+        "bool": "boolean",
+        "false": "false",
+    }
+
+    for_update: ClassVar[str] = " FOR UPDATE"  # row locks, where a backend has them
+
+    @cached_property
+    def _named(self) -> dict[str, str]:
+        return queries.load(self.name)
+
+    def sql(self, name: str, **slots: str) -> str:
+        """The named statement `name` (sql/queries*.sql), its `{slot}`s filled with `slots`."""
+        text = self._named[name]
+        return text.format(**slots) if slots else text
+
+    def params(self, template: str) -> str:
+        """A statement written with `%(name)s` parameters, in this backend's style."""
+        return template
+
+    def pipeline(self, raw: Any) -> AbstractContextManager[Any]:
+        """Statements on `raw` sent without waiting for each answer, where the driver can."""
+        return cast(AbstractContextManager[Any], raw.connection.pipeline())
 
     def param(self, name: str) -> str:
         return f"%({name})s"
@@ -53,6 +83,21 @@ class SQLiteDialect(Dialect):
     """SQLite: uuids, JSON and ISO-8601 UTC times as TEXT, booleans as 0/1."""
 
     name = "sqlite"
+    types: ClassVar[Mapping[str, str]] = {
+        "uuid": "TEXT",
+        "json": "TEXT",
+        "time": "TEXT",
+        "bool": "INTEGER",
+        "false": "0",
+    }
+
+    for_update: ClassVar[str] = ""  # one writer at a time: nothing to lock row by row
+
+    def params(self, template: str) -> str:
+        return queries.sqlite_params(template)
+
+    def pipeline(self, raw: Any) -> AbstractContextManager[Any]:
+        return nullcontext()
 
     def param(self, name: str) -> str:
         return f":{name}"

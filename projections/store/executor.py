@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cache
 from typing import Any, Protocol
 
+from eventsourcing.domain import DomainEventProtocol
+
 from jobnik.projections.inline.ops import Add, Delete, Enqueue, IndexEvent, Insert, Op, Update
+from jobnik.projections.inline.project import project
 from jobnik.projections.store.dialect import Dialect
 
 
@@ -45,35 +48,9 @@ class OpExecutor:
             return f"UPDATE {table} SET {sets} WHERE {where}"
         if kind is Delete:
             return f"DELETE FROM {table} WHERE {where}"
-        if kind is IndexEvent and self.d.name == "postgres":  # VALUES: batches take many rows
-            return (
-                "INSERT INTO job_events_v1 (job_id, position) SELECT e.job_id, v.position "
-                f"FROM (VALUES ({p('entity_id')}::uuid, {p('position')}::bigint)) "
-                "AS v(entity_id, position) "
-                "JOIN entity_jobs_v1 e ON e.entity_id = v.entity_id"
-            )
         if kind is IndexEvent:
-            return (
-                f"INSERT INTO job_events_v1 (job_id, position) SELECT job_id, {p('position')} "
-                f"FROM entity_jobs_v1 WHERE entity_id = {p('entity_id')}"
-            )
-        if self.d.name == "postgres":  # Enqueue, as above
-            return (
-                "INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, seq, "
-                "stage_open, job_open) SELECT v.task_id, s.job_id, s.id, s.type, j.priority_rank, "
-                "v.seq, s.status IN ('PENDING', 'IN_PROGRESS'), j.status IN ('PENDING', "
-                f"'IN_PROGRESS') FROM (VALUES ({p('task_id')}::uuid, {p('stage_id')}::uuid, "
-                f"{p('seq')}::bigint)) "
-                "AS v(task_id, stage_id, seq) JOIN stages_v1 s ON s.id = v.stage_id "
-                "JOIN jobs_v1 j ON j.id = s.job_id"
-            )
-        return (  # Enqueue: priority and eligibility from the job and stage rows
-            "INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, seq, "
-            "stage_open, job_open) "
-            f"SELECT {p('task_id')}, s.job_id, s.id, s.type, j.priority_rank, {p('seq')}, "
-            "s.status IN ('PENDING', 'IN_PROGRESS'), j.status IN ('PENDING', 'IN_PROGRESS') "
-            f"FROM stages_v1 s JOIN jobs_v1 j ON j.id = s.job_id WHERE s.id = {p('stage_id')}"
-        )
+            return self.d.sql("file_event")
+        return self.d.sql("enqueue")  # Enqueue
 
     def statement(self, op: Op) -> tuple[str, dict[str, Any]]:
         d = self.d
@@ -137,3 +114,21 @@ def _merge_adds(ops: list[Add]) -> list[Op]:
         for c, v in op.deltas.items():
             deltas[c] = deltas.get(c, 0) + v
     return [Add(table, dict(key), deltas) for (table, key), deltas in merged.items()]
+
+
+def batches(
+    events: Sequence[DomainEventProtocol[Any]], ids: Sequence[Any]
+) -> Iterator[list[list[Op]]]:
+    """Group consecutive events of one type and distinct aggregates: their ops commute."""
+    run: list[list[Op]] = []
+    kind: type | None = None
+    seen: set[Any] = set()
+    for event, position in zip(events, ids, strict=True):
+        if run and (type(event) is not kind or event.originator_id in seen):
+            yield run
+            run, seen = [], set()
+        kind = type(event)
+        seen.add(event.originator_id)
+        run.append(project(event, position))
+    if run:
+        yield run

@@ -1,4 +1,5 @@
-"""A lock at most one process holds: who runs the lease sweeper when many API processes run."""
+"""A lock at most one process of a database holds: who runs the lease sweeper, the catch-up
+projections, a rebuild, when many processes serve one database. Freed if the process dies."""
 
 from __future__ import annotations
 
@@ -7,39 +8,43 @@ import fcntl
 import logging
 import os
 import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import IO, Any
 
 import psycopg
 
-from jobnik.projections.store.base import SqlStore
-
 log = logging.getLogger(__name__)
 
 
-class LeaderLock:
-    """PostgreSQL: a session advisory lock on a dedicated connection (freed if the process dies).
-    SQLite: an exclusive flock on a file beside the database (freed if the process dies)."""
+class LeaderLock(ABC):
+    """`acquire` is true while this process holds the lock (cheap to call again: it re-checks)."""
 
-    def __init__(self, store: SqlStore, name: str) -> None:
-        self.store = store
-        self.key = zlib.crc32(f"jobnik:{name}".encode())
+    def __init__(self, name: str) -> None:
         self.name = name
+
+    @abstractmethod
+    def acquire(self) -> bool: ...
+
+    @abstractmethod
+    def release(self) -> None: ...
+
+
+class AdvisoryLock(LeaderLock):
+    """PostgreSQL: a session advisory lock on a connection of its own."""
+
+    def __init__(self, name: str, connection_kwargs: Callable[[], dict[str, Any]]) -> None:
+        super().__init__(name)
+        self.key = zlib.crc32(f"jobnik:{name}".encode())
+        self._kwargs = connection_kwargs
         self._conn: psycopg.Connection[Any] | None = None
-        self._file: IO[str] | None = None
 
     def acquire(self) -> bool:
-        """True while this process holds the lock (cheap to call again: it re-checks)."""
-        if self.store.pg is not None:
-            return self._acquire_pg()
-        return self._acquire_file()
-
-    def _acquire_pg(self) -> bool:
-        assert self.store.pg is not None
         try:
             if self._conn is not None and not self._conn.closed:
                 self._conn.execute("SELECT 1")
                 return True
-            kwargs = self.store.connection_kwargs()
+            kwargs = self._kwargs()
             kwargs.pop("row_factory", None)
             self._conn = psycopg.connect(autocommit=True, **kwargs)
             row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()
@@ -51,11 +56,25 @@ class LeaderLock:
         self.release()
         return False
 
-    def _acquire_file(self) -> bool:
+    def release(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._conn.close()
+            self._conn = None
+
+
+class FileLock(LeaderLock):
+    """SQLite: an exclusive flock on a file beside the database."""
+
+    def __init__(self, name: str, database: str) -> None:
+        super().__init__(name)
+        self.path = f"{database}.{name}.lock"
+        self._file: IO[str] | None = None
+
+    def acquire(self) -> bool:
         if self._file is not None:
             return True
-        path = f"{self.store.sqlite_path}.{self.name}.lock"
-        handle = open(path, "a")  # noqa: SIM115 - held open while leader
+        handle = open(self.path, "a")  # noqa: SIM115 - held open while leader
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -67,10 +86,6 @@ class LeaderLock:
         return True
 
     def release(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                self._conn.close()
-            self._conn = None
         if self._file is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)

@@ -1,5 +1,7 @@
 """The write path renders its values as SQL literals itself (projections/store/batch.py `_FAST`):
-whatever the value, PostgreSQL must read back exactly what was rendered."""
+whatever the value, PostgreSQL must read back exactly what was rendered, alone and as part of
+what a command writes (strings with quotes, backslashes and any unicode, large integers, times,
+nested JSON)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import DatabaseError
+from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.batch import _FAST, BatchCursor, batch_transaction
 from jobnik.projections.store.dialect import Dialect
 
@@ -102,3 +106,36 @@ def test_a_server_without_standard_strings_gets_psycopgs_literals(
 
     assert not cur._fast
     assert back == "back\\slash"
+
+
+TEXT = st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"))
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80) | TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(name=TEXT.filter(bool), data=st.dictionaries(TEXT, JSON, max_size=5))
+def test_what_a_command_writes_through_the_batched_path_reads_back_equal(
+    pg_store: SqlStore, name: str, data: dict[str, Any]
+) -> None:
+    app = Jobnik(pg_store)
+    job = app.create_job(NewJob(name=name, data=data, user_metadata={"nested": data}))
+    stage = app.add_stage(job.id, NewStage(type=name, data=data))
+    [task] = app.add_tasks(stage.id, [NewTask(data=data)])
+
+    with pg_store.session(write=False) as s:
+        loaded_job, loaded_stage, loaded_task = s.job(job.id), s.stage(stage.id), s.task(task.id)
+    [event] = [e for e in pg_store.log_app.events.get(task.id)]
+
+    assert (loaded_job.name, loaded_job.data) == (name, data)
+    assert loaded_job.user_metadata == {"nested": data}
+    assert loaded_job.created_on == job.created_on
+    assert (loaded_stage.type, loaded_stage.data) == (name, data)
+    assert (loaded_task.stage_type, loaded_task.data) == (name, data)
+    assert loaded_task.modified_on == task.modified_on
+    assert event.data == data

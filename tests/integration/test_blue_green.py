@@ -25,7 +25,6 @@ from jobnik.projections.rebuild import passes
 from jobnik.projections.rebuild.bluegreen import RebuildBusy, rebuild, rebuild_lock
 from jobnik.projections.rebuild.verify import verify
 from jobnik.projections.store.base import SqlStore
-from jobnik.projections.store.leader import LeaderLock
 from jobnik.scripts.cli import app as cli
 
 from .test_rebuild import random_workload, snapshot
@@ -89,7 +88,7 @@ def test_a_rebuild_while_writes_continue_ends_equal_to_a_fresh_replay_with_no_wr
 ) -> None:
     random_workload(jobnik, random.Random(11), 400)
     monkeypatch.setattr(passes, "PAGE", 40)  # many pages: a long build to write during
-    runner = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"), interval=0.05)
+    runner = CatchUpRunner(store, CATCH_UP, store.leader_lock("catchup"), interval=0.05)
     runner.start()
     try:
         with Writer(jobnik) as writer:
@@ -121,7 +120,7 @@ def test_a_rebuild_while_writes_continue_ends_equal_to_a_fresh_replay_with_no_wr
 def test_a_catch_up_projection_is_rebuilt_while_its_runner_keeps_going(
     store: SqlStore, jobnik: Jobnik
 ) -> None:
-    runner = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"), interval=0.01)
+    runner = CatchUpRunner(store, CATCH_UP, store.leader_lock("catchup"), interval=0.01)
     runner.start()
     try:
         with Writer(jobnik) as writer:
@@ -299,7 +298,7 @@ def test_a_catch_up_version_bump_is_rebuilt_by_the_runner_while_the_old_rows_ser
     # the next version of the projection says CANCELED where this one said FAILED
     bumped = LastStatus.version + 1
     monkeypatch.setattr(LastStatus, "version", bumped)
-    monkeypatch.setitem(last_status.SEED_STATUS, JobStatus.ABORTED, "CANCELED")
+    monkeypatch.setitem(last_status.DEFINITION_STATUS, JobStatus.ABORTED, "CANCELED")
 
     with serve(http_env) as client:
         store = client.app.state.store  # type: ignore[attr-defined]

@@ -21,9 +21,9 @@ from jobnik.projections.catchup.projection import CatchUpProjection
 from jobnik.projections.catchup.registry import CATCH_UP
 from jobnik.projections.catchup.runner import CatchUpRunner, catch_up
 from jobnik.projections.rebuild.verify import verify
+from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
-from jobnik.projections.store.leader import LeaderLock
 
 from .test_rebuild import random_workload
 
@@ -133,10 +133,10 @@ def test_a_runner_killed_mid_way_resumes_and_applies_every_event_exactly_once(
         """
         import sys, time
         from jobnik.projections.store.config import library_env
-        from jobnik.projections.store.base import SqlStore
+        from jobnik.projections.store.backends import open_store
         from jobnik.projections.catchup.registry import CATCH_UP
         from jobnik.projections.catchup.runner import catch_up
-        store = SqlStore(library_env({"JOBNIK_DATABASE_URL": sys.argv[1]}))
+        store = open_store(library_env({"JOBNIK_DATABASE_URL": sys.argv[1]}))
         for p in CATCH_UP:
             apply = p.apply
             def slow(cur, batch, sql, apply=apply):
@@ -160,7 +160,7 @@ def test_a_runner_killed_mid_way_resumes_and_applies_every_event_exactly_once(
         child.wait()
     stopped_at = {n: tracking.position_of(store, n) for n in NAMES}
 
-    runner = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"), interval=0.01)
+    runner = CatchUpRunner(store, CATCH_UP, store.leader_lock("catchup"), interval=0.01)
     while runner.run_once():
         pass
     runner.stop()
@@ -173,7 +173,7 @@ def test_two_runners_at_once_still_apply_each_event_once(
     env: dict[str, str], store: SqlStore, jobnik: Jobnik
 ) -> None:
     random_workload(jobnik, random.Random(8), 300)
-    other = SqlStore(library_env(env))
+    other = open_store(library_env(env))
     try:
         with ThreadPoolExecutor(2) as pool:
             done = [pool.submit(drain, s, 9) for s in (store, other)]
@@ -186,7 +186,7 @@ def test_two_runners_at_once_still_apply_each_event_once(
 
 
 def test_the_runner_thread_follows_writes_as_they_happen(store: SqlStore, jobnik: Jobnik) -> None:
-    runner = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"), interval=5)
+    runner = CatchUpRunner(store, CATCH_UP, store.leader_lock("catchup"), interval=5)
     runner.start()
     try:
         many_tasks(jobnik, 20)
@@ -201,7 +201,7 @@ def test_a_burst_of_commits_shares_rounds_and_is_applied(store: SqlStore, jobnik
     """Every commit wakes the runner, but rounds start at most every `min_gap` seconds: under a
     burst, one round applies many commits' events (a round costs its statements whatever it
     carries), and the runner still reaches the head."""
-    runner = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"), interval=5, min_gap=0.2)
+    runner = CatchUpRunner(store, CATCH_UP, store.leader_lock("catchup"), interval=5, min_gap=0.2)
     rounds = 0
     run_once = runner.run_once
 
@@ -227,8 +227,8 @@ def test_a_burst_of_commits_shares_rounds_and_is_applied(store: SqlStore, jobnik
 
 def test_only_the_leader_runs_the_catch_up_projections(store: SqlStore, jobnik: Jobnik) -> None:
     many_tasks(jobnik, 5)
-    leader = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"))
-    follower = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"))
+    leader = CatchUpRunner(store, CATCH_UP, store.leader_lock("catchup"))
+    follower = CatchUpRunner(store, CATCH_UP, store.leader_lock("catchup"))
     try:
         led = leader.run_once()
         followed = follower.run_once()
@@ -245,7 +245,7 @@ def test_projections_at_one_position_share_a_read_of_the_log(
 ) -> None:
     many_tasks(jobnik, 30)
     reads = _counted_reads(store)
-    runner = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"), batch=10_000)
+    runner = CatchUpRunner(store, CATCH_UP, store.leader_lock("catchup"), batch=10_000)
     moved = runner.run_once()
     runner.stop()
 
@@ -263,7 +263,7 @@ def test_a_projection_ahead_of_the_others_is_never_moved_back(
     catch_up(store, ahead, 40)  # more than a page (10) ahead of the others, still at 0
     before = {n: tracking.position_of(store, n) for n in NAMES}
     reads = _counted_reads(store)
-    runner = CatchUpRunner(store, CATCH_UP, LeaderLock(store, "catchup"), batch=10)
+    runner = CatchUpRunner(store, CATCH_UP, store.leader_lock("catchup"), batch=10)
     moved = runner.run_once()
     first = after = {n: tracking.position_of(store, n) for n in NAMES}
     while runner.run_once():

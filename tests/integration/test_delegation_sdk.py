@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from jobnik.domain.principals import Actor
 from jobnik.domain.work import utcnow
-from jobnik.projections.store.base import SqlStore
+from jobnik.projections.startup import migrate
+from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.config import library_env
 from jobnik.scripts.cli import app, parse_duration
 from jobnik.workers import DELEGATED, Backoff, Producer, Task, TaskContext, Worker
@@ -84,8 +85,8 @@ def test_the_redispatch_safety_net_requeues_what_the_engine_missed(
 ) -> None:
     from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 
-    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": database_url}))
-    store.migrate()
+    store = open_store(library_env({"JOBNIK_DATABASE_URL": database_url}))
+    migrate(store)
     engine = Jobnik(store)
     job = engine.create_job(NewJob(name="parent", data={}))
     stage = engine.add_stage(job.id, NewStage(type="plan", data={}))
@@ -109,7 +110,7 @@ def test_the_redispatch_safety_net_requeues_what_the_engine_missed(
     assert stale.exit_code == 0, stale.output
     assert f"re-dispatched task {task.id}" in stale.output
 
-    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": database_url}))
+    store = open_store(library_env({"JOBNIK_DATABASE_URL": database_url}))
     with store.session(write=False) as s:
         assert s.task(task.id).status == "PENDING"
     again = runner.invoke(app, ["jobs", "redispatch", "--stale-after", "0s"])

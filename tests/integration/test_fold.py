@@ -11,8 +11,10 @@ import pytest
 
 from jobnik.projections.inline.ops import Add, Delete, Insert, Op, Update
 from jobnik.projections.inline.tables import PRIMARY_KEYS, QUEUE, SUMMARIES
-from jobnik.projections.rebuild.fold import PK1, Column, Fold
+from jobnik.projections.rebuild.fold import Fold
+from jobnik.projections.rebuild.rowstate import PK1
 from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.bulk import Column
 from jobnik.projections.store.executor import OpExecutor
 from jobnik.projections.store.names import identity
 
@@ -29,7 +31,7 @@ def rows_after(
     """`pages` applied, folded a page at a time (then an empty page, as a rebuild's pass ends)
     or op by op; the rows of `table` then (rolled back)."""
     executor = OpExecutor(store.dialect, None)
-    fold = Fold(executor, identity)
+    fold = Fold(executor, store.bulk(identity))
     rows: list[dict[str, Any]] = []
     try:
         with store.cursor(write=True) as cur:
@@ -161,9 +163,9 @@ def test_every_one_column_primary_key_the_fold_keys_by_integer_is_a_uuid(
     pg_store: SqlStore,
 ) -> None:
     """fold._memo keys rows by a UUID's integer and fold._stored turns it back into a UUID."""
-    fold = Fold(OpExecutor(pg_store.dialect, None), identity)
+    fold = Fold(OpExecutor(pg_store.dialect, None), pg_store.bulk(identity))
     with pg_store.cursor(write=False) as cur:
-        types = {table: fold._types(cur, table)[column].type for table, column in PK1.items()}
+        types = {table: fold.bulk.types(cur, table)[column].type for table, column in PK1.items()}
 
     assert set(types.values()) == {"uuid"}
     assert set(PK1) >= {SUMMARIES, QUEUE}
@@ -173,7 +175,7 @@ def test_an_add_the_fold_cannot_finish_leaves_the_row_to_its_statement(store: Sq
     """An Add to a new row naming a column whose default memory does not know is a barrier:
     its statement then adds every delta once, none of them also folded into the row."""
     executor = OpExecutor(store.dialect, None)
-    fold = Fold(executor, identity)
+    fold = Fold(executor, store.bulk(identity))
     page: list[Op] = [
         insert(1),
         Add(SUMMARIES, {"stage_id": stage(1)}, {"pending": 1, "failed": 2}),
@@ -181,8 +183,8 @@ def test_an_add_the_fold_cannot_finish_leaves_the_row_to_its_statement(store: Sq
     rows: list[dict[str, Any]] = []
     try:
         with store.cursor(write=True) as cur:
-            failed = fold._types(cur, SUMMARIES)["failed"]
-            fold.columns[SUMMARIES]["failed"] = Column(failed.type, None, True, failed.oid)
+            failed = fold.bulk.types(cur, SUMMARIES)["failed"]
+            fold.bulk.columns[SUMMARIES]["failed"] = Column(failed.type, None, True, failed.oid)
             fold.apply(cur, [[op] for op in page])
             rows = cur.all(f"SELECT pending, failed FROM {SUMMARIES}")
             raise _Undo

@@ -21,10 +21,12 @@ from jobnik.domain.principals import Actor
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.domain.work import conflicts_retried
+from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.batch import BatchCursor, batch_transaction
 from jobnik.projections.store.config import library_env
-from jobnik.projections.store.session import SqlSession
+from jobnik.projections.store.pgsession import PostgresSession
+from jobnik.projections.store.postgres import PostgresStore
 from jobnik.projections.store.written import RecentWrites
 
 # SQLite write sessions hold the lock from BEGIN IMMEDIATE, so nothing they read goes stale:
@@ -64,16 +66,16 @@ def interleave_before_lock(
     monkeypatch: pytest.MonkeyPatch, call: Callable[[], Any], times: int = 1
 ) -> list[int]:
     """The next `times` sessions to take the writer lock first let `call` commit elsewhere."""
-    original = SqlSession.lock
+    original = PostgresSession.lock
     ran: list[int] = []
 
-    def lock(self: SqlSession) -> None:
+    def lock(self: PostgresSession) -> None:
         if not self.locked and self.write and len(ran) < times:
             ran.append(1)
             elsewhere(call)
         original(self)
 
-    monkeypatch.setattr(SqlSession, "lock", lock)
+    monkeypatch.setattr(PostgresSession, "lock", lock)
     return ran
 
 
@@ -194,7 +196,7 @@ def test_a_command_returns_only_once_its_commit_is_flushed(pg: SqlStore) -> None
     jobnik = Jobnik(pg)
     _, stage = one_task_job(jobnik)
     jobnik.add_tasks(stage.id, [NewTask(data={}) for _ in range(9)])
-    assert pg.pg is not None
+    assert isinstance(pg, PostgresStore)
     with pg.pg.get_connection() as conn:
         conn.autocommit = True
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
@@ -229,7 +231,7 @@ def test_a_command_returns_only_once_its_commit_is_flushed(pg: SqlStore) -> None
 def test_write_sessions_hand_their_connections_back_as_they_found_them(pg: SqlStore) -> None:
     """The library's pool hands out autocommit connections (its VACUUMs and reads rely on it);
     a write session switches modes only while it runs."""
-    assert pg.pg is not None
+    assert isinstance(pg, PostgresStore)
     with pg.pg.get_connection() as conn:
         assert conn.autocommit
         with batch_transaction(conn, pg.dialect) as cur:
@@ -422,7 +424,7 @@ def test_a_command_after_a_jobs_change_sees_the_new_job_not_the_kept_row(pg: Sql
 @pytest.fixture
 def other(pg_database_url: str) -> Iterator[SqlStore]:
     """A second store on the same database: another server process, with its own memory."""
-    s = SqlStore(library_env({"JOBNIK_DATABASE_URL": pg_database_url}))
+    s = open_store(library_env({"JOBNIK_DATABASE_URL": pg_database_url}))
     try:
         yield s
     finally:

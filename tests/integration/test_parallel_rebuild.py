@@ -18,7 +18,9 @@ from jobnik.projections.catchup import tracking
 from jobnik.projections.rebuild import parallel, passes
 from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.rebuild.verify import verify
+from jobnik.projections.store import routes
 from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.postgres import PostgresStore
 from tests.integration.test_rebuild import access_workload, busy_workload, snapshot
 
 
@@ -70,7 +72,7 @@ def test_a_rebuild_in_parts_writes_exactly_the_live_rows(
     assert snapshot(store) == live
     assert replayed >= head
     assert verify(store, processes=2) == []
-    if store.pg is not None:  # every event of the log went to exactly one part
+    if isinstance(store, PostgresStore):  # every event of the log went to exactly one part
         assert everything_in_parallel == [head, head]
     else:
         assert everything_in_parallel == []  # SQLite: one process, never the parts
@@ -86,7 +88,7 @@ def test_a_part_that_fails_fails_the_rebuild_and_changes_no_live_row(
     monkeypatch.setattr(parallel, "MIN_EVENTS", 0)
     monkeypatch.setattr(passes, "feed_part", _failing_part)
 
-    if store.pg is None:
+    if not isinstance(store, PostgresStore):
         rebuild(store, processes=2)  # SQLite never starts parts
     else:
         with pytest.raises(DatabaseError, match=r"(?s)rebuild part 1 failed:.*part 1 breaks"):
@@ -100,13 +102,13 @@ def test_a_part_that_fails_fails_the_rebuild_and_changes_no_live_row(
 
 def leftovers(store: SqlStore) -> list[str]:
     """Shadow and route tables still in the database."""
-    if store.pg is None:
+    if not isinstance(store, PostgresStore):
         sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '%%__next'"
     else:
         sql = (
             "SELECT table_name AS name FROM information_schema.tables "
             "WHERE table_schema = 'public' AND (table_name LIKE '%%\\_\\_next' "
-            f"OR table_name IN ('{parallel.ROUTES}', '{parallel._JOBS}'))"
+            f"OR table_name IN ('{routes.ROUTES}', '{routes._JOBS}'))"
         )
     with store.cursor(write=False) as cur:
         return [r["name"] for r in cur.all(sql)]
@@ -138,33 +140,24 @@ def test_a_log_that_cannot_be_routed_is_replayed_in_one_process(
     busy_workload(jobnik, random.Random(6), 100)
     live = snapshot(store)
     if why == "unreadable":  # the routes statement finds no job in the creation events
-        read = parallel._job_hex
-        monkeypatch.setattr(parallel, "_job_hex", lambda job, events: read("no_such", events))
+        read = routes._job_hex
+        monkeypatch.setattr(routes, "_job_hex", lambda job, events: read("no_such", events))
     else:  # stages' events have no route
-        monkeypatch.setattr(
-            parallel, "KIND", {c: k for c, k in parallel.KIND.items() if k != "stage"}
-        )
+        monkeypatch.setattr(routes, "KIND", {c: k for c, k in routes.KIND.items() if k != "stage"})
 
     rebuild(store, processes=2)
 
     assert snapshot(store) == live
     assert leftovers(store) == []
-    assert everything_in_parallel == ([-1] if store.pg is not None else [])
-
-
-@pytest.mark.parametrize(("value", "expected"), [("1", 1), ("3", 3), (" 2 ", 2)])
-def test_the_number_of_processes_is_read_from_the_environment(value: str, expected: int) -> None:
-    assert parallel.processes({"JOBNIK_REBUILD_PROCESSES": value}) == expected
-
-
-@pytest.mark.parametrize("value", ["0", "-1", "two"])
-def test_a_bad_number_of_processes_is_refused_naming_the_setting(value: str) -> None:
-    with pytest.raises(ValueError, match="JOBNIK_REBUILD_PROCESSES"):
-        parallel.processes({"JOBNIK_REBUILD_PROCESSES": value})
+    assert everything_in_parallel == ([-1] if isinstance(store, PostgresStore) else [])
 
 
 def test_by_default_a_rebuild_uses_each_cpu() -> None:
-    assert 1 <= parallel.processes({}) <= parallel.MAX_PROCESSES
+    assert 1 <= parallel.processes(None) <= parallel.MAX_PROCESSES
+
+
+def test_a_configured_number_of_processes_is_used_as_it_is() -> None:
+    assert parallel.processes(3) == 3
 
 
 def test_routes_give_the_parts_equal_work_and_keep_each_job_whole(pg_store: SqlStore) -> None:
@@ -179,8 +172,8 @@ def test_routes_give_the_parts_equal_work_and_keep_each_job_whole(pg_store: SqlS
         jobs[job.id] = {job.id, stage.id, *(t.id for t in added)}
     head = int(pg.recorder.max_notification_id() or 0)
 
-    with parallel.routes(pg, 2, head) as complete, pg.cursor(write=False) as cur:
-        part = {r["originator_id"]: r["part"] for r in cur.all(f"SELECT * FROM {parallel.ROUTES}")}
+    with pg.routes(2, head) as complete, pg.cursor(write=False) as cur:
+        part = {r["originator_id"]: r["part"] for r in cur.all(f"SELECT * FROM {routes.ROUTES}")}
 
     assert complete
     assert part.keys() == set().union(*jobs.values())

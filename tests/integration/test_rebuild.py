@@ -16,6 +16,7 @@ from jobnik.projections.rebuild import apply, parallel, passes
 from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.rebuild.verify import verify
 from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.postgres import PostgresStore
 
 TYPES = ["tiles", "upload", "export"]
 
@@ -189,7 +190,7 @@ def schema_of(store: SqlStore) -> dict[str, Any]:
     (`p`; an UNLOGGED table, `u`, is emptied by a crash)."""
     tables = [t for p in registry.ALL for t in p.tables]
     with store.cursor(write=False) as cur:
-        if store.pg is None:
+        if not isinstance(store, PostgresStore):
             rows = cur.raw_all(
                 "SELECT name, tbl_name, sql FROM sqlite_master WHERE type IN ('table', 'index')"
             )
@@ -223,7 +224,7 @@ def test_a_rebuild_leaves_the_tables_and_indexes_the_migrations_made(
 
     assert schema_of(store) == before
     assert snapshot(store) == live
-    if store.pg is not None:
+    if isinstance(store, PostgresStore):
         assert {persistence for persistence, _ in before.values()} == {"p"}
 
 

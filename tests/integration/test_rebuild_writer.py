@@ -1,4 +1,4 @@
-"""The rebuild's threads on PostgreSQL: the page writer (projections/rebuild/writer.py) and the
+"""The rebuild's threads on PostgreSQL: the page writer (projections/store/pagewriter.py) and the
 read-ahead (projections/rebuild/readahead.py). Order, reads, commits, errors, and a rebuild that
 fails mid-way."""
 
@@ -15,9 +15,10 @@ from jobnik.domain.errors import DatabaseError
 from jobnik.projections.catchup import run_stats
 from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.rebuild.readahead import read_ahead
-from jobnik.projections.rebuild.writer import Writer, run
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
+from jobnik.projections.store.pagewriter import Writer
+from jobnik.projections.store.postgres import PostgresStore
 
 
 @pytest.fixture
@@ -27,17 +28,22 @@ def pg(pg_store: SqlStore) -> SqlStore:
     return pg_store
 
 
+def page_writer(store: SqlStore) -> Writer:
+    assert isinstance(store, PostgresStore)
+    return Writer(store.connection_kwargs(), store.dialect)
+
+
 def numbers(store: SqlStore) -> list[int]:
     with store.cursor(write=False) as cur:
         return [r["n"] for r in cur.all("SELECT n FROM w ORDER BY n")]
 
 
 def test_reads_see_the_writes_queued_before_them_and_each_page_commits(pg: SqlStore) -> None:
-    with Writer(pg) as writer:
+    with page_writer(pg) as writer:
         with writer.page() as cur:
             cur.execute("INSERT INTO w VALUES (1)")
             assert cur.all("SELECT n FROM w") == [{"n": 1}]
-            run(cur, lambda c: c.execute("INSERT INTO w VALUES (2)"))
+            cur.later(lambda c: c.execute("INSERT INTO w VALUES (2)"))
         with writer.page() as cur:
             cur.executemany("INSERT INTO w VALUES (%(n)s)", [{"n": 3}, {"n": 4}])
             assert cur.one("SELECT count(*) AS c FROM w") == {"c": 4}
@@ -48,7 +54,7 @@ def test_reads_see_the_writes_queued_before_them_and_each_page_commits(pg: SqlSt
 
 def two_pages(store: SqlStore, then: Callable[[Cursor], None]) -> None:
     """A page inserting 1, then one inserting 2 and running `then` in it."""
-    with Writer(store) as writer:
+    with page_writer(store) as writer:
         with writer.page() as cur:
             cur.execute("INSERT INTO w VALUES (1)")
         with writer.page() as cur:

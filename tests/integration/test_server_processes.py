@@ -370,6 +370,6 @@ def test_simultaneous_start_on_empty_database(
             assert c.get(f"{server.url}/v1/jobs").status_code == 200
     with psycopg.connect(database_url) as conn:
         applied = conn.execute("SELECT version FROM jobnik_migrations ORDER BY version")
-        assert applied.fetchall() == [(version,) for version, *_ in MIGRATIONS]  # each once
+        assert applied.fetchall() == [(m.version,) for m in MIGRATIONS]  # each once
     for server in servers:
         assert "Traceback" not in server.log(), server.log()[-3000:]

@@ -14,17 +14,19 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.projections.inline.tables import JOBS
+from jobnik.projections.startup import migrate
+from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
-from jobnik.projections.store.migrations import MIGRATIONS, migrate
+from jobnik.projections.store.migrations import MIGRATIONS
 
-ALL_VERSIONS = [version for version, _, _ in MIGRATIONS]
+ALL_VERSIONS = [m.version for m in MIGRATIONS]
 TASKS = 2000
 WORKERS = 8
 
 
-def open_store(env: dict[str, str]) -> closing[SqlStore]:
-    return closing(SqlStore(library_env(env)))
+def store_on(env: dict[str, str]) -> closing[SqlStore]:
+    return closing(open_store(library_env(env)))
 
 
 def new_job(name: str) -> Job:
@@ -43,18 +45,18 @@ def migrate_in_child(env: dict[str, str], start: Any, results: Any) -> None:
     """Runs in a spawned process: wait for the others, then migrate with a store of its own."""
     start.wait(timeout=60)
     try:
-        with open_store(env) as store:
+        with store_on(env) as store:
             results.put(("ok", migrate(store)))
     except Exception as e:  # noqa: BLE001 - reported to the parent, which fails the test
         results.put(("error", f"{type(e).__name__}: {e}"))
 
 
 def test_migrating_twice_is_harmless(env: dict[str, str]) -> None:
-    with open_store(env) as store:
+    with store_on(env) as store:
         first = migrate(store)
         job = Jobnik(store).create_job(NewJob(name="kept", data={"a": 1}))
 
-    with open_store(env) as store:
+    with store_on(env) as store:
         second, third = migrate(store), migrate(store)
         with store.session(write=False) as s:
             kept = s.job(job.id)
@@ -79,7 +81,7 @@ def test_four_processes_migrating_at_once_all_succeed(env: dict[str, str]) -> No
     assert [p.exitcode for p in processes] == [0, 0, 0, 0]
     assert [kind for kind, _ in outcomes] == ["ok"] * 4, outcomes
     assert sorted(applied for _, applied in outcomes) == [[], [], [], ALL_VERSIONS]
-    with open_store(env) as store:
+    with store_on(env) as store:
         job = Jobnik(store).create_job(NewJob(name="after", data={}))
         with store.session(write=False) as s:
             assert s.job(job.id).name == "after"

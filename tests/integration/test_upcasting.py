@@ -10,10 +10,11 @@ from jobnik.domain.application import NO_TRACE
 from jobnik.domain.jobs import Job
 from jobnik.domain.principals import Actor
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import Priority, TaskStatus
-from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS, ERROR, Task
-from jobnik.projections.catchup import registry
+from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, ERROR, Priority, TaskStatus
+from jobnik.domain.tasks import Task
+from jobnik.projections.startup import migrate
 from jobnik.projections.store import migrations
+from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
 from jobnik.projections.store.migrations import MIGRATIONS
@@ -95,14 +96,9 @@ def first_release_log(store: SqlStore) -> tuple[list[StoredEvent], Task]:
 
 def test_events_stored_by_the_first_release_upgrade_and_load(database_url: str) -> None:
     env = library_env({"JOBNIK_DATABASE_URL": database_url})
-    old = SqlStore(env)
+    old = open_store(env)
     old.create_tables()
-    saved, migrations.MIGRATIONS = MIGRATIONS, MIGRATIONS[:1]  # the first release's schema
-    saved_ensure, registry.ensure = registry.ensure, lambda store: None  # no registry then
-    try:
-        migrations.migrate(old)
-    finally:
-        migrations.MIGRATIONS, registry.ensure = saved, saved_ensure
+    migrations.apply(old, until=1)  # the first release's schema (and no registry then)
     with old.cursor(write=True) as cur:  # drop the scratch rows: the log is what was stored
         for table in ("queue_v1", "tasks_v1", "summaries_v1", "stages_v1", "jobs_v1"):
             cur.execute(f"DELETE FROM {table}")
@@ -110,14 +106,14 @@ def test_events_stored_by_the_first_release_upgrade_and_load(database_url: str) 
     old.recorder.insert_events(log)
     old.close()
 
-    store = SqlStore(env)
-    applied = store.migrate()  # the later ones, then a rebuild through the upcasters
+    store = open_store(env)
+    applied = migrate(store)  # the later ones, then a rebuild through the upcasters
     loaded = [store.mapper.to_domain_event(n) for n in store.recorder.select_notifications(1, 100)]
     with store.session(write=False) as s:
         row = s.task(task.id)
         job, stage = s.job(row.job_id), s.stage(row.stage_id)
 
-    assert applied == [version for version, *_ in MIGRATIONS[1:]]
+    assert applied == [m.version for m in MIGRATIONS[1:]]
     dequeued = [e for e in loaded if isinstance(e, Task.TaskDequeued)]
     assert [e.lease_seconds for e in dequeued] == [DEFAULT_LEASE_SECONDS] * 2
     assert dequeued[1].lease_expires_at == dequeued[1].timestamp + timedelta(
@@ -142,7 +138,7 @@ def test_events_stored_by_the_first_release_upgrade_and_load(database_url: str) 
 
 
 def test_a_completion_stored_before_results_loads_with_no_result(database_url: str) -> None:
-    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": database_url}))
+    store = open_store(library_env({"JOBNIK_DATABASE_URL": database_url}))
     now = datetime(2026, 1, 1, tzinfo=UTC)
     task = Task.create(
         stage_id=uuid4(),

@@ -37,7 +37,7 @@ from uuid import UUID, uuid4
 import httpx
 import pytest
 
-from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.config import library_env
 from jobnik.workers import ApiError, Consumer, JobnikClient, Producer, Task
 
@@ -190,7 +190,7 @@ def wait_until(
 
 def event_log(database_url: str) -> list[Any]:
     """Every stored event, oldest first, as domain events."""
-    store = SqlStore(library_env({"JOBNIK_DATABASE_URL": database_url}))
+    store = open_store(library_env({"JOBNIK_DATABASE_URL": database_url}))
     try:
         events: list[Any] = []
         start = 1

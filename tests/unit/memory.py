@@ -1,9 +1,9 @@
 """An in-memory Store for the real application service: the pure projection applied to dicts.
 
 `Tables` stands in for the SQL the executor runs, including its column-wise batching of the runs
-`projections.store.batches` makes (so the "ops of a run commute" claim is exercised too), and the
-DEFAULT 0 summary counters. A session works on a copy of the tables and publishes it on success
-only, as a transaction would.
+`projections.store.executor.batches` makes (so the "ops of a run commute" claim is exercised
+too), and the DEFAULT 0 summary counters. A session works on a copy of the tables and publishes
+it on success only, as a transaction would.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
 from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, Update
-from jobnik.projections.inline.project import batches
+from jobnik.projections.inline.queue import queue_row
 from jobnik.projections.inline.rows import (
     job_from_row,
     stage_from_row,
@@ -44,6 +44,7 @@ from jobnik.projections.inline.tables import (
     TASKS,
     TOKENS,
 )
+from jobnik.projections.store.executor import batches
 
 from .builders import replay
 
@@ -93,18 +94,7 @@ class Tables:
             stage = self.one(STAGES, id=op.stage_id)
             job = self.one(JOBS, id=stage["job_id"])
             assert not self.where(QUEUE, {"task_id": op.task_id}), "task enqueued twice"
-            self.rows[QUEUE].append(
-                {
-                    "task_id": op.task_id,
-                    "job_id": job["id"],
-                    "stage_id": stage["id"],
-                    "stage_type": stage["type"],
-                    "priority_rank": job["priority_rank"],
-                    "seq": op.seq,
-                    "stage_open": stage["status"] in ("PENDING", "IN_PROGRESS"),
-                    "job_open": job["status"] in ("PENDING", "IN_PROGRESS"),
-                }
-            )
+            self.rows[QUEUE].append(queue_row(op.task_id, stage, job, op.seq))
 
     def copy(self) -> Tables:
         """A copy to write on: rows are copied, values are only ever replaced, never mutated."""

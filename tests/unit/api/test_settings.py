@@ -30,3 +30,16 @@ def test_settings_round_trip_through_variables() -> None:
 
     assert Settings.from_env(settings.as_env()) == settings
     assert settings.library_env()["SQLITE_DBNAME"] == "x.db"
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", 1), ("3", 3), (" 2 ", 2)])
+def test_the_number_of_rebuild_processes_is_read_from_the_environment(
+    value: str, expected: int
+) -> None:
+    assert Settings.from_env({"JOBNIK_REBUILD_PROCESSES": value}).rebuild_processes == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_a_bad_number_of_rebuild_processes_is_refused_naming_the_setting(value: str) -> None:
+    with pytest.raises(ValidationError, match="rebuild_processes"):
+        Settings.from_env({"JOBNIK_REBUILD_PROCESSES": value})

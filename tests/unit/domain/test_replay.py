@@ -12,8 +12,7 @@ from eventsourcing.application import Application
 
 from jobnik.domain.base import Entity
 from jobnik.domain.principals import Actor, Principal
-from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
-from jobnik.domain.tasks import TIMEOUT
+from jobnik.domain.statuses import TIMEOUT, JobStatus, Priority, StageStatus, TaskStatus
 
 from ..builders import NOW, at, new_job, new_stage, new_task, replay, stage_in
 

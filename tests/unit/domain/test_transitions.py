@@ -22,6 +22,7 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.principals import Actor
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import (
+    DEFAULT_LEASE_SECONDS,
     JOB_FINAL,
     JOB_TRANSITIONS,
     STAGE_FINAL,
@@ -32,7 +33,7 @@ from jobnik.domain.statuses import (
     StageStatus,
     TaskStatus,
 )
-from jobnik.domain.tasks import DEFAULT_LEASE_SECONDS, Task
+from jobnik.domain.tasks import Task
 
 from ..builders import at, job_in, new_job, new_stage, new_task, stage_in, task_in
 

@@ -6,8 +6,8 @@ from typing import Any
 from jobnik.domain.jobs import Job
 from jobnik.domain.principals import Actor
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import JobStatus
-from jobnik.domain.tasks import TIMEOUT, Task
+from jobnik.domain.statuses import TIMEOUT, JobStatus
+from jobnik.domain.tasks import Task
 from jobnik.projections.catchup import last_status, run_stats
 from jobnik.projections.rebuild.shadow import Renamer, live_of
 
@@ -38,7 +38,7 @@ def test_last_status_follows_the_job_created_last() -> None:
 
 
 def test_jobnik_statuses_map_onto_seed_001s_vocabulary() -> None:
-    assert {s: last_status.SEED_STATUS[s] for s in JobStatus} == {
+    assert {s: last_status.DEFINITION_STATUS[s] for s in JobStatus} == {
         JobStatus.CREATED: "PENDING",
         JobStatus.PENDING: "PENDING",
         JobStatus.PAUSED: "PENDING",
@@ -47,7 +47,7 @@ def test_jobnik_statuses_map_onto_seed_001s_vocabulary() -> None:
         JobStatus.FAILED: "FAILED",
         JobStatus.ABORTED: "FAILED",
     }
-    assert set(last_status.SEED_STATUS.values()) <= set(last_status.COUNT_KEYS)
+    assert set(last_status.DEFINITION_STATUS.values()) <= set(last_status.COUNT_KEYS)
 
 
 def test_run_stats_count_a_retry_as_a_new_task_and_keep_its_cause() -> None:

@@ -17,7 +17,7 @@ from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
 from jobnik.projections.inline.ops import Add, Delete, Enqueue, IndexEvent, Insert, Update
-from jobnik.projections.inline.project import PROJECT, batches, project
+from jobnik.projections.inline.project import PROJECT, project
 from jobnik.projections.inline.rows import summary_from_row
 from jobnik.projections.inline.tables import (
     ENTITY_JOBS,
@@ -31,6 +31,7 @@ from jobnik.projections.inline.tables import (
     TASKS,
     TOKENS,
 )
+from jobnik.projections.store.executor import batches
 
 from ..builders import (
     NOW,

@@ -1,4 +1,5 @@
-"""A rebuild's writes to one projection's shadow tables, run by a thread while the next page folds.
+"""PostgreSQL: a rebuild's writes to one projection's shadow tables, by a thread while the next
+page folds.
 
 Folding a page is Python; writing it is mostly waiting for PostgreSQL. `Writer` runs a
 projection's statements on a connection of its own, one transaction per page, while the caller
@@ -31,8 +32,9 @@ from psycopg.rows import dict_row
 from psycopg.types.json import set_json_dumps
 
 from jobnik.domain.errors import DatabaseError
-from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
+from jobnik.projections.store.dialect import Dialect
+from jobnik.projections.store.errors import wrapped
 
 DEPTH: Final = 2  # pages queued or in flight per writer
 Work = Callable[[Cursor], Any]
@@ -71,20 +73,19 @@ class _RolledBack(Exception):
 class Writer:
     """A thread and a connection writing one projection's pages, in order, one transaction each."""
 
-    def __init__(self, store: SqlStore, depth: int = DEPTH) -> None:
-        assert store.pg is not None, "PostgreSQL only: SQLite has one writer and no wait to hide"
-        self.store = store
+    def __init__(
+        self, connection_kwargs: dict[str, Any], dialect: Dialect, depth: int = DEPTH
+    ) -> None:
+        self.kwargs, self.dialect = connection_kwargs, dialect
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._slots = threading.Semaphore(depth)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="jobnik-rebuild-writer", daemon=True)
 
     def __enter__(self) -> Writer:
-        kwargs = {**self.store.connection_kwargs(), "row_factory": dict_row}
-        try:
+        kwargs = {**self.kwargs, "row_factory": dict_row}
+        with wrapped():
             self._conn: psycopg.Connection[Any] = psycopg.connect(autocommit=True, **kwargs)
-        except psycopg.Error as e:
-            raise DatabaseError(f"database error: {e}") from e
         set_json_dumps(dumps, self._conn)
         self._thread.start()
         return self
@@ -149,7 +150,7 @@ class Writer:
     def _transaction(self, job: Any) -> None:
         """Run a page's work, `job` first, up to its mark, in one transaction."""
         with self._conn.transaction(), self._conn.cursor() as raw:
-            cur = Cursor(raw, self.store.dialect)
+            cur = Cursor(raw, self.dialect)
             cur.execute("SET LOCAL synchronous_commit = off")
             while not isinstance(job, _Mark):
                 if isinstance(job, _Call):
@@ -194,6 +195,7 @@ def dumps(value: Any) -> bytes | str:
 
 
 def _wrapped(e: psycopg.Error) -> DatabaseError:
+    """`e` as the server's error, raised later in another thread (`wrapped` raises at once)."""
     error = DatabaseError(f"database error: {e}")
     error.__cause__ = e
     return error
@@ -203,7 +205,7 @@ class Deferred(Cursor):
     """A cursor whose writes a `Writer` runs later, in order; its reads wait for them."""
 
     def __init__(self, writer: Writer) -> None:
-        super().__init__(None, writer.store.dialect)
+        super().__init__(None, writer.dialect)
         self.writer = writer
 
     def execute(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> None:
@@ -231,11 +233,3 @@ class Deferred(Cursor):
     def all(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = self.writer.call(lambda cur: cur.all(sql, params))
         return rows
-
-
-def run(cur: Cursor, work: Work) -> None:
-    """`work(cur)` now, or in order with a deferred cursor's statements."""
-    if isinstance(cur, Deferred):
-        cur.later(work)
-    else:
-        work(cur)

@@ -1,0 +1,211 @@
+"""PostgreSQL: the production store. Many API processes and workers share one database.
+
+Write sessions take turns on the event table's EXCLUSIVE lock, which the library's recorder needs
+anyway to keep notification ids in commit order. To hold it briefly a write session starts
+optimistic (`PostgresSession`): it loads its rows beside other writers and takes the lock at its
+first write, checking then that nothing it loaded has changed. Its statements travel in a few
+strings (batch.py).
+
+Lock order. A write session reads optimistically (the read-model tables' ACCESS SHARE locks)
+before it waits for the event table's lock, while a rebuild's swap holds that lock and needs
+ACCESS EXCLUSIVE on the same tables to drop and rename them: a deadlock, which PostgreSQL breaks
+by failing one of the two. So both first take one advisory lock, write sessions shared (they never
+wait for each other) and the swap exclusive: a swap waits for the sessions under way, and new ones
+wait for the swap before they read anything (`writing`, `swapping` in sql/queries.postgres.sql).
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from functools import cached_property
+from typing import Any, Final
+
+import psycopg_pool
+from eventsourcing.postgres import PostgresApplicationRecorder
+
+from jobnik.projections.store import routes
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.batch import batch_transaction
+from jobnik.projections.store.bulk import BulkWriter, PostgresBulk
+from jobnik.projections.store.cursor import Cursor
+from jobnik.projections.store.dialect import POSTGRES
+from jobnik.projections.store.errors import wrapped
+from jobnik.projections.store.eventlog import EventLog
+from jobnik.projections.store.executor import OpExecutor
+from jobnik.projections.store.leader import AdvisoryLock, LeaderLock
+from jobnik.projections.store.names import checked
+from jobnik.projections.store.pagewriter import Writer
+from jobnik.projections.store.pgsession import ParentRows, PostgresSession
+from jobnik.projections.store.session import SqlSession
+from jobnik.projections.store.written import RecentWrites
+
+MIGRATION_KEY: Final = zlib.crc32(b"jobnik-migrations")
+
+
+class PostgresStore(SqlStore):
+    dialect = POSTGRES
+    position_column = "notification_id"
+    replays_in_parallel = True
+
+    def __init__(
+        self, env: Mapping[str, str], log: EventLog, recorder: PostgresApplicationRecorder
+    ) -> None:
+        super().__init__(env, log, recorder)
+        self.pg = recorder.datastore
+        self._writer_pool: psycopg_pool.ConnectionPool[Any] | None = None
+        self._writers_lock = threading.Lock()
+        self.parents = ParentRows(self.dialect)  # rows write sessions read ahead
+        self.written = RecentWrites()  # what this process's write sessions last committed
+
+    def close(self) -> None:
+        if self._writer_pool is not None:  # opened by the first write session
+            self._writer_pool.close()
+        super().close()
+
+    @contextmanager
+    def cursor(
+        self, *, write: bool, lock: bool = True, swap: bool = False, snapshot: bool = False
+    ) -> Iterator[Cursor]:
+        with (
+            wrapped(),
+            self.pg.get_connection() as conn,
+            conn.transaction(force_rollback=not write),
+            conn.cursor() as raw,
+        ):
+            if snapshot:
+                raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            if write and swap:
+                raw.execute(self.dialect.sql("swapping"))
+            if write and lock:
+                raw.execute(self.dialect.sql("lock_writers", events=self.events_table))
+            yield Cursor(raw, self.dialect)
+
+    @contextmanager
+    def migration_lock(self) -> Iterator[None]:
+        # A session lock, on a connection held across the library's DDL and the migrations.
+        with wrapped(), self.pg.get_connection() as conn:
+            conn.execute(self.dialect.sql("migrating"), {"key": MIGRATION_KEY})
+            try:
+                yield
+            finally:
+                conn.execute(self.dialect.sql("migrated"), {"key": MIGRATION_KEY})
+
+    @contextmanager
+    def _open(self, write: bool) -> Iterator[SqlSession]:
+        """Reads: a plain transaction. Writes: a batched one that takes the writer lock when it
+        first needs it (`PostgresSession`)."""
+        if not write:
+            with self.cursor(write=False) as cur:
+                yield SqlSession(self, cur, write=False)
+            return
+        with (
+            wrapped(),
+            self._writers.connection() as conn,
+            batch_transaction(conn, self.dialect, [self.dialect.sql("writing")]) as bc,
+        ):
+            yield PostgresSession(self, bc)
+
+    def _committed(self, session: SqlSession) -> None:
+        if isinstance(session, PostgresSession):
+            self.written.note(session.loaded, session.summaries())
+
+    @property
+    def _writers(self) -> psycopg_pool.ConnectionPool[Any]:
+        with self._writers_lock:
+            if self._writer_pool is None:
+                self._writer_pool = self._open_writers()
+            return self._writer_pool
+
+    def connection_kwargs(self) -> dict[str, Any]:
+        """The library pool's connection arguments (a copy), for the connections jobnik opens
+        beside it (the write pool, leader locks, a rebuild's writers)."""
+        given = self.pg.pool.kwargs
+        return dict((given() if callable(given) else given) or {})
+
+    def _open_writers(self) -> psycopg_pool.ConnectionPool[Any]:
+        """Write sessions' own pool, sized like the library's: autocommit (BEGIN and COMMIT
+        travel in the strings), and psycopg never prepares on them, so nothing sends the
+        `DEALLOCATE ALL` that would drop the statements the write path prepares (psycopg does
+        after a ROLLBACK on a connection where it prepared statements itself)."""
+        library = self.pg.pool
+        pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+            library.conninfo,
+            kwargs={**self.connection_kwargs(), "autocommit": True, "prepare_threshold": None},
+            min_size=1,
+            max_size=library.max_size,
+            timeout=library.timeout,
+            name="jobnik-writers",
+            open=False,
+        )
+        with wrapped():
+            pool.open(wait=True, timeout=library.timeout)
+        return pool
+
+    @cached_property
+    def sequence(self) -> str:
+        """The event table's notification id sequence."""
+        with wrapped(), self.pg.get_connection() as conn:
+            row = conn.execute(
+                self.dialect.sql("notification_sequence"), {"t": self.events_table}
+            ).fetchone()
+        assert row is not None
+        assert row["seq"], f"no sequence on {self.events_table}"
+        return str(row["seq"])
+
+    def leader_lock(self, name: str) -> LeaderLock:
+        return AdvisoryLock(name, self.connection_kwargs)
+
+    # -- what a rebuild needs ------------------------------------------------------------------
+
+    def columns_of(self, cur: Cursor, table: str) -> list[str]:
+        rows = cur.raw_all(
+            "SELECT column_name FROM information_schema.columns WHERE "
+            "table_schema = current_schema() AND table_name = %(t)s ORDER BY ordinal_position",
+            {"t": table},
+        )
+        return [r["column_name"] for r in rows]
+
+    def restore_index_names(self, cur: Cursor, table: str, marker: str) -> None:
+        rows = cur.raw_all(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND tablename = %(t)s",
+            {"t": table},
+        )
+        for r in rows:
+            name = r["indexname"]
+            if marker in name:
+                live = name.replace(marker, "", 1)
+                cur.execute(f"ALTER INDEX {checked(name)} RENAME TO {checked(live)}")
+
+    @contextmanager
+    def settled(self, settle: Callable[[Cursor], None]) -> Iterator[Cursor]:
+        """The snapshot is a REPEATABLE READ transaction that takes it once `settle` committed,
+        while another connection holds the event table's lock: writers wait for `settle`,
+        not for what the caller then reads."""
+        with self.cursor(write=False, snapshot=True) as snapshot:
+            with wrapped(), self.pg.get_connection() as held, held.transaction(force_rollback=True):
+                held.execute(self.dialect.sql("lock_writers", events=self.events_table))
+                with self.cursor(write=True, lock=False) as cur:
+                    settle(cur)
+                snapshot.execute("SELECT 1")  # the snapshot: taken while no writer can commit
+            yield snapshot
+
+    @contextmanager
+    def page_writers(self, count: int) -> Iterator[list[Writer] | None]:
+        with ExitStack() as stack:
+            kwargs = self.connection_kwargs()
+            yield [stack.enter_context(Writer(kwargs, self.dialect)) for _ in range(count)]
+
+    def bulk(self, rename: Callable[[str], str]) -> BulkWriter:
+        return PostgresBulk(OpExecutor(self.dialect, rename), rename, self.events_table)
+
+    @contextmanager
+    def routes(self, parts: int, head: int) -> Iterator[bool]:
+        with routes.routes(self, parts, head) as complete:
+            yield complete
+
+    def route_join(self, events: str, part: tuple[int, int]) -> tuple[str, dict[str, Any]]:
+        return routes.join(events, part[0])

@@ -1,0 +1,84 @@
+-- Named statements for PostgreSQL only (store/postgres.py, store/queries.py).
+
+-- == write sessions ==========================================================================
+
+-- name: writing
+-- Taken first by every write session, shared: a rebuild's swap (`swapping`) waits for the
+-- sessions under way and holds new ones off until it commits (see store/postgres.py).
+SELECT pg_advisory_xact_lock_shared(1785684590);
+
+-- name: swapping
+SELECT pg_advisory_xact_lock(1785684590);
+
+-- name: lock_writers
+-- The writer lock: the event table's, which the library's recorder needs anyway to keep
+-- notification ids in commit order.
+LOCK TABLE {events} IN EXCLUSIVE MODE;
+
+-- name: read_ahead_task
+-- A task with its stage's, job's and stage summary's rows: what a worker's command loads.
+SELECT to_jsonb(t) AS task, s.id AS stage_id, s.version AS stage_version,
+    to_jsonb(s)::text AS stage, j.id AS job_id, j.version AS job_version, to_jsonb(j)::text AS job,
+    to_jsonb(sm) AS summary
+FROM tasks_v1 t JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t.job_id
+    LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id
+WHERE t.id = %(v)s::uuid;
+
+-- name: read_ahead_claim
+-- `read_ahead_task` for the next dequeueable task of a stage type, its queue row locked.
+SELECT to_jsonb(t) AS task, s.id AS stage_id, s.version AS stage_version,
+    to_jsonb(s)::text AS stage, j.id AS job_id, j.version AS job_version, to_jsonb(j)::text AS job,
+    to_jsonb(sm) AS summary
+FROM tasks_v1 t JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t.job_id
+    LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id
+WHERE t.id = ({next_in_queue} FOR UPDATE SKIP LOCKED);
+
+-- name: hold_queue
+-- Lock the queue rows of a job and of its child jobs at any depth, in one order.
+WITH RECURSIVE tree(id) AS (
+    SELECT %(j)s::uuid UNION ALL SELECT c.id FROM jobs_v1 c JOIN tree ON c.parent_job_id = tree.id
+)
+SELECT count(*) FROM (
+    SELECT 1 FROM queue_v1 WHERE job_id IN (SELECT id FROM tree) ORDER BY task_id FOR UPDATE
+) held;
+
+-- name: assert_fresh
+-- {counts}: a sum of `unchanged` counts, one per table; serialization_failure unless it is %(n)s.
+SELECT jobnik_assert_fresh({counts}, %(n)s::bigint);
+
+-- name: unchanged
+-- {pairs}: (id, version) pairs of rows loaded before the writer lock.
+(SELECT count(*) FROM {table} WHERE (id, version) IN ({pairs}));
+
+-- name: assert_summary_fresh
+-- A stage completion predicted before the writer lock still holds.
+SELECT jobnik_assert_fresh((SELECT count(*) FROM summaries_v1 WHERE stage_id = %(s)s::uuid
+    AND (completed = total) = %(d)s::boolean), 1);
+
+-- name: notification_sequence
+SELECT pg_get_serial_sequence(%(t)s, 'notification_id') AS seq;
+
+-- name: migrating
+SELECT pg_advisory_lock(%(key)s);
+
+-- name: migrated
+SELECT pg_advisory_unlock(%(key)s);
+
+-- == the inline read models' statements that are not one table's row (store/executor.py) ====
+
+-- name: enqueue
+-- Queue a task: its priority and whether it can be dequeued come from its stage and job rows.
+-- VALUES: a batch of tasks becomes one statement.
+INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, seq, stage_open,
+    job_open)
+SELECT v.task_id, s.job_id, s.id, s.type, j.priority_rank, v.seq, s.status IN {open},
+    j.status IN {open}
+FROM (VALUES (%(task_id)s::uuid, %(stage_id)s::uuid, %(seq)s::bigint)) AS v(task_id, stage_id, seq)
+JOIN stages_v1 s ON s.id = v.stage_id JOIN jobs_v1 j ON j.id = s.job_id;
+
+-- name: file_event
+-- The history index: file the event at a position under its aggregate's job.
+INSERT INTO job_events_v1 (job_id, position)
+SELECT e.job_id, v.position
+FROM (VALUES (%(entity_id)s::uuid, %(position)s::bigint)) AS v(entity_id, position)
+JOIN entity_jobs_v1 e ON e.entity_id = v.entity_id;

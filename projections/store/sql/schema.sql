@@ -1,0 +1,181 @@
+-- The whole schema of a new database, for both backends: every migration's result in one go
+-- (tests/integration/test_migrations.py checks that the two are equal). Type placeholders:
+-- {uuid}, {json}, {time}, {bool}, {false} (see store/dialect.py). PostgreSQL adds
+-- schema.postgres.sql.
+
+-- The inline read models: jobs, stages, their task summaries, tasks and the dequeue queue.
+CREATE TABLE IF NOT EXISTS jobs_v1 (
+    id {uuid} PRIMARY KEY,
+    version BIGINT NOT NULL,
+    name TEXT NOT NULL,
+    data {json} NOT NULL,
+    priority TEXT NOT NULL,
+    priority_rank SMALLINT NOT NULL,
+    user_metadata {json} NOT NULL,
+    status TEXT NOT NULL,
+    percentage INTEGER NOT NULL,
+    traceparent TEXT NOT NULL,
+    tracestate TEXT,
+    started {bool} NOT NULL,
+    stage_count INTEGER NOT NULL,
+    completed_stages INTEGER NOT NULL,
+    creation_time {time} NOT NULL,
+    update_time {time} NOT NULL,
+    start_time {time},
+    end_time {time},
+    mode TEXT NOT NULL DEFAULT 'runOnce',
+    parent_task_id {uuid},
+    parent_job_id {uuid},
+    completion_stages INTEGER NOT NULL DEFAULT 0,
+    finishing {bool} NOT NULL DEFAULT {false},
+    completing {bool} NOT NULL DEFAULT {false},
+    finish_time {time}
+);
+CREATE INDEX IF NOT EXISTS jobs_v1_name ON jobs_v1 (name);
+CREATE INDEX IF NOT EXISTS jobs_v1_creation_time ON jobs_v1 (creation_time);
+CREATE INDEX IF NOT EXISTS jobs_v1_parent_task ON jobs_v1 (parent_task_id);
+CREATE INDEX IF NOT EXISTS jobs_v1_parent_job ON jobs_v1 (parent_job_id);
+
+CREATE TABLE IF NOT EXISTS stages_v1 (
+    id {uuid} PRIMARY KEY,
+    version BIGINT NOT NULL,
+    job_id {uuid} NOT NULL,
+    stage_order INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    data {json} NOT NULL,
+    user_metadata {json} NOT NULL,
+    status TEXT NOT NULL,
+    traceparent TEXT NOT NULL,
+    tracestate TEXT,
+    creation_time {time} NOT NULL,
+    update_time {time} NOT NULL,
+    start_time {time},
+    end_time {time},
+    completion {bool} NOT NULL DEFAULT {false},
+    failure_patterns {json} NOT NULL DEFAULT '[]',
+    UNIQUE (job_id, stage_order)
+);
+CREATE INDEX IF NOT EXISTS stages_v1_type ON stages_v1 (type);
+
+CREATE TABLE IF NOT EXISTS summaries_v1 (
+    stage_id {uuid} PRIMARY KEY,
+    job_id {uuid} NOT NULL,
+    pending INTEGER NOT NULL DEFAULT 0,
+    in_progress INTEGER NOT NULL DEFAULT 0,
+    completed INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    created INTEGER NOT NULL DEFAULT 0,
+    retried INTEGER NOT NULL DEFAULT 0,
+    aborted INTEGER NOT NULL DEFAULT 0,
+    total INTEGER NOT NULL DEFAULT 0,
+    delegated INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS summaries_v1_job ON summaries_v1 (job_id);
+
+CREATE TABLE IF NOT EXISTS tasks_v1 (
+    id {uuid} PRIMARY KEY,
+    version BIGINT NOT NULL,
+    stage_id {uuid} NOT NULL,
+    job_id {uuid} NOT NULL,
+    stage_type TEXT NOT NULL,
+    data {json} NOT NULL,
+    user_metadata {json} NOT NULL,
+    status TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    max_attempts INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    traceparent TEXT NOT NULL,
+    tracestate TEXT,
+    creation_time {time} NOT NULL,
+    update_time {time} NOT NULL,
+    start_time {time},
+    end_time {time},
+    lease_seconds INTEGER NOT NULL DEFAULT 0,
+    lease_expires_at {time},
+    result {json},
+    delegations INTEGER NOT NULL DEFAULT 0,
+    delegated_at {time},
+    holder TEXT
+);
+CREATE INDEX IF NOT EXISTS tasks_v1_stage ON tasks_v1 (stage_id);
+CREATE INDEX IF NOT EXISTS tasks_v1_job_status ON tasks_v1 (job_id, status);
+CREATE INDEX IF NOT EXISTS tasks_v1_type_status ON tasks_v1 (stage_type, status);
+CREATE INDEX IF NOT EXISTS tasks_v1_lease ON tasks_v1 (lease_expires_at)
+    WHERE status = 'IN_PROGRESS';
+CREATE INDEX IF NOT EXISTS tasks_v1_delegated ON tasks_v1 (delegated_at)
+    WHERE status = 'DELEGATED';
+
+CREATE TABLE IF NOT EXISTS queue_v1 (
+    task_id {uuid} PRIMARY KEY,
+    job_id {uuid} NOT NULL,
+    stage_id {uuid} NOT NULL,
+    stage_type TEXT NOT NULL,
+    priority_rank SMALLINT NOT NULL,
+    seq BIGINT NOT NULL,
+    stage_open {bool} NOT NULL,
+    job_open {bool} NOT NULL
+);
+CREATE INDEX IF NOT EXISTS queue_v1_next ON queue_v1 (stage_type, priority_rank, seq)
+    WHERE stage_open AND job_open;
+CREATE INDEX IF NOT EXISTS queue_v1_job ON queue_v1 (job_id);
+CREATE INDEX IF NOT EXISTS queue_v1_stage ON queue_v1 (stage_id);
+
+CREATE TABLE IF NOT EXISTS task_logs_v1 (
+    task_id {uuid} NOT NULL,
+    position BIGINT NOT NULL,
+    line_no INTEGER NOT NULL,
+    job_id {uuid} NOT NULL,
+    attempt INTEGER NOT NULL,
+    time {time} NOT NULL,
+    line TEXT NOT NULL,
+    PRIMARY KEY (task_id, position, line_no)
+);
+CREATE INDEX IF NOT EXISTS task_logs_v1_job ON task_logs_v1 (job_id);
+
+-- The history index: which job each event belongs to, kept when the job is deleted.
+CREATE TABLE IF NOT EXISTS entity_jobs_v1 (
+    entity_id {uuid} PRIMARY KEY,
+    job_id {uuid} NOT NULL,
+    kind TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS job_events_v1 (
+    job_id {uuid} NOT NULL,
+    position BIGINT NOT NULL,
+    PRIMARY KEY (job_id, position)
+);
+
+-- The projection registry (catchup/registry.py).
+CREATE TABLE IF NOT EXISTS jobnik_projections (
+    name TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    position BIGINT NOT NULL,
+    rebuilt_at {time}
+);
+
+-- Idempotency-Keys (api/idempotency.py): not a projection, nothing in the log rebuilds it.
+CREATE TABLE IF NOT EXISTS jobnik_idempotency_keys (
+    idempotency_key TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    position BIGINT,
+    created_at {time} NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobnik_idempotency_keys_created_at
+    ON jobnik_idempotency_keys (created_at);
+
+-- Access control: the tokens read model.
+CREATE TABLE IF NOT EXISTS tokens_v1 (
+    id {uuid} PRIMARY KEY,
+    version BIGINT NOT NULL,
+    name TEXT NOT NULL UNIQUE,
+    role TEXT NOT NULL,
+    stage_types {json} NOT NULL,
+    expires_at {time},
+    secret_hash TEXT NOT NULL,
+    issued_at {time} NOT NULL,
+    issued_by TEXT NOT NULL,
+    update_time {time} NOT NULL,
+    revoked_at {time},
+    revoked_by TEXT
+);
