@@ -51,7 +51,7 @@ ViewsDep = Annotated[Views, Depends(get_views)]
 
 
 async def incoming_trace(request: Request) -> tuple[str, str | None]:
-    """The trace context a created entity stores when the body names none (rules §15): the
+    """The trace context a created entity stores when the body names none: the
     request's own span when the server traces, else the caller's W3C headers."""
     traced = current_traceparent()
     if traced is not None:
@@ -99,7 +99,7 @@ def _known_query(route: Any) -> frozenset[str]:
 
 
 async def reject_unknown_query(request: Request) -> None:
-    """Unknown query parameters are refused, as the manager's validator does (rules §2)."""
+    """Unknown query parameters are refused, as Jobnik's manager refuses them."""
     if not request.scope.get("query_string"):
         return
     route = request.scope.get("route")
@@ -113,7 +113,7 @@ IDEMPOTENCY_KEY_RE: Final = r"^[\x21-\x7e]{1,255}$"  # printable ASCII, no space
 
 
 class Once:
-    """Runs a creating route's command at most once per `Idempotency-Key` (so1).
+    """Runs a creating route's command at most once per `Idempotency-Key`.
 
     Without a key it just calls the command. With one, the command, the rendering of its
     response and the key's record share one transaction (api/idempotency.py); a retry
@@ -153,7 +153,7 @@ async def once(
         Header(
             alias="Idempotency-Key",
             pattern=IDEMPOTENCY_KEY_RE,
-            description="so1: a retry with the same key and body returns the first answer and "
+            description="a retry with the same key and body returns the first answer and "
             "creates nothing; the key with another body or endpoint is refused (422)",
         ),
     ] = None,

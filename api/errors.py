@@ -50,7 +50,7 @@ HTTP_STATUS: Final[Mapping[type[JobnikError], int]] = {
     Busy: 503,
 }
 
-# Where the real manager answers differently for the same error (jobnik-rules.md §3).
+# Where Jobnik's manager answers a route's error with another status, as it does.
 ROUTE_STATUS: Final[Mapping[tuple[str, type[JobnikError]], int]] = {
     ("dequeue_task", TaskNotFound): 404,
     ("dequeue_task", NotFound): 500,

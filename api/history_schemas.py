@@ -42,10 +42,10 @@ class JobDefinitionOut(OutModel):
     counts: dict[str, int]
     job_status_counts: dict[str, int]
     source_job: JobLinkOut | None = Field(
-        default=None, description="seed 001: the parent job of the last job (walk up)"
+        default=None, description="the parent job of the last job (walk up)"
     )
     child_jobs: list[JobLinkOut] = Field(
-        default_factory=list, description="seed 001: the child jobs of the last job (walk down)"
+        default_factory=list, description="the child jobs of the last job (walk down)"
     )
 
     @classmethod
@@ -64,7 +64,7 @@ class JobDefinitionOut(OutModel):
 
 
 class TaskCountsOut(OutModel):
-    """seed 004's task counters."""
+    """A job's or stage's task counters."""
 
     created_task_count: int
     successful_task_count: int
@@ -89,7 +89,7 @@ class _StageHead(OutModel):
 
 
 class StageStatisticsOut(TaskCountsOut, _StageHead):  # fields: the head's, then the counts
-    """One stage's counters (SMILA's per-worker entry) and its first start and last finish."""
+    """One stage's counters and its first start and last finish."""
 
 
 class _JobHead(OutModel):
@@ -133,8 +133,8 @@ class JobStatisticsOut(TaskCountsOut, _JobHead):
 
 
 class JobRunOut(OutModel):
-    """A job as a SMILA job run (seed 004): `tasks` are its counters, `worker` one entry per
-    stage, keyed `<order - 1>_<stage type>` as SMILA keys its workers."""
+    """A job as a run: `tasks` are its counters, `worker` one entry per stage, keyed
+    `<order - 1>_<stage type>` (the job-run vocabulary of Eclipse SMILA)."""
 
     job_id: UUID
     name: str
@@ -174,7 +174,7 @@ class ChildResultOut(OutModel):
 
 
 class ChildJobOut(OutModel):
-    """A child job of a delegated task (seed 001): its outcome and its tasks' results."""
+    """A child job of a delegated task: its outcome and its tasks' results."""
 
     id: UUID
     name: str

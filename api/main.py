@@ -43,6 +43,29 @@ log = logging.getLogger(__name__)
 
 WORKER_ROUTES: Final = (stages.dequeue_task, tasks.update_task_status, tasks.heartbeat)
 
+DESCRIPTION: Final = (
+    "jobnik is an event-sourced workflow engine. Jobs hold ordered stages, stages hold tasks, "
+    "and workers anywhere dequeue tasks by stage type "
+    "(`PATCH /v1/stages/{stageType}/tasks/dequeue`) and report how they went "
+    "(`PUT /v1/tasks/{taskId}/status`). The `/v1` API is the contract of Jobnik's job manager, "
+    "so Jobnik's SDK and workers work against it unchanged; what jobnik adds is optional: "
+    "leases with heartbeats, child jobs, open-ended jobs with completion stages, idempotent "
+    "creation (`Idempotency-Key`), each job's full history, live event streams, and reads as of "
+    "any past moment (`as_of`). Errors answer `{message, code}` with Jobnik's codes, and every "
+    "write answers the event-log position it reached in `X-Jobnik-Position`."
+)
+TAGS: Final = [
+    {"name": "jobs", "description": "Create, find, steer and delete jobs; add their stages."},
+    {"name": "stages", "description": "Stages, their summaries and tasks; the workers' dequeue."},
+    {"name": "tasks", "description": "Tasks: reports, heartbeats, hand-backs, logs, children."},
+    {
+        "name": "history",
+        "description": "The event log: audit trails, feeds, live streams, and "
+        "the views derived from it (lastStatus, run statistics).",
+    },
+    {"name": "health", "description": "Liveness."},
+]
+
 
 def create_app(
     jobnik: Jobnik,
@@ -63,7 +86,8 @@ def create_app(
     app = FastAPI(
         title="jobnik",
         version="0.1.0",
-        description="Event-sourced workflow engine speaking Jobnik's v1 API.",
+        description=DESCRIPTION,
+        openapi_tags=TAGS,
         **fastapi,
     )
     telemetry = telemetry if telemetry is not None else Telemetry()

@@ -94,7 +94,7 @@ class Traced(ApiModel):
     tracestate: Tracestate | None = None
 
     def trace(self, incoming: tuple[str, str | None]) -> dict[str, str | None]:
-        """The body's trace context, else the caller's (rules §15)."""
+        """The body's trace context, else the caller's."""
         if self.traceparent is not None:
             return {"traceparent": self.traceparent, "tracestate": self.tracestate}
         return {"traceparent": incoming[0], "tracestate": incoming[1]}
@@ -107,12 +107,12 @@ class CreateJob(Traced):
     user_metadata: Payload = Field(default_factory=dict)
     mode: JobMode = Field(
         default=JobMode.RUN_ONCE,
-        description="jobnik (seed 004): runOnce completes with its stages; standard stays open "
+        description="jobnik: runOnce completes with its stages; standard stays open "
         "for new stages until POST /v1/jobs/{jobId}/finish",
     )
     parent_task_id: UUID | None = Field(
         default=None,
-        description="jobnik (seed 001): the running task this child job is delegated from",
+        description="jobnik: the running task this child job is delegated from",
     )
 
 
@@ -126,12 +126,12 @@ class CreateStage(Traced):
     start_as_waiting: bool = False
     completion: bool = Field(
         default=False,
-        description="jobnik (seed 004): held until every normal stage completed, then runs "
+        description="jobnik: held until every normal stage completed, then runs "
         "while the job is COMPLETING",
     )
     failure_patterns: Annotated[list[FailurePattern], Field(max_length=20)] = Field(
         default_factory=list,
-        description="jobnik (seed 001): regular expressions; a COMPLETED report whose result "
+        description="jobnik: regular expressions; a COMPLETED report whose result "
         "has a matching string is recorded as a failure",
     )
 
@@ -148,7 +148,7 @@ class StageStatusChange(ApiModel):
 
 class TaskStatusChange(ApiModel):
     status: Literal[TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.DELEGATED] = Field(
-        description="DELEGATED (jobnik, seed 001): the task created child jobs and waits for them"
+        description="DELEGATED (jobnik): the task created child jobs and waits for them"
     )
     result: Payload | None = Field(
         default=None, description="jobnik: the task's result, with COMPLETED"
@@ -328,7 +328,7 @@ class JobOut(OutModel):
     traceparent: str
     tracestate: str | None = None
     stages: list[StageOut] | None = None
-    mode: JobMode = Field(default=JobMode.RUN_ONCE, description="jobnik: seed 004's job mode")
+    mode: JobMode = Field(default=JobMode.RUN_ONCE, description="jobnik: runOnce or standard")
     parent_task_id: UUID | None = Field(default=None, description="jobnik: the delegating task")
     parent_job_id: UUID | None = Field(default=None, description="jobnik: that task's job")
     finish_time: datetime | None = Field(default=None, description="jobnik: when it was finished")

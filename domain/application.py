@@ -56,7 +56,7 @@ class NewTask:
 
 
 class Jobnik(RerunCommands, TokenCommands):
-    """The Jobnik contract's commands (jobnik-rules.md §3-§7 with §20), one transaction each;
+    """The Jobnik contract's commands, one transaction each;
     the worker's (WorkCommands), the operator's reruns (RerunCommands) and access management
     (TokenCommands) besides."""
 

@@ -189,7 +189,7 @@ class AddTasksNotAllowed(InvalidRequest):
 
 
 class JobFinishing(InvalidRequest):
-    """the job is finishing (seed 004): it accepts no new stages or tasks"""
+    """the job is finishing: it accepts no new stages or tasks"""
 
     code = "JOB_FINISHING"
 

@@ -1,4 +1,4 @@
-"""The seeds' "create-map" job as a runnable two-stage pipeline: process tiles, then upload.
+"""A "create-map" job as a runnable two-stage pipeline: process tiles, then upload them.
 
 Run the API (`jobnik serve`), then in other terminals:
 

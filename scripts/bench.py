@@ -1,4 +1,4 @@
-"""The benchmark suite (issue #6): each jobnik figure beside a floor measured in the same run.
+"""The benchmark suite: each jobnik figure beside a bare-SQL floor measured in the same run.
 
 Figures (`--only NAME,...`; all by default), per backend:
 
@@ -28,8 +28,8 @@ Figures (`--only NAME,...`; all by default), per backend:
            threads; lock waits per 1,000 tasks (write sessions that began while another of this
            process's write sessions was open: each of them queued on the event-table lock /
            BEGIN IMMEDIATE; on PostgreSQL a side thread also samples `pg_locks WHERE NOT
-           granted`); retries per 1,000 tasks (commands that raised a conflict or database error
-           and were run again; the engine itself has no retry loop, see the report).
+           granted`); retries per 1,000 tasks (commands run again after a conflict, by the
+           engine's own retry or by the benchmark's worker loop).
 
 Every line: name, backend, jobnik value, floor, unit, ratio = value/floor and its orientation
 (throughput: share of the floor, higher is better; latency and memory: times the floor, lower is
@@ -739,8 +739,15 @@ def main(
 ) -> int:
     """The command line; `overrides` replaces sizes (e.g. `TINY.__dict__`)."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--backend", choices=("postgres", "sqlite", "both"), default="postgres")
-    parser.add_argument("--only", default=",".join(NAMES), help=f"some of {','.join(NAMES)}")
+    parser.add_argument(
+        "--backend",
+        choices=("postgres", "sqlite", "both"),
+        default="postgres",
+        help="the database(s) to measure on (default: postgres)",
+    )
+    parser.add_argument(
+        "--only", default=",".join(NAMES), help=f"the figures to run, some of {','.join(NAMES)}"
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--pg-url", default=PG_URL, help="a server where databases may be made")

@@ -1,4 +1,4 @@
-"""The `jobnik` command: serve the API, migrate, workers, history, projections, job maintenance."""
+"""The `jobnik` command: serve the API, migrate, workers, history, projections, job repair."""
 
 from __future__ import annotations
 
@@ -17,14 +17,18 @@ if TYPE_CHECKING:
     from jobnik.projections.queries.audit import Entry
 
 app = typer.Typer(
-    help="jobnik: an event-sourced workflow engine speaking Jobnik's v1 API.", no_args_is_help=True
+    help="jobnik: an event-sourced workflow engine that speaks Jobnik's v1 HTTP API.\n\n"
+    "Start with `jobnik serve`. The server's settings are JOBNIK_* environment variables "
+    "(the README lists them); JOBNIK_DATABASE_URL picks the database, by default the SQLite "
+    "file ./jobnik.db.",
+    no_args_is_help=True,
 )
 app.add_typer(projections, name="projections")
 worker = typer.Typer(help="Run task handlers against a jobnik API.", no_args_is_help=True)
-history = typer.Typer(help="A job's history from the event log.", no_args_is_help=True)
+history = typer.Typer(help="Read a job's history from the event log.", no_args_is_help=True)
 app.add_typer(history, name="history")
 app.add_typer(worker, name="worker")
-jobs = typer.Typer(help="Maintenance of jobs and tasks.", no_args_is_help=True)
+jobs = typer.Typer(help="Repair jobs and tasks.", no_args_is_help=True)
 app.add_typer(jobs, name="jobs")
 app.add_typer(tokens, name="tokens")
 
@@ -35,8 +39,10 @@ def jobs_redispatch(
         str, typer.Option(help="only tasks delegated longer ago than this (90s, 15m, 2h, 1d)")
     ] = "15m",
 ) -> None:
-    """Re-queue delegated tasks whose child jobs have all ended but that were not re-dispatched
-    (seed 001's safety net; it should normally find nothing)."""
+    """Re-queue delegated tasks whose child jobs have all ended but that still wait.
+
+    jobnik re-queues such a task in the transaction that ends its last child job, so this
+    normally finds nothing: it repairs what no transaction saw, such as rows edited by hand."""
     from jobnik.domain.application import Jobnik
 
     store = open_store()
@@ -55,7 +61,7 @@ def jobs_redispatch(
 def serve(
     host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8080,
-    workers: Annotated[int, typer.Option(help="API processes (PostgreSQL only for >1)")] = 1,
+    workers: Annotated[int, typer.Option(help="API processes; more than one needs PostgreSQL")] = 1,
     ssl_certfile: Annotated[
         str | None, typer.Option(help="serve HTTPS with this PEM certificate (chain)")
     ] = None,
@@ -63,11 +69,13 @@ def serve(
         str | None, typer.Option(help="the certificate's PEM private key")
     ] = None,
 ) -> None:
-    """Start the HTTP API (SQLite file ./jobnik.db unless JOBNIK_DATABASE_URL is set).
+    """Serve the HTTP API, after creating or upgrading the database schema.
 
-    Off loopback it refuses to run open: create a token first, or set JOBNIK_AUTH=off. Logs
-    one line per request (JSON lines with JOBNIK_LOG_FORMAT=json); with --workers N > 1 the
-    processes share their metrics through a PROMETHEUS_MULTIPROC_DIR made for the run."""
+    The database is JOBNIK_DATABASE_URL, by default the SQLite file ./jobnik.db; the OpenAPI
+    documentation is served at /docs. Off loopback it refuses to run open: create a token
+    first (`jobnik tokens create`), or set JOBNIK_AUTH=off. Logs one line per request (JSON
+    lines with JOBNIK_LOG_FORMAT=json); with --workers N > 1 the processes share their metrics
+    through a PROMETHEUS_MULTIPROC_DIR made for the run."""
     import uvicorn
 
     from jobnik.api.access import check_exposure
@@ -118,7 +126,9 @@ def serve(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
 def bench(ctx: typer.Context) -> None:
-    """The benchmark suite: jobnik's figures beside bare-SQL floors (see `jobnik bench --help`)."""
+    """Run the benchmark suite: jobnik's figures beside bare-SQL floors measured in the same run.
+
+    Its options: `jobnik bench --help`."""
     from jobnik.scripts.bench import main as bench_main
 
     raise typer.Exit(bench_main(ctx.args, prog="jobnik bench"))
@@ -126,25 +136,36 @@ def bench(ctx: typer.Context) -> None:
 
 @app.command()
 def migrate() -> None:
-    """Create or upgrade the database schema."""
+    """Create or upgrade the database schema, then exit."""
     open_store().close()
     typer.echo("schema is up to date")
 
 
 @worker.command("run")
 def worker_run(
-    handler: Annotated[str, typer.Argument(help="MODULE:FUNCTION, called as f(task, context)")],
-    stage_type: Annotated[str, typer.Option("--stage-type", help="the queue to work on")],
-    concurrency: Annotated[int, typer.Option(help="tasks handled at once")] = 1,
+    handler: Annotated[
+        str, typer.Argument(help="MODULE:FUNCTION, called as FUNCTION(task, context) per task")
+    ],
+    stage_type: Annotated[
+        str, typer.Option("--stage-type", help="the stage type whose tasks to dequeue")
+    ],
+    concurrency: Annotated[int, typer.Option(help="tasks handled at once (threads)")] = 1,
     api_url: Annotated[
-        str, typer.Option(envvar="JOBNIK_API_URL", help="the API (or env JOBNIK_API_URL)")
+        str, typer.Option(envvar="JOBNIK_API_URL", help="the jobnik API's base URL")
     ] = "http://127.0.0.1:8080",
-    heartbeat_interval: Annotated[float, typer.Option(help="seconds between heartbeats")] = 10.0,
-    grace_period: Annotated[float, typer.Option(help="seconds to finish on SIGTERM")] = 30.0,
+    heartbeat_interval: Annotated[
+        float, typer.Option(help="seconds between a running task's lease heartbeats")
+    ] = 10.0,
+    grace_period: Annotated[
+        float, typer.Option(help="seconds running handlers get to finish after SIGTERM/SIGINT")
+    ] = 30.0,
     lease_seconds: Annotated[
-        int | None, typer.Option(help="lease per task (default: 3 heartbeat intervals)")
+        int | None,
+        typer.Option(help="the lease asked for at each dequeue (default: 3 heartbeat intervals)"),
     ] = None,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING (JSON lines)")] = "INFO",
+    log_level: Annotated[
+        str, typer.Option(help="DEBUG, INFO or WARNING (JSON lines on stderr)")
+    ] = "INFO",
     metrics_port: Annotated[
         int | None,
         typer.Option(help="serve Prometheus metrics on this port (0: any free port)"),
@@ -162,10 +183,14 @@ def worker_run(
         ),
     ] = None,
 ) -> None:
-    """Dequeue and handle tasks of one stage type until SIGTERM/SIGINT (then drain).
+    """Dequeue and handle tasks of one stage type until SIGTERM or SIGINT.
 
-    With OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER) set, handler spans are exported,
-    each a child of its task's stored traceparent (needs `pip install 'jobnik[otel]'`)."""
+    The handler's return reports the task COMPLETED (its value the result); an exception
+    reports it FAILED, and the server retries it while attempts remain. On SIGTERM or SIGINT
+    the worker stops dequeuing, lets running handlers finish within the grace period, then
+    hands the rest back to the queue. A status line on stderr counts what it did. With
+    OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER) set, handler spans are exported, each
+    a child of its task's stored traceparent (needs `pip install 'jobnik[otel]'`)."""
     from jobnik.workers.cli import run_worker
 
     sys.path.insert(0, os.getcwd())  # handlers in the working directory import as modules
@@ -212,7 +237,9 @@ def _entries(job_id: str) -> Iterator[Entry]:
 
 @history.command("export")
 def history_export(job_id: Annotated[str, typer.Argument(help="the job's id")]) -> None:
-    """Every event of the job, its stages and tasks as NDJSON on stdout (also after DELETE)."""
+    """Write every event of a job, its stages and its tasks to stdout as NDJSON.
+
+    Deleted jobs keep their history, so this works for them too."""
     from jobnik.api.history_schemas import EventOut
 
     for entry in _entries(job_id):
@@ -221,7 +248,7 @@ def history_export(job_id: Annotated[str, typer.Argument(help="the job's id")]) 
 
 @app.command()
 def replay(job_id: Annotated[str, typer.Argument(help="the job's id")]) -> None:
-    """The job's timeline as a table: position, time, entity, event, actor, and its status
+    """Print a job's events as a table: position, time, entity, event, actor, and its status
     change and reason (pauses, aborts, reruns with the reason the operator gave)."""
     header = (
         f"{'pos':>7}  {'time':<29}  {'entity':<6}  {'id':<8}  {'event':<24}  {'actor':<6}  details"

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from jobnik.projections.store.base import SqlStore
 
 projections = typer.Typer(
-    help="Projections (read models): versions, blue/green rebuilds from the event log, verify.",
+    help="Read models (projections of the event log): versions and lag, blue/green rebuilds, "
+    "verification against a replay.",
     no_args_is_help=True,
 )
 
@@ -92,7 +93,8 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
 
 @projections.command("status")
 def status_command() -> None:
-    """Each projection: code version, version its rows were built by, position, lag."""
+    """Show each read model's code version, the version that built its rows, its log position
+    and its lag."""
     from jobnik.projections.catchup.registry import status
 
     store = open_store()
@@ -124,8 +126,11 @@ def status_command() -> None:
 
 @projections.command("rebuild")
 def rebuild_command(name: Name = None) -> None:
-    """Rebuild blue/green: fresh tables from the log while the API serves the old ones, then an
-    atomic swap (writers wait only for the swap)."""
+    """Rebuild read models from the event log, blue/green.
+
+    Fresh tables are filled from the log while the API keeps serving the old ones, then swapped
+    in by one transaction; writers wait only for the swap. Exit status 3: another rebuild or
+    verify is running."""
     from jobnik.api.settings import Settings
     from jobnik.projections.rebuild.bluegreen import RebuildBusy, rebuild
 
@@ -150,7 +155,9 @@ def rebuild_command(name: Name = None) -> None:
 
 @projections.command("verify")
 def verify_command(name: Name = None) -> None:
-    """Replay into shadow tables and list every row that differs from the live one (exit 1)."""
+    """Replay the log into fresh tables and list every row that differs from the live one.
+
+    Exit status 1 when a row differs, 3 when another rebuild or verify is running."""
     from jobnik.api.settings import Settings
     from jobnik.projections.rebuild.bluegreen import RebuildBusy
     from jobnik.projections.rebuild.verify import verify

@@ -3,7 +3,7 @@
 The standard library's `http.client` under a small pool of our own, rather than urllib3 or
 httpx: a worker spends most of its own CPU on its two requests per task, and per request
 `http.client` costs about half of urllib3 here (whose pool, retries and response wrapper sit on
-top of the same `http.client`), and httpx about twice urllib3 (README, Performance).
+top of the same `http.client`), and httpx about twice urllib3.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class TaskContext:
 
     @property
     def redispatched(self) -> bool:
-        """True when the task comes back after its child jobs ended (seed 001)."""
+        """True when the task comes back after its child jobs ended."""
         return self.task.delegations > 0
 
     @cached_property

@@ -158,7 +158,7 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class ChildJob:
-    """A child job of a delegated task (seed 001): its outcome and its tasks' results."""
+    """A child job of a delegated task: its outcome and its tasks' results."""
 
     id: str
     name: str

@@ -46,7 +46,7 @@ class Producer:
         return Job.from_json(self.client.post("/v1/jobs", body))
 
     def finish(self, job_id: str) -> Job:
-        """Seed 004's finish: no new stages or tasks; the job completes when its work is done."""
+        """Close the job to new stages and tasks; it completes when its work is done."""
         return Job.from_json(self.client.post(f"/v1/jobs/{job_id}/finish", None))
 
     def create_stage(

@@ -63,7 +63,7 @@ async def get_job_definition(
     name: Annotated[str, Path()],
     min_position: MinPosition = None,
 ) -> JobDefinitionOut:
-    """lastStatus of the latest job of this name (seed 001), lastInteraction, counts by status."""
+    """lastStatus of the latest job of this name, lastInteraction, and job counts by status."""
     await waiters.wait(LastStatus.name, min_position)
     return JobDefinitionOut.of(await run_in_threadpool(catchup.job_definition, name))
 
@@ -75,7 +75,7 @@ async def get_job_statistics(
     job_id: Annotated[UUID, Path(alias="jobId")],
     min_position: MinPosition = None,
 ) -> JobStatisticsOut:
-    """The job's run statistics (seed 004), per stage and in all; kept after the job is deleted."""
+    """The job's task counters, per stage and in all; kept after the job is deleted."""
     await waiters.wait(RunStats.name, min_position)
     return JobStatisticsOut.of(await run_in_threadpool(catchup.job_statistics, job_id))
 
@@ -88,7 +88,7 @@ async def get_job_run(
     job_id: Annotated[UUID, Path(alias="jobId")],
     min_position: MinPosition = None,
 ) -> JobRunOut:
-    """The job as a SMILA job run (seed 004): state, mode, times, run counters per stage."""
+    """The job as a run: its state (PREPARING … SUCCEEDED), mode, times, counters per stage."""
     await waiters.wait(RunStats.name, min_position)
     return await run_in_threadpool(_job_run, views, catchup, job_id)
 

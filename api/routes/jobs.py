@@ -74,7 +74,7 @@ def find_jobs(
     end_date: DateTimeQuery | None = None,
     should_return_stages: ReturnStages = False,
     parent_task_id: Annotated[
-        UUID | None, Query(description="jobnik: the child jobs of this task (seed 001)")
+        UUID | None, Query(description="jobnik: the child jobs of this task")
     ] = None,
     parent_job_id: Annotated[
         UUID | None, Query(description="jobnik: the child jobs of this job's tasks")
@@ -113,9 +113,9 @@ def create_job(
 
 @router.post("/jobs/{jobId}/finish", status_code=202, openapi_extra=needs(P.PRODUCE))
 def finish_job(jobnik: JobnikDep, job_id: JobId, by: PrincipalDep) -> JobOut:
-    """jobnik (seed 004): no new stages or tasks from now on (FINISHING); the job completes,
-    through its completion stages if it has any, once its work is done. Repeating it is a
-    no-op; a job that has ended is refused."""
+    """jobnik: no new stages or tasks from now on (FINISHING); the job completes, through its
+    completion stages if it has any, once its work is done. Repeating it is a no-op; a job that
+    has ended is refused (400 JOB_IN_FINITE_STATE)."""
     return JobOut.of(jobnik.finish_job(job_id, by=by))
 
 

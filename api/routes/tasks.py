@@ -107,7 +107,7 @@ def update_task_status(
 
 @router.get("/tasks/{taskId}/children", openapi_extra=needs(P.READ))
 def get_children(views: ViewsDep, task_id: TaskId) -> list[ChildJobOut]:
-    """jobnik (seed 001): the task's child jobs, their outcomes and their tasks' results."""
+    """jobnik: the task's child jobs, their outcomes and their tasks' results."""
     return [ChildJobOut.of(c) for c in views.children(task_id)]
 
 

@@ -516,7 +516,7 @@ def test_consumer_dequeue_and_mark(sdk: Sdk) -> None:
     task = sdk.dequeue_task(stage_type)
     assert task is not None
     assert_shape(task, TASK_KEYS)
-    assert task["id"] == created[0]["id"]  # FIFO among equal priorities (jobnik-rules §20 #5)
+    assert task["id"] == created[0]["id"]  # FIFO among equal priorities
     assert (task["status"], task["attempts"]) == ("IN_PROGRESS", 0)
     assert "startTime" in task
 

@@ -39,7 +39,7 @@ from ..builders import at, job_in, new_job, new_stage, new_task, stage_in, task_
 
 J, S, T = JobStatus, StageStatus, TaskStatus
 
-# jobnik-rules.md §4.1, plus §20 #3: a paused job still completes or fails.
+# Jobnik's job machine, plus: a paused job still completes or fails.
 JOB_ALLOWED = {
     (J.CREATED, J.PENDING), (J.CREATED, J.PAUSED), (J.CREATED, J.ABORTED),
     (J.PENDING, J.IN_PROGRESS), (J.PENDING, J.PAUSED), (J.PENDING, J.ABORTED),
@@ -50,7 +50,7 @@ JOB_ALLOWED = {
     (J.PENDING, J.COMPLETED),  # seed 004: a finished job with no work left completes
 }  # fmt: skip
 
-# jobnik-rules.md §4.2; the "(no-op)" cells are the release command's business, not the table's.
+# Jobnik's stage machine; the "(no-op)" cells are the release command's business, not the table's.
 STAGE_ALLOWED = {
     (S.CREATED, S.PENDING), (S.CREATED, S.WAITING), (S.CREATED, S.ABORTED),
     (S.PENDING, S.IN_PROGRESS), (S.PENDING, S.WAITING), (S.PENDING, S.ABORTED),
@@ -59,7 +59,7 @@ STAGE_ALLOWED = {
     (S.WAITING, S.PENDING), (S.WAITING, S.ABORTED),
 }  # fmt: skip
 
-# jobnik-rules.md §4.3, plus §20 #4: abort reaches every unfinished task (a late report of an
+# Jobnik's task machine, plus: abort reaches every unfinished task (a late report of an
 # IN_PROGRESS one is recorded as its abort), plus jobnik's give-back (IN_PROGRESS → PENDING,
 # TaskReturned: a worker shutting down hands its task back without spending an attempt).
 TASK_ALLOWED = {
