@@ -64,7 +64,7 @@ class Jobnik(RerunCommands, TokenCommands):
 
     @command
     def create_job(self, new: NewJob, *, by: Principal = Actor.API) -> Job:
-        """A job; with `parent_task_id`, a child job of that (running) task (seed 001)."""
+        """A job; with `parent_task_id`, a child job of that (running) task."""
         now = self.clock()
         with self._write() as s:
             parent_job_id = None
@@ -113,7 +113,7 @@ class Jobnik(RerunCommands, TokenCommands):
         by: Principal = Actor.API,
         reason: str | None = None,
     ) -> Job:
-        """PENDING (resume/start), PAUSED or ABORTED; abort cascades (rules §20 #4). `reason`
+        """PENDING (resume/start), PAUSED or ABORTED; abort cascades. `reason`
         is recorded on the job's event."""
         now = self.clock()
         with self._write() as s:
@@ -174,7 +174,7 @@ class Jobnik(RerunCommands, TokenCommands):
     def delete_job(
         self, job_id: UUID, *, by: Principal = Actor.API, reason: str | None = None
     ) -> None:
-        """Remove a final job from every read model; its events stay (rules §20 #8)."""
+        """Remove a final job from every read model; its events stay."""
         with self._write() as s:
             job = s.job(job_id)
             job.delete(self.clock(), by, reason)
@@ -212,7 +212,7 @@ class Jobnik(RerunCommands, TokenCommands):
 
     @command
     def release_stage(self, stage_id: UUID, *, by: Principal = Actor.API) -> Stage:
-        """A user's PUT PENDING on a stage (rules §4.2); a PENDING stage is a no-op."""
+        """A user's PUT PENDING on a stage; a PENDING stage is a no-op."""
         with self._write() as s:
             stage = s.stage(stage_id)
             previous = self._normal_before(s, s.job(stage.job_id), stage.order)

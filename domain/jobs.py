@@ -47,7 +47,7 @@ class Job(Entity):
         finish_time: datetime | None
 
     class JobCreated(Entity.Created):
-        """`mode`: seed 004's runOnce or standard; `parent_task_id`: the delegating task."""
+        """`mode`: runOnce or standard; `parent_task_id`: the delegating task."""
 
         class_version = 2
 
@@ -104,7 +104,7 @@ class Job(Entity):
             job.finishing, job.finish_time = True, self.timestamp
 
     class JobCompleting(Entity.Event):
-        """Every normal stage completed: the completion stages run (seed 004's COMPLETING)."""
+        """Every normal stage completed: the completion stages run (COMPLETING)."""
 
         def apply(self, job: Job) -> None:
             job.completing = True
@@ -309,18 +309,18 @@ class Job(Entity):
             self._emit(self.JobPaused, now, actor, reason, previous=self.status)
         elif target is S.ABORTED:
             self._emit(self.JobAborted, now, actor, reason, previous=self.status)
-        else:  # resume restores IN_PROGRESS when the job had started (rules §20 #2)
+        else:  # resume restores IN_PROGRESS when the job had started
             resumed = S.IN_PROGRESS if self.started else S.PENDING
             self._emit(self.JobResumed, now, actor, reason, status=resumed)
 
     def start(self, now: datetime, actor: Principal) -> None:
-        """A stage of the job started: PENDING → IN_PROGRESS (rules §5 R3)."""
+        """A stage of the job started: PENDING → IN_PROGRESS."""
         if self.status == S.PENDING:
             self._emit(self.JobStarted, now, actor)
 
     def stage_completed(self, stage_id: UUID, now: datetime, actor: Principal) -> str | None:
-        """Count a completed stage; the job completes when every stage has (rules §5 R6) and
-        it closes by itself (seed 004). Returns what `next_phase` says."""
+        """Count a completed stage; the job completes when every stage has and it
+        closes by itself (runOnce, or finished). Returns what `next_phase` says."""
         done = self.completed_stages + 1
         self._emit(
             self.JobProgressed,
@@ -333,7 +333,7 @@ class Job(Entity):
         return self.next_phase(now, actor)
 
     def stage_failed(self, stage_id: UUID, now: datetime, actor: Principal) -> None:
-        """A stage failed: the job fails (rules §5 R8)."""
+        """A stage failed: the job fails."""
         if self.is_final:
             return
         self._check(S.FAILED)

@@ -1,4 +1,4 @@
-"""Failure patterns (seed 001): regular expressions matched in linear time with RE2.
+"""Failure patterns: regular expressions matched in linear time with RE2.
 
 A stage's patterns are matched against the strings of every COMPLETED result, inside the write
 that records it; Python's backtracking `re` can take exponential time on a pattern such as

@@ -18,7 +18,7 @@ from jobnik.domain.tokens import Token
 
 @dataclass(frozen=True)
 class Summary:
-    """A stage's task counters (rules §9), plus jobnik's `aborted`."""
+    """A stage's task counters (Jobnik's summary), plus jobnik's `aborted` and `delegated`."""
 
     pending: int = 0
     in_progress: int = 0
@@ -62,7 +62,7 @@ class Session(Protocol):
         ...
 
     def children_of(self, task_id: UUID) -> list[Job]:
-        """The child jobs created by `task_id` (seed 001), oldest first."""
+        """The child jobs created by `task_id`, oldest first."""
         ...
 
     def child_jobs(self, job_id: UUID) -> list[Job]:

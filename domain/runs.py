@@ -1,4 +1,4 @@
-"""A job seen as a SMILA job run (seed 004): its state, from the job and its in-flight tasks."""
+"""A job seen as a job run: its state, from the job and its in-flight tasks."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ class RunState(StrEnum):
     RUNNING = "RUNNING"
     FINISHING = "FINISHING"
     COMPLETING = "COMPLETING"
-    CLEANINGUP = "CLEANINGUP"  # SMILA's short clean-up: jobnik has none, so never shown
+    CLEANINGUP = "CLEANINGUP"  # a run's clean-up step: jobnik has none, so never shown
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELING = "CANCELING"

@@ -39,8 +39,8 @@ class Stage(Entity):
         failure_patterns: list[str]
 
     class StageAdded(Entity.Created):
-        """`completion`: held until every normal stage completed (seed 004's completion phase);
-        `failure_patterns`: a completion whose result matches one is a failure (seed 001)."""
+        """`completion`: held until every normal stage completed (the job's completion phase);
+        `failure_patterns`: a completion whose result matches one is a failure."""
 
         class_version = 2
 
@@ -190,14 +190,14 @@ class Stage(Entity):
             raise IllegalStageTransition.between(self.status, target)
 
     def check_tasks_can_be_added(self) -> None:
-        """Tasks join a stage only while it is CREATED, PENDING or WAITING (rules §3 S7)."""
+        """Tasks join a stage only while it is CREATED, PENDING or WAITING."""
         if self.is_final:
             raise StageInFiniteState
         if self.status == S.IN_PROGRESS:
             raise AddTasksNotAllowed
 
     def release(self, previous_stage: Stage | None, now: datetime, actor: Principal) -> None:
-        """A user's PUT PENDING, with the rules' order of checks (rules §4.2)."""
+        """A user's PUT PENDING, checked in the order Jobnik's manager checks it."""
         if self.status == S.PENDING:
             return
         if self.completion:
@@ -251,7 +251,7 @@ class Stage(Entity):
         self, now: datetime, actor: Principal, reason: str = "all tasks completed"
     ) -> None:
         """IN_PROGRESS → COMPLETED; a released completion stage with no tasks completes from
-        PENDING (seed 004: an empty completion phase ends at once)."""
+        PENDING (an empty completion phase ends at once)."""
         if not (self.completion and self.status == S.PENDING):
             self._check(S.COMPLETED)
         self._emit(self.StageCompleted, now, actor, reason, job_id=self.job_id)
@@ -267,7 +267,7 @@ class Stage(Entity):
         return True
 
     def abort(self, now: datetime, actor: Principal, reason: str) -> None:
-        """Cascaded from the job's abort (rules §20 #4); final stages keep their status."""
+        """Cascaded from the job's abort; final stages keep their status."""
         if self.is_final:
             return
         self._emit(self.StageAborted, now, actor, reason, job_id=self.job_id, previous=self.status)

@@ -144,11 +144,11 @@ class WorkCommands:
         by: Principal = Actor.WORKER,
     ) -> Task:
         """A worker's COMPLETED (with its `result`), FAILED or DELEGATED, with every cascade
-        (rules §5, §7; seed 001's delegation and semantic failures).
+        (with delegation and failure patterns).
 
         With `attempt`, a report from an attempt that is no longer current is recorded and
         refused (StaleAttempt, 409). Without it (Jobnik's SDK), the task must not have changed
-        since this request first read it (TaskStatusUpdateFailed, 409; rules §4.3). A worker
+        since this request first read it (TaskStatusUpdateFailed, 409). A worker
         token must name its attempt (AttemptRequired).
         """
         if attempt is None and by.role is Role.WORKER:
@@ -196,7 +196,7 @@ class WorkCommands:
             self._delegate(s, task, now, by)
             return
         failure = stage.failure_in(result) if status == TaskStatus.COMPLETED else None
-        if failure is not None:  # seed 001's semantic failure detection
+        if failure is not None:  # a failure pattern matched the result
             task.fail(now, Actor.SYSTEM, failure)
         else:
             task.report(status, now, by, reason, fatal=fatal, result=result)
@@ -220,7 +220,7 @@ class WorkCommands:
         s.save(task)
 
     def _cascade(self, s: Session, task: Task, stage: Stage, job: Job, now: datetime) -> None:
-        """After a task's outcome: stage and job completion or failure (rules §5 R5-R8)."""
+        """After a task's outcome: stage and job completion or failure."""
         if task.status == TaskStatus.COMPLETED:
             if stage.status != StageStatus.IN_PROGRESS or not s.all_completed(stage.id):
                 return
@@ -262,7 +262,7 @@ class WorkCommands:
 
     def _job_ended(self, s: Session, job: Job, now: datetime) -> None:
         """A child job ended: its delegated parent task hears of it, and is re-dispatched
-        when it was the last open child (seed 001's parent dispatch)."""
+        when it was the last open child (the parent task's re-dispatch)."""
         if not job.is_final or job.parent_task_id is None:
             return
         try:

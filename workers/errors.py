@@ -30,4 +30,4 @@ class TransportError(JobnikClientError):
 
 
 class FatalTaskError(Exception):
-    """Raise from a handler to fail the task without retry (SMILA's failedWithoutRetry)."""
+    """Raise from a handler to fail the task without retry (FAILED at once)."""

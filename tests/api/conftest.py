@@ -26,7 +26,7 @@ NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"
 TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 OTHER_TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 Json = dict[str, Any]
-# Jobnik's summary keys plus jobnik's `aborted` (rules §20 #4) and `delegated` (seed 001).
+# Jobnik's summary keys plus jobnik's `aborted` (abort cascades) and `delegated` (delegation).
 SUMMARY_FIELDS = {"pending", "inProgress", "completed", "failed", "created", "retried", "aborted"}
 SUMMARY_FIELDS |= {"total", "delegated"}
 EMPTY_SUMMARY = dict.fromkeys(SUMMARY_FIELDS, 0)

@@ -1,4 +1,4 @@
-"""What one request moves elsewhere (rules §5 R1-R12 as amended by §20), and the dequeue order."""
+"""What one request moves elsewhere (the cascades), and the dequeue order."""
 
 from __future__ import annotations
 

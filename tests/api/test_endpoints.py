@@ -1,4 +1,4 @@
-"""Every endpoint of rules §3 answering its success case: shapes, defaults, filters, metadata."""
+"""Every v1 endpoint answering its success case: shapes, defaults, filters, metadata."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ JOB_FIELDS = {
     "creationTime",
     "updateTime",
     "traceparent",
-    "mode",  # jobnik's additive field (seed 004)
+    "mode",  # jobnik's additive field (job modes)
 }
 STAGE_FIELDS = {
     "id",
@@ -46,7 +46,7 @@ STAGE_FIELDS = {
     "summary",
     "percentage",
     "traceparent",
-    "completion",  # jobnik's additive field (seed 004)
+    "completion",  # jobnik's additive field (completion stages)
 }
 TASK_FIELDS = {
     "id",
@@ -61,7 +61,7 @@ TASK_FIELDS = {
     "traceparent",
 }
 TIMES = {"startTime", "endTime"}  # jobnik's additive fields (§20 #9), present once set
-# jobnik's additive task fields: leases (§20 #7), delegations (seed 001)
+# jobnik's additive task fields: leases, delegations
 LEASE_FIELDS = {"attempt", "leaseExpiresAt", "delegations"}
 
 

@@ -1,5 +1,5 @@
 """Seed 004 through HTTP on both backends: job modes, finish, the completion phase, and the job
-seen as a SMILA job run."""
+seen as a job run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every status change a caller can ask for, from every status the API can reach (rules §4, §20).
+"""Every status change a caller can ask for, from every status the API can reach.
 
 Legal requests answer 200 and move the entity; illegal ones answer the exact 400 body and write
 nothing to the event log.

@@ -1,4 +1,4 @@
-"""so1's Idempotency-Key against the real server: concurrent requests with one key create once.
+"""Idempotency-Key against the real server: concurrent requests with one key create once.
 
 PostgreSQL: two server processes sharing the database (the key's lookup and insert happen under
 the writer lock, which spans processes); SQLite: one process.

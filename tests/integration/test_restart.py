@@ -1,4 +1,4 @@
-"""Resume after restart (seed 004): SIGKILL the server under load, restart it on the same database.
+"""Resume after restart: SIGKILL the server under load, restart it on the same database.
 
 For each backend, the real server process (`spawn_server`) serves a producer thread (creating
 jobs, stages and tasks, every POST with an Idempotency-Key) and WORKERS worker threads (dequeue

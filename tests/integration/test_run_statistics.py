@@ -1,4 +1,4 @@
-"""Run statistics (seed 004) and lastStatus (seed 001) for scripted scenarios, on both backends."""
+"""Run statistics and lastStatus for scripted scenarios, on both backends."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ FINAL_BY_TABLE = {JOBS: JOB_FINAL, STAGES: STAGE_FINAL, TASKS: TASK_FINAL}
 
 
 class Commands(RuleBasedStateMachine):
-    """Random command sequences through the real application service (seed 003's guarantees)."""
+    """Random command sequences through the real application service (the lifecycle guarantees)."""
 
     @initialize()
     def start(self) -> None:

@@ -47,7 +47,7 @@ JOB_ALLOWED = {
     (J.IN_PROGRESS, J.ABORTED),
     (J.PAUSED, J.PENDING), (J.PAUSED, J.IN_PROGRESS), (J.PAUSED, J.ABORTED),
     (J.PAUSED, J.COMPLETED), (J.PAUSED, J.FAILED),
-    (J.PENDING, J.COMPLETED),  # seed 004: a finished job with no work left completes
+    (J.PENDING, J.COMPLETED),  # a finished job with no work left completes
 }  # fmt: skip
 
 # Jobnik's stage machine; the "(no-op)" cells are the release command's business, not the table's.
@@ -70,7 +70,7 @@ TASK_ALLOWED = {
     (T.RETRIED, T.IN_PROGRESS),
     (T.CREATED, T.ABORTED), (T.PENDING, T.ABORTED), (T.IN_PROGRESS, T.ABORTED),
     (T.RETRIED, T.ABORTED),
-    # seed 001's delegation: the task waits for its child jobs, then goes back to the queue
+    # delegation: the task waits for its child jobs, then goes back to the queue
     (T.IN_PROGRESS, T.DELEGATED), (T.DELEGATED, T.PENDING), (T.DELEGATED, T.ABORTED),
 }  # fmt: skip
 
