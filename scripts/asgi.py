@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import sys
+
 from fastapi import FastAPI
 
 from jobnik.api.main import app_from_settings
 from jobnik.api.settings import Settings
+from jobnik.domain.errors import StoreInUse
 
 
 def create() -> FastAPI:
-    return app_from_settings(Settings())
+    """The app, or exit 2 with the reason when the store refuses this process (another server
+    already serves its SQLite file): a sentence for the operator, not a traceback."""
+    try:
+        return app_from_settings(Settings())
+    except StoreInUse as exc:
+        print(f"jobnik serve: {exc.message}", file=sys.stderr)
+        raise SystemExit(2) from None
