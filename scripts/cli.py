@@ -90,11 +90,11 @@ def serve(
     settings = Settings()
     store = open_store()  # create or upgrade the schema once, before any worker starts
     try:
-        backend = store.backend
+        many = store.serves_many_processes
         any_token = bool(TokenViews(store).all())
     finally:
         store.close()
-    if workers > 1 and backend == "sqlite":
+    if workers > 1 and not many:
         raise typer.BadParameter(
             "SQLite serves one process: use --workers 1, or PostgreSQL "
             "(JOBNIK_DATABASE_URL=postgresql://...) for several",

@@ -46,6 +46,7 @@ class SqlStore(ABC):
     dialect: ClassVar[Dialect]
     position_column: ClassVar[str]  # the events table's log position
     replays_in_parallel: ClassVar[bool] = False  # rebuild parts in processes of their own
+    serves_many_processes: ClassVar[bool] = True  # API server processes side by side
 
     def __init__(self, env: Mapping[str, str], log: eventlog.EventLog, recorder: Recorder):
         self.env: Final = dict(env)  # the library's settings (a rebuild's parts open their own)

@@ -74,6 +74,7 @@ class SqliteSession(SqlSession):
 class SqliteStore(SqlStore):
     dialect = SQLITE
     position_column = "rowid"
+    serves_many_processes = False  # see claim_server
     recorder: SQLiteApplicationRecorder
 
     def __init__(
