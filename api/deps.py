@@ -14,10 +14,9 @@ from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel
 
 from jobnik.api.idempotency import IdempotencyKeys, fingerprint
-from jobnik.api.schemas import TRACEPARENT_RE, TRACESTATE_RE
 from jobnik.api.settings import Settings
-from jobnik.api.telemetry.tracing import current_traceparent
-from jobnik.domain.application import NO_TRACE, Jobnik
+from jobnik.api.traces import request_trace
+from jobnik.domain.application import Jobnik
 from jobnik.domain.errors import InvalidRequest
 from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.timetravel import AsOf
@@ -51,16 +50,8 @@ ViewsDep = Annotated[Views, Depends(get_views)]
 
 
 async def incoming_trace(request: Request) -> tuple[str, str | None]:
-    """The trace context a created entity stores when the body names none: the
-    request's own span when the server traces, else the caller's W3C headers."""
-    traced = current_traceparent()
-    if traced is not None:
-        return traced
-    parent = request.headers.get("traceparent")
-    if parent is None or not TRACEPARENT_RE.match(parent):
-        return NO_TRACE, None
-    state = request.headers.get("tracestate")
-    return parent, state if state and TRACESTATE_RE.match(state) else None
+    """The trace context a created entity stores when the body names none."""
+    return request_trace(request)
 
 
 TraceDep = Annotated[tuple[str, str | None], Depends(incoming_trace)]

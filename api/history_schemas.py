@@ -213,6 +213,12 @@ class EventOut(ApiModel):
         None, description="the role of the token `actor` names; absent for api, worker, system"
     )
     reason: str | None = None
+    trace_id: str | None = Field(
+        None,
+        description="the OpenTelemetry trace id (32 hex digits) of the request that caused the "
+        "event: its `traceparent` header, or the server's span when it traces; absent when "
+        "there was none (the lease sweeper's work, or a request without trace context)",
+    )
     payload: Payload
 
     @classmethod
@@ -227,6 +233,7 @@ class EventOut(ApiModel):
             actor=e.actor,
             actor_role=e.actor_role,
             reason=e.reason,
+            trace_id=e.trace_id,
             payload=jsonable_encoder(if_asked({to_camel(k): v for k, v in e.payload.items()})),
         )
 

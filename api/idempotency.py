@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from jobnik.api.positions import note_written
+from jobnik.domain.commands import run_retrying
 from jobnik.domain.errors import IdempotencyKeyReused
-from jobnik.domain.work import run_retrying
 from jobnik.projections.store.base import SqlStore
 
 DEFAULT_TTL: Final = 24 * 3600.0

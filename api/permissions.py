@@ -9,14 +9,17 @@ it. A route that declares nothing needs ADMIN: a route someone forgot is closed,
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any, Final
 
 from fastapi import Depends, Request
 from starlette.routing import BaseRoute
 
 from jobnik.api.schemas import ErrorBody
+from jobnik.api.traces import request_trace
 from jobnik.domain.errors import Forbidden
 from jobnik.domain.principals import Actor, Permission, Principal, roles_with
+from jobnik.domain.work import NO_TRACE
 
 PERMISSION: Final = "x-jobnik-permission"
 ROLES: Final = "x-jobnik-roles"
@@ -36,18 +39,22 @@ def permission_of(route: BaseRoute | None) -> Permission:
 
 async def authorize(request: Request) -> Principal:
     """The principal of the request, if its role may use this route; else Forbidden. With
-    access control off, the built-in actor (`worker` on worker routes, `api` elsewhere)."""
+    access control off, the built-in actor (`worker` on worker routes, `api` elsewhere). It
+    carries the request's trace id, which every event the request causes records."""
     permission = permission_of(request.scope.get("route"))
     principal: Principal | None = request.scope.get(PRINCIPAL_KEY)
     if principal is None:
-        return Actor.WORKER if permission is Permission.WORK else Actor.API
-    if not principal.may(permission):
+        principal = Actor.WORKER if permission is Permission.WORK else Actor.API
+    elif not principal.may(permission):
         roles = ", ".join(roles_with(permission))
         raise Forbidden(
             f"token '{principal.name}' ({principal.role}) may not do this: it needs the "
             f"{permission} permission ({roles})"
         )
-    return principal
+    traceparent, _ = request_trace(request)
+    if traceparent == NO_TRACE:
+        return principal
+    return replace(principal, trace_id=traceparent[3:35])
 
 
 PrincipalDep = Annotated[Principal, Depends(authorize)]

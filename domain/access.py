@@ -6,11 +6,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from jobnik.domain.commands import command
 from jobnik.domain.errors import TokenExists, TokenNotFound
 from jobnik.domain.ports import Store
 from jobnik.domain.principals import Principal, Role
 from jobnik.domain.tokens import Token, check_name, token_id
-from jobnik.domain.work import command
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from jobnik.domain.access import TokenCommands
+from jobnik.domain.commands import command, utcnow
 from jobnik.domain.errors import InvalidRequest, ParentTaskNotRunning
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Session
@@ -17,7 +18,7 @@ from jobnik.domain.reruns import RerunCommands
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.domain.work import NO_TRACE, command, utcnow
+from jobnik.domain.work import NO_TRACE
 
 __all__ = ["NO_TRACE", "Jobnik", "NewJob", "NewStage", "NewTask", "utcnow"]
 

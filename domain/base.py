@@ -1,8 +1,9 @@
-"""What every aggregate shares: each event's cause (actor, its role, reason); restoring from a
-snapshot."""
+"""What every aggregate shares: each event's cause (actor, its role, reason, the trace of the
+request that caused it); restoring from a snapshot."""
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -13,6 +14,9 @@ from eventsourcing.domain import Aggregate
 from jobnik.domain.principals import Principal
 
 A = TypeVar("A", bound="Entity")
+# The trace id of the request a command runs for (set by `work.command` from its principal), so
+# that the cascades it decides, whose actor is `system`, name that request's trace too.
+REQUEST_TRACE: ContextVar[str | None] = ContextVar("jobnik_request_trace", default=None)
 
 
 class Entity(Aggregate):
@@ -25,6 +29,9 @@ class Entity(Aggregate):
         # A keyword field with a default: events stored without it load with None, and the
         # events' own fields keep their order.
         actor_role: str | None = field(default=None, kw_only=True)
+        # The W3C trace id (32 hex digits) of the request that caused the event; None when it
+        # carried none, for the sweeper's work, and in events from before trace ids.
+        trace_id: str | None = field(default=None, kw_only=True)
 
     @classmethod
     def restore(
@@ -68,5 +75,9 @@ class Entity(Aggregate):
 
 
 def cause(actor: Principal) -> dict[str, Any]:
-    """The event fields that name `actor`."""
-    return {"actor": actor.name, "actor_role": str(actor.role) if actor.role else None}
+    """The event fields that name `actor` and the trace of the request it acts for."""
+    return {
+        "actor": actor.name,
+        "actor_role": str(actor.role) if actor.role else None,
+        "trace_id": actor.trace_id or REQUEST_TRACE.get(),
+    }

@@ -48,11 +48,13 @@ def roles_with(permission: Permission) -> list[Role]:
 @dataclass(frozen=True)
 class Principal:
     """Who caused an event: a token (its name and role), or, with no role, one of the built-in
-    actors (`api`, `worker` when access control is off; `system` for the sweeper and cascades)."""
+    actors (`api`, `worker` when access control is off; `system` for the sweeper and cascades);
+    with the trace id of the request it asks in, when that request carried one."""
 
     name: str
     role: Role | None = None
     stage_types: frozenset[str] = frozenset()  # a worker token's types; empty: every type
+    trace_id: str | None = None  # 32 hex digits (W3C trace context)
 
     @property
     def authenticated(self) -> bool:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
+from jobnik.domain.commands import command
 from jobnik.domain.errors import (
     EarlierStageNotCompleted,
     JobNotRerunnable,
@@ -41,7 +42,7 @@ from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JOB_RERUNNABLE, TASK_FINAL, TASK_RERUNNABLE, StageStatus
 from jobnik.domain.tasks import Task
-from jobnik.domain.work import WorkCommands, command
+from jobnik.domain.work import WorkCommands
 
 
 @dataclass(frozen=True)

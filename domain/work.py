@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import functools
-import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
+from jobnik.domain.commands import command, utcnow
 from jobnik.domain.errors import (
     AttemptRequired,
-    ConcurrencyConflict,
     DelegationRefused,
     Forbidden,
     StaleAttempt,
@@ -35,55 +32,6 @@ from jobnik.domain.statuses import (
 from jobnik.domain.tasks import Task
 
 NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-P = ParamSpec("P")
-T = TypeVar("T")
-# How often a command runs again after a ConcurrencyConflict before the caller sees it (409).
-CONFLICT_ATTEMPTS = 25
-_RUNNING: ContextVar[bool] = ContextVar("jobnik_command_running", default=False)
-_retried = [0]  # process-wide count of runs again after a conflict (bench, metrics)
-_retried_lock = threading.Lock()
-
-
-def conflicts_retried() -> int:
-    """How many times commands of this process ran again after a ConcurrencyConflict."""
-    return _retried[0]
-
-
-def run_retrying(call: Callable[[], T]) -> T:
-    """`call()`, run again on ConcurrencyConflict (a read went stale before the writer lock,
-    or the database broke a deadlock). Only the outermost caller retries: a command running
-    inside another's transaction lets the conflict reach it, as that transaction is void."""
-    if _RUNNING.get():
-        return call()
-    token = _RUNNING.set(True)
-    try:
-        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-            try:
-                return call()
-            except ConcurrencyConflict:
-                if attempt == CONFLICT_ATTEMPTS:
-                    raise
-                with _retried_lock:
-                    _retried[0] += 1
-        raise AssertionError("unreachable")
-    finally:
-        _RUNNING.reset(token)
-
-
-def command(method: Callable[Concatenate[Any, P], T]) -> Callable[Concatenate[Any, P], T]:
-    """A command method: one transaction, run again from the start on ConcurrencyConflict."""
-
-    @functools.wraps(method)
-    def run(self: Any, *args: P.args, **kwargs: P.kwargs) -> T:
-        return run_retrying(lambda: method(self, *args, **kwargs))
-
-    return run  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ from urllib.parse import urlparse, urlunparse
 import psycopg
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.domain.commands import conflicts_retried
 from jobnik.domain.errors import (
     DatabaseError,
     StaleAttempt,
@@ -81,7 +82,6 @@ from jobnik.domain.errors import (
     TaskStatusUpdateFailed,
 )
 from jobnik.domain.statuses import TaskStatus
-from jobnik.domain.work import conflicts_retried
 from jobnik.projections.startup import migrate
 from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore

@@ -55,16 +55,3 @@ def instrument_app(app: FastAPI, provider: TracerProvider) -> Any:
         exclude_spans=["receive", "send"],  # one span per request, not per ASGI message
     )
     return provider.get_tracer("jobnik.api")
-
-
-def current_traceparent() -> tuple[str, str | None] | None:
-    """The W3C context of the span being recorded now (the request's, when the server traces),
-    or None: what a created job, stage or task stores, so work done for it joins this trace."""
-    if not tracing.in_trace():
-        return None
-    from opentelemetry import propagate
-
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier)
-    parent = carrier.get("traceparent")
-    return (parent, carrier.get("tracestate")) if parent else None

@@ -328,3 +328,40 @@ def test_a_refused_command_span_names_the_refusal_and_the_id_it_was_given(
     assert (command.attributes or {})["error.type"] == "TASK_NOT_FOUND"
     assert [e.name for e in command.events] == ["exception"]
     assert command.status.status_code is StatusCode.UNSET  # a 4xx answer, no server fault
+
+
+def test_every_event_names_the_trace_of_the_request_that_caused_it(api: Api) -> None:
+    stage_type = api.new_type()
+    job = api.create_job()
+    stage = api.add_stage(job["id"], stage_type)
+    api.add_tasks(stage["id"])
+    task = api.dequeue(stage_type)
+
+    api.http.put(
+        f"/v1/tasks/{task['id']}/status",
+        json={"status": "COMPLETED"},
+        headers={"traceparent": TRACE},
+    )
+
+    items = api.http.get(f"/v1/jobs/{job['id']}/history").json()["items"]
+    traces = {e["type"]: e.get("traceId") for e in items}
+    caller = TRACE.split("-")[1]
+    assert traces["JobCreated"] is None  # a request without trace context
+    assert traces["TaskDequeued"] is None
+    assert traces["TaskCompleted"] == caller
+    assert traces["StageCompleted"] == caller  # the cascade it caused
+    assert traces["JobCompleted"] == caller
+    assert {e["actor"] for e in items if e["type"] == "JobCompleted"} == {"system"}
+
+
+def test_a_traced_server_records_its_request_spans_trace_on_the_events(
+    traced: tuple[Api, InMemorySpanExporter],
+) -> None:
+    api, exporter = traced
+
+    job = api.create_job()
+
+    (request,) = named(exporter, "POST /v1/jobs")
+    assert request.context is not None
+    (created,) = api.http.get(f"/v1/jobs/{job['id']}/history").json()["items"]
+    assert created["traceId"] == f"{request.context.trace_id:032x}"

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from jobnik.domain.commands import utcnow
 from jobnik.domain.principals import Actor
-from jobnik.domain.work import utcnow
 from jobnik.projections.startup import migrate
 from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.config import library_env

@@ -16,11 +16,11 @@ from uuid import uuid4
 import pytest
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.domain.commands import conflicts_retried
 from jobnik.domain.errors import ConcurrencyConflict, StaleAttempt
 from jobnik.domain.principals import Actor
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.domain.work import conflicts_retried
 from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.batch import BatchCursor, batch_transaction

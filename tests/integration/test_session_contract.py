@@ -14,11 +14,11 @@ from uuid import uuid4
 import pytest
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.domain.commands import utcnow
 from jobnik.domain.errors import JobNotFound, StageNotFound, TaskNotFound
 from jobnik.domain.ports import Store
 from jobnik.domain.principals import Actor
 from jobnik.domain.statuses import JobStatus, Priority, TaskStatus
-from jobnik.domain.work import utcnow
 from tests.unit.memory import MemoryStore
 
 

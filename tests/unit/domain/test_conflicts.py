@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from jobnik.api.errors import status_for
+from jobnik.domain.commands import CONFLICT_ATTEMPTS, conflicts_retried, run_retrying
 from jobnik.domain.errors import ConcurrencyConflict
-from jobnik.domain.work import CONFLICT_ATTEMPTS, conflicts_retried, run_retrying
 
 
 def test_a_conflict_runs_the_call_again_until_it_succeeds() -> None:
