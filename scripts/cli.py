@@ -22,13 +22,22 @@ app = typer.Typer(
     "(the README lists them); JOBNIK_DATABASE_URL picks the database, by default the SQLite "
     "file ./jobnik.db.",
     no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 app.add_typer(projections, name="projections")
-worker = typer.Typer(help="Run task handlers against a jobnik API.", no_args_is_help=True)
-history = typer.Typer(help="Read a job's history from the event log.", no_args_is_help=True)
+worker = typer.Typer(
+    help="Run task handlers against a jobnik API.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+history = typer.Typer(
+    help="Read a job's history from the event log.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
 app.add_typer(history, name="history")
 app.add_typer(worker, name="worker")
-jobs = typer.Typer(help="Repair jobs and tasks.", no_args_is_help=True)
+jobs = typer.Typer(help="Repair jobs and tasks.", no_args_is_help=True, rich_markup_mode="markdown")
 app.add_typer(jobs, name="jobs")
 app.add_typer(tokens, name="tokens")
 

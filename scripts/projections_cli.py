@@ -21,6 +21,7 @@ projections = typer.Typer(
     help="Read models (projections of the event log): versions and lag, blue/green rebuilds, "
     "verification against a replay.",
     no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 
 Name = Annotated[

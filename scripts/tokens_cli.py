@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from jobnik.domain.principals import Principal
 
 tokens = typer.Typer(
-    help="Bearer tokens: create (prints the secret once), list, revoke.", no_args_is_help=True
+    help="Bearer tokens: create (prints the secret once), list, revoke.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 ROLES = "reader, producer, operator, admin or worker"
 
