@@ -35,7 +35,7 @@ from jobnik.projections.queries.tokens import TokenRow
 REFRESH_SECONDS: Final = 0.5  # at most this old: a revocation is seen within a second
 # Paths served without a token: liveness probes and the API's own description.
 PUBLIC_PATHS: Final = frozenset(
-    {"/liveness", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/ui/login"}
+    {"/liveness", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/ui/login", "/ui/logout"}
 )
 # Folders served without a token: the static files of the API docs and of the console.
 PUBLIC_PREFIXES: Final = ("/docs/assets/", "/ui/static/")
