@@ -216,6 +216,25 @@ def test_queues_show_the_servers_figures_and_say_when_it_has_none(
         expect(page.get_by_text("Not available: this server has no /v1/queues")).to_be_visible()
 
 
+def test_the_api_docs_render_their_operations_with_nothing_fetched_from_elsewhere(
+    spawn_server: SpawnServer, page: Page, tmp_path: Path
+) -> None:
+    server = spawn_server(f"sqlite:///{tmp_path}/docs.db")
+    outside: list[str] = []
+
+    def refuse(route: Route) -> None:
+        outside.append(route.request.url)
+        route.abort()
+
+    page.route(lambda url: not url.startswith(server.url), refuse)  # as if air-gapped
+    page.goto(f"{server.url}/docs")
+
+    expect(page.locator(".opblock-summary-path").first).to_be_visible()
+    assert page.locator(".opblock").count() > 40
+    expect(page.locator(".opblock-summary-path", has_text="/v1/jobs/{jobId}/rerun")).to_be_visible()
+    assert outside == []
+
+
 def test_with_tokens_the_console_signs_in_once_and_hides_what_a_role_may_not_do(
     database_url: str, spawn_server: SpawnServer, page: Page
 ) -> None:
