@@ -4,6 +4,7 @@ jobs list's console filters (status, newest first, counts), and /docs served wit
 from __future__ import annotations
 
 import re
+
 import pytest
 from fastapi.testclient import TestClient
 
