@@ -41,10 +41,12 @@ def page(browser: Browser) -> Iterator[Page]:
 
 
 def shoot(page: Page, name: str) -> None:
-    """The page at both sizes; back at the desktop's after."""
+    """The page at both sizes, where it must fit the width (wide tables scroll in their own
+    box); back at the desktop's after."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     for size, (width, height) in SIZES.items():
         page.set_viewport_size({"width": width, "height": height})
+        assert page.evaluate("document.documentElement.scrollWidth") <= width, (name, size)
         page.screenshot(path=str(SHOTS / f"{name}-{size}.png"), full_page=True)
     page.set_viewport_size({"width": 1280, "height": 800})
 
@@ -135,6 +137,15 @@ def test_an_operator_watches_steers_and_reruns_a_job_in_the_console(
     expect(stage_bar).to_have_attribute("value", "50")
     assert page.evaluate("window.notReloaded") is True
     shoot(page, "job")
+
+    # the keyboard alone: the skip link first; an action's confirmation opens, Escape closes it
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
+    page.get_by_role("button", name="Pause").focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_label("Reason (recorded on the event)")).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(page.locator("dialog#confirm")).to_be_hidden()
 
     # pause and resume, each with a reason
     confirm(page, "Pause", "maintenance window")
