@@ -181,15 +181,27 @@ def test_an_operator_watches_steers_and_reruns_a_job_in_the_console(
     expect(page.locator("#job-status")).to_have_text("PENDING")
     expect(page.get_by_label("Progress of stage tiles")).to_have_attribute("value", "0")
     expect(page.get_by_role("button", name="Pause")).to_have_count(0)  # the past is read-only
+    shoot(page, "as-of")
 
-    # the jobs list: filter by name and status; counts per status
+    # the jobs list: its counts and rows follow the log; filter by name and status
     page.goto(f"{server.url}/ui/jobs")
+    page.evaluate("window.notReloaded = true")
     expect(page.locator("tr[data-job]")).to_have_count(2)
+    expect(page.locator("[data-count=PENDING]")).to_contain_text("PENDING 1")
     shoot(page, "jobs")
+    late = api.job("late-arrival", "late", tasks=1)
+    expect(page.locator(f"tr[data-job='{late['id']}']")).to_be_visible()
+    expect(page.locator("[data-count=PENDING]")).to_contain_text("PENDING 2")
+    assert page.evaluate("window.notReloaded") is True
     page.get_by_label("Name", exact=True).fill("weekly-report")
     page.get_by_role("button", name="Filter").click()
     expect(page.locator("tr[data-job]")).to_have_count(1)
     expect(page.locator(f"tr[data-job='{other['id']}']")).to_be_visible()
+    page.goto(f"{server.url}/ui/jobs")
+    page.get_by_label("Priority", exact=True).select_option("HIGH")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("tr[data-job]")).to_have_count(1)
+    expect(page.locator(f"tr[data-job='{job['id']}']")).to_be_visible()
     page.goto(f"{server.url}/ui/jobs")
     page.get_by_label("Status", exact=True).select_option("COMPLETED")
     page.get_by_role("button", name="Filter").click()
@@ -201,7 +213,7 @@ def test_an_operator_watches_steers_and_reruns_a_job_in_the_console(
     page.goto(f"{server.url}/ui/jobs/{job['id']}")
     confirm(page, "Delete", "tidy up")
     expect(page).to_have_url(re.compile(r"/ui/jobs$"))
-    expect(page.locator("tr[data-job]")).to_have_count(1)
+    expect(page.locator("tr[data-job]")).to_have_count(2)
 
 
 def test_queues_show_the_servers_figures_and_say_when_it_has_none(
@@ -210,7 +222,16 @@ def test_queues_show_the_servers_figures_and_say_when_it_has_none(
     server = spawn_server(database_url)
     polls = iter(range(100, 10_000, 10))  # `completed` grows by 10 a poll
     page.route("**/v1/queues", lambda route: fake_queues(route, next(polls)))
-    page.route("**/v1/stuck", lambda route: route.fulfill(json={"items": []}))
+    stuck = {
+        "kind": "lease_expired",
+        "reason": "no heartbeat for 10 min",
+        "since": "2026-01-01T00:00:00Z",
+        "jobId": "0c6f6a1e-9a51-4d1c-8f38-2f1f1b1d7a11",
+        "stageId": "5d7c1b7e-4c1f-4e9a-9a55-3d9f0a1b2c3d",
+        "taskId": "a1b2c3d4-0000-4000-8000-000000000001",
+        "stageType": "tiles",
+    }
+    page.route("**/v1/stuck", lambda route: route.fulfill(json={"items": [stuck]}))
     page.clock.install()
     page.goto(f"{server.url}/ui/queues")
     row = page.locator("tr[data-stage-type=tiles]")
@@ -218,6 +239,11 @@ def test_queues_show_the_servers_figures_and_say_when_it_has_none(
     expect(row.locator("td").nth(2)).to_have_text("95 s")  # the oldest one's age
     page.clock.run_for(60_000)  # twelve polls of five seconds, 10 completed each: 120 a minute
     expect(row.locator(".throughput")).to_have_text("120.0")
+    stuck_row = page.locator("table.stuck tbody tr")
+    expect(stuck_row).to_contain_text("no heartbeat for 10 min")
+    expect(stuck_row.get_by_role("link", name="0c6f6a1e")).to_have_attribute(
+        "href", f"/ui/jobs/{stuck['jobId']}"
+    )
     shoot(page, "queues")
 
     page.unroute("**/v1/queues")
