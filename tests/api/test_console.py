@@ -41,8 +41,25 @@ def test_the_console_pages_show_a_job_its_stages_tasks_and_history(api: Api) -> 
     assert re.search(r'data-count="FAILED">FAILED <b>1</b>', jobs.text)
     assert 'aria-label="Progress of stage console-type"' in page.text
     assert page.text.count('data-url="/v1/tasks/') == 1  # the failed task's rerun
+    assert ">Rerun job</button>" in page.text
+    assert ">Rerun stage</button>" in page.text
     assert "JobFailed" in history.text
     assert "TaskCreated" in history.text
+
+
+def test_a_failed_jobs_completed_stages_offer_a_rerun_from_them(api: Api) -> None:
+    job = api.create_job(name="two-stages")
+    first = api.add_stage(job["id"], type="first-type")
+    second = api.add_stage(job["id"], type="second-type")
+    api.add_tasks(first["id"])
+    api.add_tasks(second["id"], maxAttempts=1)
+    api.run_task("first-type")
+    api.run_task("second-type", "FAILED")
+
+    page = api.http.get(f"/ui/jobs/{job['id']}").text
+
+    offers = re.findall(r"data-body='([^']*)'[^>]*>Rerun job from here<", page)
+    assert offers == [f'{{"fromStageId": "{first["id"]}"}}']
 
 
 def test_the_job_as_it_was_shows_no_action_and_no_stream(api: Api) -> None:
