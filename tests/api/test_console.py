@@ -129,6 +129,15 @@ def sign_in(browser: TestClient, bearer: str) -> None:
     assert "Secure" not in cookie  # served over plain HTTP here
 
 
+def test_over_tls_the_cookie_is_secure(secured: Secured) -> None:
+    tls = TestClient(secured.http.app, base_url="https://testserver", follow_redirects=False)
+
+    r = tls.post("/ui/login", data={"token": secured.bearers["reader"]})
+
+    assert r.status_code == 303
+    assert "Secure" in [p.strip() for p in r.headers["set-cookie"].split(";")]
+
+
 def test_a_console_page_without_a_token_goes_to_the_login_page(browser: TestClient) -> None:
     page = browser.get("/ui/jobs")
     api = browser.get("/v1/jobs")
