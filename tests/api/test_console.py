@@ -93,6 +93,22 @@ def test_the_jobs_page_filters_and_refuses_what_the_api_would(api: Api) -> None:
     assert bad.json()["code"] == unknown.json()["code"] == "VALIDATION_ERROR"
 
 
+def test_the_jobs_page_pages_twenty_jobs_at_a_time_newest_first(api: Api) -> None:
+    made = [api.create_job(name=f"job-{i:02}") for i in range(23)]
+
+    first = api.http.get("/ui/jobs", params={"name": ""}).text
+    second = api.http.get("/ui/jobs", params={"page": "2"}).text
+    past = api.http.get("/ui/jobs", params={"page": "3"}).text
+
+    ids = re.findall(r'<tr data-job="([^"]+)"', first)
+    assert ids == [j["id"] for j in reversed(made)][:20]
+    assert re.findall(r'<tr data-job="([^"]+)"', second) == [j["id"] for j in made[:3]][::-1]
+    assert 'href="?page=2" rel="next"' in first
+    assert 'href="?" rel="prev"' in second
+    assert "Page 2 of 2" in second
+    assert "No job matches." in past
+
+
 def test_jobs_are_found_by_status_newest_first_and_counted_per_status(api: Api) -> None:
     first, second, third = (api.create_job(name=n) for n in ("one", "two", "three"))
     api.set_job_status(second["id"], "PAUSED")
