@@ -19,6 +19,15 @@ from jobnik.domain.principals import Actor, Permission, Principal
 from jobnik.projections.queries.audit import TOPICS, Entry
 
 HERE: Final = Path(__file__).parent
+# Every page: scripts, styles, streams and fetches from this server only; never framed.
+HEADERS: Final = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
 STATIC: Final = HERE / "static"
 
 
@@ -60,4 +69,4 @@ def page(request: Request, template: str, status: int = 200, **context: Any) -> 
         may_operate=principal.may(Permission.OPERATE),
         **context,
     )
-    return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
+    return HTMLResponse(html, status_code=status, headers=HEADERS)

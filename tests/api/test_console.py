@@ -62,6 +62,15 @@ def test_a_failed_jobs_completed_stages_offer_a_rerun_from_them(api: Api) -> Non
     assert offers == [f'{{"fromStageId": "{first["id"]}"}}']
 
 
+def test_pages_load_only_from_this_server_and_are_never_framed(api: Api) -> None:
+    page = api.http.get("/ui/queues")
+
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'self'" in policy
+    assert "frame-ancestors 'none'" in policy
+    assert page.headers["x-frame-options"] == "DENY"
+
+
 def test_the_job_as_it_was_shows_no_action_and_no_stream(api: Api) -> None:
     job = api.create_job(name="past")
     api.add_stage(job["id"], type="past-type")

@@ -33,11 +33,16 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
+    """A page whose script errors and refused loads (the pages' content policy) fail the test."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     p = context.new_page()
     p.set_default_timeout(10_000)
+    errors: list[str] = []
+    p.on("pageerror", lambda e: errors.append(str(e)))
+    p.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else 0)
     yield p
     context.close()
+    assert errors == []
 
 
 def shoot(page: Page, name: str) -> None:
