@@ -126,7 +126,7 @@ def fake_queues(route: Route, completed: int) -> None:
 def test_an_operator_watches_steers_and_reruns_a_job_in_the_console(
     database_url: str, spawn_server: SpawnServer, page: Page
 ) -> None:
-    server = spawn_server(database_url, env={"JOBNIK_LIST_SHAPE": "page"})
+    server = spawn_server(database_url)
     api = Api(server.url)
     job = api.job("nightly-tiles", "tiles", tasks=4)
     other = api.job("weekly-report", "report", tasks=1)
