@@ -21,18 +21,34 @@ from datetime import UTC, datetime
 from typing import Final
 
 from starlette.concurrency import run_in_threadpool
+from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from jobnik.api import errors
+from jobnik.api.cookies import cookie_token, cross_site_refusal
 from jobnik.api.permissions import PRINCIPAL_KEY
-from jobnik.domain.errors import Exposed, Unauthenticated
+from jobnik.domain.errors import Exposed, Forbidden, Unauthenticated
 from jobnik.domain.principals import Principal, token_principal
 from jobnik.domain.tokens import secret_matches, split_bearer
 from jobnik.projections.queries.tokens import TokenRow
 
 REFRESH_SECONDS: Final = 0.5  # at most this old: a revocation is seen within a second
 # Paths served without a token: liveness probes and the API's own description.
-PUBLIC_PATHS: Final = frozenset({"/liveness", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+PUBLIC_PATHS: Final = frozenset(
+    {"/liveness", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/ui/login", "/ui/logout"}
+)
+# Folders served without a token: the static files of the API docs and of the console.
+PUBLIC_PREFIXES: Final = ("/docs/assets/", "/ui/static/")
+LOGIN_PAGE: Final = "/ui/login"
+
+
+def is_public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+
+
+def _is_console_page(scope: Scope) -> bool:
+    path: str = scope["path"]
+    return (path == "/ui" or path.startswith("/ui/")) and scope.get("method") == "GET"
 
 
 def is_loopback(host: str) -> bool:
@@ -137,25 +153,39 @@ class Access:
 class Authenticate:
     """Who the request is (api/access.py), before anything reads its body: the principal goes
     in the scope for `permissions.authorize`; a request that needs a token and has no valid one
-    gets 401 UNAUTHENTICATED with `WWW-Authenticate: Bearer`. The token copy is read again off
-    the event loop when it is due."""
+    gets 401 UNAUTHENTICATED with `WWW-Authenticate: Bearer` (a console page: a redirect to the
+    login page). The token is the Authorization header's, else the console's cookie's, whose
+    writes must pass `cookies.cross_site_refusal` (403 FORBIDDEN). The token copy is read again
+    off the event loop when it is due."""
 
     def __init__(self, app: ASGIApp, access: Access) -> None:
         self.app, self.access = app, access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+        if scope["type"] != "http" or is_public(scope["path"]):
             await self.app(scope, receive, send)
             return
         if self.access.needs_reload:
             await run_in_threadpool(self.access.tokens.reload)
-        authorization = dict(scope.get("headers") or []).get(b"authorization")
+        headers: dict[bytes, bytes] = dict(scope.get("headers") or [])
+        authorization = headers.get(b"authorization")
+        cookie = cookie_token(headers) if authorization is None else None
         try:
             principal = self.access.authenticate(
-                authorization.decode("latin-1") if authorization else None
+                authorization.decode("latin-1")
+                if authorization
+                else (f"Bearer {cookie}" if cookie else None)
             )
         except Unauthenticated as exc:
-            await errors.unauthenticated(exc)(scope, receive, send)
+            if _is_console_page(scope):
+                target = LOGIN_PAGE + ("?expired=1" if cookie else "")
+                await RedirectResponse(target, status_code=303)(scope, receive, send)
+            else:
+                await errors.unauthenticated(exc)(scope, receive, send)
+            return
+        refusal = cross_site_refusal(scope, headers) if cookie and principal else None
+        if refusal is not None:
+            await errors.response_for(Forbidden(refusal))(scope, receive, send)
             return
         scope[PRINCIPAL_KEY] = principal
         await self.app(scope, receive, send)

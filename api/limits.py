@@ -37,6 +37,8 @@ INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# The console's sign-in and sign-out: HTML forms, whose bodies are form-encoded, not JSON.
+FORM_PATHS: Final = frozenset({"/ui/login", "/ui/logout"})
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,17 @@ def check_target(scope: Scope, limits: Limits) -> None:
             check_text("request/query", name, None)
 
 
+def check_form(body: bytes, limits: Limits) -> None:
+    """A form-encoded body's names and values pass check_text."""
+    try:
+        text = body.decode("ascii")
+        fields = parse_qsl(text, keep_blank_values=True, errors="strict")
+    except (UnicodeDecodeError, ValueError):
+        raise InvalidRequest("request/body is not a valid form") from None
+    for name, value in fields:
+        check_text(f"request/body/{_quoted(name)}", value, limits)
+
+
 class InputGate:
     """ASGI middleware: check_target on every request; a body is read whole (up to the body
     limit), checked as JSON when there is one, and handed on unchanged."""
@@ -164,7 +177,9 @@ class InputGate:
                 await self.app(scope, receive, send)
                 return
             body = await self._read(scope, receive)
-            if body.strip():
+            if scope["path"] in FORM_PATHS:
+                check_form(body, self.limits)
+            elif body.strip():
                 parse_json(body, self.limits)
         except JobnikError as exc:
             await errors.response_for(exc)(scope, receive, send)

@@ -9,8 +9,9 @@ from typing import Any, Final
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi_offline import FastAPIOffline
 
-from jobnik.api import errors, positions
+from jobnik.api import console, errors, positions
 from jobnik.api.access import Access, Authenticate, TokenTable
 from jobnik.api.idempotency import IdempotencyKeys
 from jobnik.api.limits import InputGate, Limits
@@ -83,7 +84,9 @@ def create_app(
     JOBNIK_AUTH unset); `telemetry` what it records (default: metrics and request logs, no
     traces)."""
     settings = settings if settings is not None else Settings.from_env({})
-    app = FastAPI(
+    app = FastAPIOffline(  # /docs with Swagger UI's files served from /docs/assets, no CDN
+        redoc_url=None,
+        static_url="/docs/assets",
         title="jobnik",
         version="0.1.0",
         description=DESCRIPTION,
@@ -121,6 +124,7 @@ def create_app(
     # these carry most requests. No other route matches their paths and methods
     # (tests/api/test_endpoints.py), so the order changes nothing else.
     app.router.routes.sort(key=lambda r: getattr(r, "endpoint", None) not in WORKER_ROUTES)
+    console.install(app)
     document_errors(app)
     app.add_middleware(InputGate, limits=Limits.of(settings))
     app.add_middleware(Authenticate, access=app.state.access)  # before any body is read

@@ -54,6 +54,18 @@ class JobRerunRequest(RerunRequest):
     )
 
 
+class JobCounts(OutModel):
+    """How many jobs match, in all and per status (statuses with none are 0)."""
+
+    total: int
+    by_status: dict[JobStatus, int]
+
+    @classmethod
+    def of(cls, counts: dict[str, int]) -> JobCounts:
+        by_status = {s: counts.get(str(s), 0) for s in JobStatus}
+        return cls(total=sum(by_status.values()), by_status=by_status)
+
+
 class RerunOut(OutModel):
     """What a rerun did: the job it reopened, the stage it runs again from, the stages it
     reopened and how many tasks it put back in the queue."""

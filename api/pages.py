@@ -48,6 +48,11 @@ class Paging:
     page: int = 1
     page_size: int = DEFAULT_PAGE_SIZE
 
+    def window(self, newest_first: bool = False) -> Window:
+        """The page's part of a list."""
+        offset = (self.page - 1) * self.page_size
+        return Window(offset=offset, limit=self.page_size, newest_first=newest_first)
+
 
 async def paging(
     request: Request,
@@ -96,14 +101,16 @@ def answer(
     paging: Paging,
     out: Callable[[T], OutModel],
     name: Callable[[T], str],
+    newest_first: bool = False,
 ) -> Response:
-    """`listing` in the shape `paging` asks for, each item rendered by `render`."""
+    """`listing` in the shape `paging` asks for, each item rendered by `render`; a page's
+    items newest first if asked (a plain array is always oldest first)."""
 
     def one(item: T) -> bytes:
         return render(lambda: out(item), name(item))
 
     if paging.shape == "page":
-        window = Window(offset=(paging.page - 1) * paging.page_size, limit=paging.page_size)
+        window = paging.window(newest_first)
         items = views.read(listing, window)
         total = views.total(listing)
         body = b'{"total":%d,"items":[%s]}' % (total, b",".join(one(i) for i in items))

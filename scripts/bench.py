@@ -30,6 +30,9 @@ Figures (`--only NAME,...`; all by default), per backend:
            BEGIN IMMEDIATE; on PostgreSQL a side thread also samples `pg_locks WHERE NOT
            granted`); retries per 1,000 tasks (commands run again after a conflict, by the
            engine's own retry or by the benchmark's worker loop).
+  console  The console's jobs page (`GET /ui/jobs`, in process) with CONSOLE_JOBS jobs (100,000;
+           scripts/bench_console.py): its first page, and filtered by status. ms. Floor: the
+           page's three statements run bare.
 
 Every line: name, backend, jobnik value, floor, unit, ratio = value/floor and its orientation
 (throughput: share of the floor, higher is better; latency and memory: times the floor, lower is
@@ -92,7 +95,7 @@ from jobnik.scripts.bench_worker import http_worker
 from jobnik.workers.client import HttpTransport
 from jobnik.workers.errors import TransportError
 
-NAMES = ("engine", "http", "observe", "bulk", "depth", "rebuild", "hot")
+NAMES = ("engine", "http", "observe", "bulk", "depth", "rebuild", "hot", "console")
 BATCH = 1_000
 PG_URL = "postgresql://postgres@127.0.0.1:5432"
 # Conflicts a worker would answer by running the command again (each counts as one retry).
@@ -114,13 +117,16 @@ class Sizes:
     hot_tasks: int
     hot_workers: int = 8
     observe_rounds: int = 3
+    console_jobs: int = 100_000
 
 
 FULL = Sizes(
     20_000, (1, 2, 4), 5_000, (1, 4), 100_000, 1_000_000, 1_000, 50, 30_000, 300_000, 20_000
 )
-QUICK = Sizes(80, (1, 2, 4), 80, (4,), 10_000, 5_000, 50, 20, 1_000, 6_000, 100)
-TINY = Sizes(12, (1, 4), 12, (2,), 1_500, 200, 2, 6, 1_000, 1_000, 16, 4, 1)  # the test's
+QUICK = Sizes(
+    80, (1, 2, 4), 80, (4,), 10_000, 5_000, 50, 20, 1_000, 6_000, 100, console_jobs=10_000
+)
+TINY = Sizes(12, (1, 4), 12, (2,), 1_500, 200, 2, 6, 1_000, 1_000, 16, 4, 1, 300)  # the test's
 
 
 def say(line: str = "") -> None:
@@ -686,6 +692,12 @@ def fig_observe(ctx: Ctx) -> None:
     observe(ctx)
 
 
+def fig_console(ctx: Ctx) -> None:
+    from jobnik.scripts.bench_console import fig_console as console
+
+    console(ctx)
+
+
 FIGURES: dict[str, Callable[[Ctx], None]] = {
     "engine": fig_engine,
     "http": fig_http,
@@ -694,6 +706,7 @@ FIGURES: dict[str, Callable[[Ctx], None]] = {
     "depth": fig_depth,
     "rebuild": fig_rebuild,
     "hot": fig_hot,
+    "console": fig_console,
 }
 
 

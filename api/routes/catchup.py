@@ -90,10 +90,11 @@ async def get_job_run(
 ) -> JobRunOut:
     """The job as a run: its state (PREPARING … SUCCEEDED), mode, times, counters per stage."""
     await waiters.wait(RunStats.name, min_position)
-    return await run_in_threadpool(_job_run, views, catchup, job_id)
+    return await run_in_threadpool(job_run, views, catchup, job_id)
 
 
-def _job_run(views: Views, catchup: CatchUpViews, job_id: UUID) -> JobRunOut:
+def job_run(views: Views, catchup: CatchUpViews, job_id: UUID) -> JobRunOut:
+    """The job as a run (its state and counters), as `GET /v1/jobs/{jobId}/run` answers."""
     job = views.job(job_id).job
     held = views.held_by_workers(job_id)
     try:

@@ -21,6 +21,7 @@ from jobnik.api.operator_schemas import (
     MALFORMED,
     REASON_MAX,
     REASON_TEXT,
+    JobCounts,
     JobRerunRequest,
     JobStatusChange,
     PriorityChange,
@@ -79,9 +80,14 @@ def find_jobs(
     parent_job_id: Annotated[
         UUID | None, Query(description="jobnik: the child jobs of this job's tasks")
     ] = None,
+    status: Annotated[JobStatus | None, Query(description="jobnik: jobs in this status")] = None,
+    newest_first: Annotated[
+        bool, Query(description="jobnik: a page's order, newest job first (pages only)")
+    ] = False,
 ) -> Response:
-    """Jobs matching name, priority, creation-time range and parent, oldest first; their stages
-    on request. Paged (`page`, `page_size`) or a plain array (see `JOBNIK_LIST_SHAPE`)."""
+    """Jobs matching name, priority, creation-time range, parent and status, oldest first;
+    their stages on request. Paged (`page`, `page_size`) or a plain array (see
+    `JOBNIK_LIST_SHAPE`)."""
     found = views.jobs(
         name=job_name,
         priority=priority,
@@ -90,8 +96,30 @@ def find_jobs(
         with_stages=should_return_stages,
         parent_task_id=parent_task_id,
         parent_job_id=parent_job_id,
+        status=status,
     )
-    return answer(views, found, paging, JobOut.of, lambda j: f"job {j.job.id}")
+    return answer(views, found, paging, JobOut.of, lambda j: f"job {j.job.id}", newest_first)
+
+
+@router.get("/job-counts", openapi_extra=needs(P.READ))
+def count_jobs(
+    views: ViewsDep,
+    job_name: Annotated[JobName | None, Query()] = None,
+    priority: Priority | None = None,
+    from_date: DateTimeQuery | None = None,
+    end_date: DateTimeQuery | None = None,
+    parent_job_id: UUID | None = None,
+) -> JobCounts:
+    """jobnik: how many jobs match name, priority, creation-time range and parent, in all and
+    per status (the console's counts)."""
+    found = views.jobs(
+        name=job_name,
+        priority=priority,
+        from_date=from_date,
+        end_date=end_date,
+        parent_job_id=parent_job_id,
+    )
+    return JobCounts.of(views.counts_by_status(found))
 
 
 @router.post("/jobs", status_code=201, response_model=JobOut, openapi_extra=needs(P.PRODUCE))

@@ -42,6 +42,7 @@ class Window:
     offset: int = 0
     limit: int | None = None
     after: Key | None = None
+    newest_first: bool = False  # pages only: the newest items first
 
 
 @dataclass(frozen=True)
@@ -116,9 +117,11 @@ class Views:
         with_stages: bool = False,
         parent_task_id: UUID | None = None,
         parent_job_id: UUID | None = None,
+        status: str | None = None,
     ) -> Listing[JobView]:
         w = _Where(self.store)
         w.add("j.name", "=", name)
+        w.add("j.status", "=", status)
         w.add("j.parent_task_id", "=", parent_task_id)
         w.add("j.parent_job_id", "=", parent_job_id)
         w.add("j.priority", "=", priority)
@@ -153,7 +156,9 @@ class Views:
         page = ""
         if window.limit is not None:
             page = f" LIMIT {int(window.limit)} OFFSET {int(window.offset)}"
-        sql = f"{listing.select}{w.sql(*more)} ORDER BY {a}.creation_time, {a}.id{page}"
+        way = " DESC" if window.newest_first else ""
+        order = f"{a}.creation_time{way}, {a}.id{way}"
+        sql = f"{listing.select}{w.sql(*more)} ORDER BY {order}{page}"
         with self.store.cursor(write=False) as cur:
             return listing.load(cur, cur.all(sql, params))
 
@@ -162,6 +167,14 @@ class Views:
         with self.store.cursor(write=False) as cur:
             row = cur.one(f"{listing.count}{listing.where.sql()}", listing.where.params)
         return int(row["n"]) if row else 0
+
+    def counts_by_status(self, listing: Listing[Any]) -> dict[str, int]:
+        """How many items `listing` holds per status (statuses with none left out)."""
+        w, a = listing.where, listing.alias
+        count = listing.count.replace("SELECT COUNT(*) AS n", f"SELECT {a}.status, COUNT(*) AS n")
+        with self.store.cursor(write=False) as cur:
+            rows = cur.all(f"{count}{w.sql()} GROUP BY {a}.status", w.params)
+        return {str(r["status"]): int(r["n"]) for r in rows}
 
     def _stages_of(self, cur: Cursor, job_ids: Iterable[UUID]) -> dict[UUID, list[StageView]]:
         out: dict[UUID, list[StageView]] = {}

@@ -179,11 +179,11 @@ VALIDATION = [
         [],
     ),
     Case(
-        "query-status-on-jobs",
-        lambda a: ("GET", "/v1/jobs?status=PENDING", {}),
+        "query-state-on-jobs",
+        lambda a: ("GET", "/v1/jobs?state=PENDING", {}),
         400,
         "VALIDATION_ERROR",
-        "Unknown query parameter 'status'",
+        "Unknown query parameter 'state'",
     ),
     Case(
         "query-bad-bool",

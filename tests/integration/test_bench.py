@@ -62,3 +62,17 @@ def test_the_observe_figure_sets_each_telemetry_variant_beside_telemetry_off(
         "metrics cost <= 5% of HTTP lifecycle throughput",
     ]
     assert "with traces" in goals[1].detail
+
+
+def test_the_console_figure_times_the_jobs_page_beside_its_statements(database_url: str) -> None:
+    backend = "sqlite" if database_url.startswith("sqlite") else "postgres"
+    server = urlunparse(urlparse(database_url)._replace(path="/postgres"))
+
+    figures, goals = run_suite([backend], ["console"], TINY, server, database_url)
+
+    assert [f.name for f in figures] == [
+        "console jobs page, first of 300 jobs",
+        "console jobs page, status filter, 300 jobs",
+    ]
+    assert all(f.value > 0 and f.floor for f in figures), figures
+    assert [g.name for g in goals] == ["console: the jobs page's first page at 300 jobs < 300 ms"]

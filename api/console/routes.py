@@ -1,0 +1,120 @@
+"""/ui: the console's pages. Each reads through the `/v1` routes' query objects and renders a
+template; every change a page offers is a `/v1` command its script sends (static/console.js)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import parse_qs
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Query, Request
+from starlette.responses import RedirectResponse, Response
+
+from jobnik.api.access import Access
+from jobnik.api.console import pages
+from jobnik.api.console.filters import JobFilters
+from jobnik.api.console.render import page
+from jobnik.api.cookies import clear_token_cookie, same_origin, set_token_cookie
+from jobnik.api.deps import AuditDep, ViewsDep
+from jobnik.api.permissions import authorize, needs
+from jobnik.api.routes.catchup import CatchUpDep
+from jobnik.domain.errors import Forbidden, InvalidRequest, Unauthenticated
+from jobnik.domain.principals import Permission
+from jobnik.projections.queries.timetravel import AsOf
+
+READ = needs(Permission.READ)
+router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(authorize)])
+entry = APIRouter(prefix="/ui", include_in_schema=False)  # public: signing in and out
+Page = Annotated[int, Query(ge=1, le=10**9)]
+
+
+@router.get("", openapi_extra=READ)
+def home() -> Response:
+    return RedirectResponse("/ui/jobs", status_code=303)
+
+
+@router.get("/jobs", openapi_extra=READ)
+def jobs(request: Request, views: ViewsDep, audit: AuditDep) -> Response:
+    """Jobs, newest first, filtered; counts per status; live over the global event stream."""
+    filters = JobFilters.parse(request.query_params)
+    return page(request, "jobs.html", **pages.jobs_page(views, audit, filters))
+
+
+@router.get("/jobs/{job_id}", openapi_extra=READ)
+def job(
+    request: Request,
+    views: ViewsDep,
+    audit: AuditDep,
+    catchup: CatchUpDep,
+    job_id: UUID,
+    stage: UUID | None = None,
+    page_number: Annotated[int, Query(alias="page", ge=1, le=10**9)] = 1,
+    as_of: Annotated[str | None, Query(max_length=64)] = None,
+) -> Response:
+    """A job; as it was at an event with `as_of` (a log position or a time)."""
+    at = AsOf.parse(as_of) if as_of else None
+    context = pages.job_page(views, audit, catchup, job_id, stage, page_number, at)
+    return page(request, "job.html", **context)
+
+
+@router.get("/jobs/{job_id}/history", openapi_extra=READ)
+def history(
+    request: Request, views: ViewsDep, audit: AuditDep, job_id: UUID, after: Page | None = None
+) -> Response:
+    """The job's events, oldest first, a hundred a page."""
+    return page(request, "history.html", **pages.history_page(audit, views, job_id, after or 0))
+
+
+@router.get("/queues", openapi_extra=READ)
+def queues(request: Request) -> Response:
+    """Queues per stage type and stuck work, polled by the page's script from `/v1`."""
+    return page(request, "queues.html")
+
+
+def _access(request: Request) -> Access:
+    access: Access = request.app.state.access
+    return access
+
+
+def _next(target: str | None) -> str:
+    """Where to go after signing in: a console page, never another site."""
+    if target and target.startswith("/ui/") and not target.startswith("//"):
+        return target
+    return "/ui/jobs"
+
+
+@entry.get("/login")
+def login_form(request: Request, expired: bool = False, next: str | None = None) -> Response:
+    enforced = _access(request).enforced()
+    return page(request, "login.html", enforced=enforced, expired=expired, next=_next(next))
+
+
+@entry.post("/login")
+async def login(request: Request) -> Response:
+    """Check the token, then keep it in the console's cookie (api/cookies.py)."""
+    if not same_origin(request.scope, dict(request.scope["headers"])):
+        raise Forbidden("sign in from this server's login page")
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    token = (form.get("token") or [""])[0].strip()
+    target = _next((form.get("next") or [""])[0])
+    access = _access(request)
+    if not access.enforced():
+        return RedirectResponse(target, status_code=303)
+    if not token:
+        raise InvalidRequest("request/body must have required property 'token'")
+    try:
+        access.authenticate(f"Bearer {token}")
+    except Unauthenticated as exc:
+        return page(request, "login.html", 401, enforced=True, error=exc.message, next=target)
+    response = RedirectResponse(target, status_code=303)
+    set_token_cookie(response, token, secure=request.url.scheme == "https")
+    return response
+
+
+@entry.post("/logout")
+def logout(request: Request) -> Response:
+    if not same_origin(request.scope, dict(request.scope["headers"])):
+        raise Forbidden("sign out from this server's pages")
+    response = RedirectResponse("/ui/login", status_code=303)
+    clear_token_cookie(response, secure=request.url.scheme == "https")
+    return response
