@@ -91,8 +91,14 @@ class ServerMetrics:
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition in the format `accept` asks for (Prometheus text by default), and its
         content type."""
-        encoder, content_type = choose_encoder(accept or "")
-        return encoder(self.registry), content_type
+        return render(self.registry, accept)
+
+
+def render(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
+    """`registry`'s exposition in the format `accept` asks for (Prometheus text by default), and
+    its content type."""
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(registry), content_type
 
 
 _LIVE_FILE: Final = re.compile(r"^gauge_live\w*?_(\d+)\.db$")
