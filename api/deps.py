@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from jobnik.api.idempotency import IdempotencyKeys, fingerprint
 from jobnik.api.schemas import TRACEPARENT_RE, TRACESTATE_RE
 from jobnik.api.settings import Settings
+from jobnik.api.telemetry.metrics import IDEMPOTENT_REPLAYS
 from jobnik.api.telemetry.tracing import current_traceparent
 from jobnik.domain.application import NO_TRACE, Jobnik
 from jobnik.domain.errors import InvalidRequest
@@ -135,6 +136,8 @@ class Once:
 
         answer = self.keys.once(self.key, self.fingerprint, run)
         headers = {REPLAYED: "true"} if answer.replayed else {}
+        if answer.replayed:
+            IDEMPOTENT_REPLAYS.inc()
         return Response(
             answer.body,
             status_code=answer.status,

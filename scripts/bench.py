@@ -21,6 +21,9 @@ Figures (`--only NAME,...`; all by default), per backend:
            from a task the engine created) as multi-row INSERTs, a transaction per batch.
   depth    Queue depth: `Jobnik.dequeue` median at 100 queued tasks vs at DEPTH over TYPES stage
            types (scripts/bench_dequeue.py's `run`). Floor: the bare claim query at each depth.
+  scrape   Scrape cost: GET /service-metrics and GET /metrics at DEPTH tasks over TYPES stage types
+           vs at 100 tasks over the same types (scripts/bench_scrape.py). Median ms; goals: at
+           most 1.5x, under 100 ms.
   rebuild  Rebuild and replay (scripts/bench_rebuild.py's functions): events/s of a full
            projection rebuild of the LARGE log vs reading and decoding it; peak RSS of the rebuild
            at LARGE vs SMALL (each in a fresh child process).
@@ -92,7 +95,7 @@ from jobnik.scripts.bench_worker import http_worker
 from jobnik.workers.client import HttpTransport
 from jobnik.workers.errors import TransportError
 
-NAMES = ("engine", "http", "observe", "bulk", "depth", "rebuild", "hot")
+NAMES = ("engine", "http", "observe", "bulk", "depth", "scrape", "rebuild", "hot")
 BATCH = 1_000
 PG_URL = "postgresql://postgres@127.0.0.1:5432"
 # Conflicts a worker would answer by running the command again (each counts as one retry).
@@ -686,12 +689,19 @@ def fig_observe(ctx: Ctx) -> None:
     observe(ctx)
 
 
+def fig_scrape(ctx: Ctx) -> None:
+    from jobnik.scripts.bench_scrape import fig_scrape as scrape
+
+    scrape(ctx)
+
+
 FIGURES: dict[str, Callable[[Ctx], None]] = {
     "engine": fig_engine,
     "http": fig_http,
     "observe": fig_observe,
     "bulk": fig_bulk,
     "depth": fig_depth,
+    "scrape": fig_scrape,
     "rebuild": fig_rebuild,
     "hot": fig_hot,
 }

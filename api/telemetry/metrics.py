@@ -28,6 +28,7 @@ from prometheus_client import (
     PLATFORM_COLLECTOR,
     PROCESS_COLLECTOR,
     CollectorRegistry,
+    Counter,
     Gauge,
     Histogram,
     multiprocess,
@@ -62,7 +63,18 @@ HTTP_REQUESTS_IN_FLIGHT: Final = Gauge(
     registry=None,
 )
 
-OWN: Final[tuple[Collector, ...]] = (HTTP_REQUEST_DURATION, HTTP_REQUESTS_IN_FLIGHT)
+IDEMPOTENT_REPLAYS: Final = Counter(
+    "jobnik_idempotent_replays",
+    "Requests with an Idempotency-Key already used with the same body, answered with the "
+    "first answer (Idempotent-Replayed: true) and nothing written again",
+    registry=None,
+)
+
+OWN: Final[tuple[Collector, ...]] = (
+    HTTP_REQUEST_DURATION,
+    HTTP_REQUESTS_IN_FLIGHT,
+    IDEMPOTENT_REPLAYS,
+)
 
 
 class ServerMetrics:

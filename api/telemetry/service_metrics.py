@@ -64,38 +64,48 @@ class JobnikServiceGauges(Collector):
     def collect(self) -> Iterable[Metric]:
         return _guarded("service gauges", self._collect)
 
+    def describe(self) -> Iterable[Metric]:
+        return list(self.families())
+
+    @staticmethod
+    def families() -> tuple[GaugeMetricFamily, ...]:
+        """The four gauges, without samples."""
+        return (
+            GaugeMetricFamily(
+                "jobnik_jobs_by_status", "Current number of jobs by status", labels=["job_status"]
+            ),
+            GaugeMetricFamily(
+                "jobnik_stages_by_status",
+                "Current number of stages by status",
+                labels=["stage_status", "stage_type"],
+            ),
+            GaugeMetricFamily(
+                "jobnik_tasks_by_status",
+                "Current number of tasks by status",
+                labels=["task_status", "stage_type"],
+            ),
+            GaugeMetricFamily(
+                "jobnik_tasks_count",
+                "Current number of entire tasks by stage type and priority",
+                labels=["stage_type", "priority", "task_status"],
+            ),
+        )
+
     def _collect(self) -> list[Metric]:
         counts = self.views.status_counts()
-        jobs = GaugeMetricFamily(
-            "jobnik_jobs_by_status", "Current number of jobs by status", labels=["job_status"]
-        )
+        jobs, stages, tasks, count = self.families()
         for s in JobStatus:
             jobs.add_metric([s.value], counts.jobs.get(s.value, 0))
         types = sorted({t for t, _ in counts.stages})
-        stages = GaugeMetricFamily(
-            "jobnik_stages_by_status",
-            "Current number of stages by status",
-            labels=["stage_status", "stage_type"],
-        )
         for st in StageStatus:
             for t in types:
                 stages.add_metric([st.value, t], counts.stages.get((t, st.value), 0))
         by_status: dict[tuple[str, str], int] = {}
         for (t, _, status), n in counts.tasks.items():
             by_status[t, status] = by_status.get((t, status), 0) + n
-        tasks = GaugeMetricFamily(
-            "jobnik_tasks_by_status",
-            "Current number of tasks by status",
-            labels=["task_status", "stage_type"],
-        )
         for ts in TaskStatus:
             for t in types:
                 tasks.add_metric([ts.value, t], by_status.get((t, ts.value), 0))
-        count = GaugeMetricFamily(
-            "jobnik_tasks_count",
-            "Current number of entire tasks by stage type and priority",
-            labels=["stage_type", "priority", "task_status"],
-        )
         for (t, priority, status), n in sorted(counts.tasks.items()):
             count.add_metric([t, db_spelling(priority), db_spelling(status)], n)
         return [jobs, stages, tasks, count]
@@ -116,47 +126,91 @@ class QueueMetrics(Collector):
     def collect(self) -> Iterable[Metric]:
         return _guarded("queue metrics", self._collect)
 
+    def describe(self) -> Iterable[Metric]:
+        return list(self.families())
+
+    @staticmethod
+    def families() -> tuple[GaugeMetricFamily | CounterMetricFamily, ...]:
+        """The metrics, without samples."""
+        by_type = ["stage_type"]
+        return (
+            GaugeMetricFamily(
+                "jobnik_queue_tasks",
+                "Tasks waiting for a worker (PENDING or RETRIED), by stage type",
+                labels=by_type,
+            ),
+            GaugeMetricFamily(
+                "jobnik_queue_oldest_task_age_seconds",
+                "How long the longest-waiting task a dequeue could take now has waited, by "
+                "stage type (0: none waits)",
+                labels=by_type,
+            ),
+            GaugeMetricFamily(
+                "jobnik_tasks_leased",
+                "Tasks IN_PROGRESS (leased to a worker), by stage type",
+                labels=by_type,
+            ),
+            CounterMetricFamily(
+                "jobnik_task_dequeues", "Tasks handed to workers, by stage type", labels=by_type
+            ),
+            CounterMetricFamily(
+                "jobnik_task_leases_expired",
+                "Leases that ran out before their worker reported (the sweeper took the task "
+                "back), by stage type",
+                labels=by_type,
+            ),
+            CounterMetricFamily(
+                "jobnik_task_retries",
+                "Tasks queued again after a failed attempt, by stage type and cause: error (the "
+                "handler failed), timeout (the lease expired)",
+                labels=["stage_type", "cause"],
+            ),
+            CounterMetricFamily(
+                "jobnik_task_failures",
+                "Tasks FAILED for good, by stage type and cause: error or timeout (attempts ran "
+                "out), fatal (no retry asked)",
+                labels=["stage_type", "cause"],
+            ),
+            CounterMetricFamily(
+                "jobnik_events_appended",
+                "Events appended to the log, by event type (as far as the catch-up runner has "
+                "read)",
+                labels=["event_type"],
+            ),
+            GaugeMetricFamily(
+                "jobnik_projection_lag_events",
+                "Events a catch-up projection has not applied yet",
+                labels=["projection"],
+            ),
+            GaugeMetricFamily(
+                "jobnik_projection_lag_seconds",
+                "Age of the oldest event a catch-up projection has not applied yet (0: none)",
+                labels=["projection"],
+            ),
+            GaugeMetricFamily(
+                "jobnik_stuck_items",
+                "Stuck work by kind, as GET /v1/stuck lists it",
+                labels=["kind"],
+            ),
+        )
+
     def _collect(self) -> list[Metric]:
         now = self.clock()
-        queues = self.views.queues()
-        by_type = ["stage_type"]
-        queued = GaugeMetricFamily(
-            "jobnik_queue_tasks",
-            "Tasks waiting for a worker (PENDING or RETRIED), by stage type",
-            labels=by_type,
-        )
-        oldest = GaugeMetricFamily(
-            "jobnik_queue_oldest_task_age_seconds",
-            "How long the longest-waiting task a dequeue could take now has waited, by stage "
-            "type (0: none waits)",
-            labels=by_type,
-        )
-        leased = GaugeMetricFamily(
-            "jobnik_tasks_leased",
-            "Tasks IN_PROGRESS (leased to a worker), by stage type",
-            labels=by_type,
-        )
-        dequeues = CounterMetricFamily(
-            "jobnik_task_dequeues", "Tasks handed to workers, by stage type", labels=by_type
-        )
-        expired = CounterMetricFamily(
-            "jobnik_task_leases_expired",
-            "Leases that ran out before their worker reported (the sweeper took the task "
-            "back), by stage type",
-            labels=by_type,
-        )
-        retries = CounterMetricFamily(
-            "jobnik_task_retries",
-            "Tasks queued again after a failed attempt, by stage type and cause: error (the "
-            "handler failed), timeout (the lease expired)",
-            labels=["stage_type", "cause"],
-        )
-        failures = CounterMetricFamily(
-            "jobnik_task_failures",
-            "Tasks FAILED for good, by stage type and cause: error or timeout (attempts ran "
-            "out), fatal (no retry asked)",
-            labels=["stage_type", "cause"],
-        )
+        queues = self.views.queues(every_type=True)  # the same series whatever the tasks do
+        families = self.families()
+        (
+            queued,
+            oldest,
+            leased,
+            dequeues,
+            expired,
+            retries,
+            failures,
+            events,
+            lag_events,
+            lag_seconds,
+            stuck,
+        ) = families
         for q in queues:
             t, c = q.stage_type, q.counters
             queued.add_metric([t], q.queued)
@@ -169,44 +223,12 @@ class QueueMetrics(Collector):
                 retries.add_metric([t, cause], c[f"retried_{cause}"])
             for cause in ("error", "timeout", "fatal"):
                 failures.add_metric([t, cause], c[f"failed_{cause}"])
-        events = CounterMetricFamily(
-            "jobnik_events_appended",
-            "Events appended to the log, by event type (as far as the catch-up runner has read)",
-            labels=["event_type"],
-        )
         for name, n in sorted(self.views.events_appended().items()):
             events.add_metric([name], n)
-        lag_events = GaugeMetricFamily(
-            "jobnik_projection_lag_events",
-            "Events a catch-up projection has not applied yet",
-            labels=["projection"],
-        )
-        lag_seconds = GaugeMetricFamily(
-            "jobnik_projection_lag_seconds",
-            "Age of the oldest event a catch-up projection has not applied yet (0: none)",
-            labels=["projection"],
-        )
         for lag in self.views.lags(now):
             lag_events.add_metric([lag.projection], lag.events)
             lag_seconds.add_metric([lag.projection], lag.seconds)
-        stuck = GaugeMetricFamily(
-            "jobnik_stuck_items",
-            "Stuck work by kind, as GET /v1/stuck lists it",
-            labels=["kind"],
-        )
         found = self.views.stuck(self.thresholds(), now, queues)
         for kind in STUCK_KINDS:
             stuck.add_metric([kind], sum(1 for s in found if s.kind == kind))
-        return [
-            queued,
-            oldest,
-            leased,
-            dequeues,
-            expired,
-            retries,
-            failures,
-            events,
-            lag_events,
-            lag_seconds,
-            stuck,
-        ]
+        return list(families)

@@ -116,8 +116,8 @@ class OperationsViews:
             by_task,
         )
 
-    def queues(self) -> list[Queue]:
-        """Every stage type that has tasks, by name."""
+    def queues(self, every_type: bool = False) -> list[Queue]:
+        """Every stage type that has tasks (`every_type`: that has a stage), by name."""
         with self.store.cursor(write=False, snapshot=True) as cur:
             sums = cur.raw_all(self.d.sql("tasks_by_type_and_priority"))
             oldest = cur.raw_all(self.d.sql("oldest_queued", probes=PROBES))
@@ -134,7 +134,7 @@ class OperationsViews:
                 first[r["stage_type"]] = t
         by_type = {r["stage_type"]: r for r in ops}
         out = []
-        for stage_type in sorted(t for t, n in totals.items() if n["total"] > 0):
+        for stage_type in sorted(t for t, n in totals.items() if every_type or n["total"] > 0):
             n, o = totals[stage_type], by_type.get(stage_type, {})
             out.append(
                 Queue(
