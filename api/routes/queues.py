@@ -37,18 +37,30 @@ async def get_stuck(
     request: Request,
     lease_expiries: Annotated[
         int | None,
-        Query(ge=0, le=1_000_000, description="tasks whose lease expired more times than this "
-              "(default JOBNIK_STUCK_LEASE_EXPIRIES)"),
+        Query(
+            ge=0,
+            le=1_000_000,
+            description="tasks whose lease expired more times than this "
+            "(default JOBNIK_STUCK_LEASE_EXPIRIES)",
+        ),
     ] = None,
     job_idle_seconds: Annotated[
         float | None,
-        Query(gt=0, le=1e9, description="unfinished jobs with no event for longer "
-              "(default JOBNIK_STUCK_JOB_IDLE_SECONDS)"),
+        Query(
+            gt=0,
+            le=1e9,
+            description="unfinished jobs with no event for longer "
+            "(default JOBNIK_STUCK_JOB_IDLE_SECONDS)",
+        ),
     ] = None,
     queue_idle_seconds: Annotated[
         float | None,
-        Query(gt=0, le=1e9, description="stage types whose queued tasks waited, with no "
-              "dequeue, for longer (default JOBNIK_STUCK_QUEUE_IDLE_SECONDS)"),
+        Query(
+            gt=0,
+            le=1e9,
+            description="stage types whose queued tasks waited, with no "
+            "dequeue, for longer (default JOBNIK_STUCK_QUEUE_IDLE_SECONDS)",
+        ),
     ] = None,
 ) -> StuckListOut:
     """jobnik: work that is not moving, each item with its kind, the reason in words and since

@@ -23,6 +23,7 @@ from typing import Final
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from jobnik.domain.errors import JobnikError
 from jobnik.domain.statuses import JobStatus, StageStatus, TaskStatus
@@ -41,6 +42,13 @@ STUCK_KINDS: Final = (
 def db_spelling(value: str) -> str:
     """Jobnik's database spelling of a status or priority: `IN_PROGRESS` → `In-Progress`."""
     return "-".join(word.capitalize() for word in value.split("_"))
+
+
+def _add(family: Metric, labels: dict[str, str], value: float) -> None:
+    """`family.add_metric(...)` without its per-call label checks: the labels are built here,
+    complete. (A scrape over a thousand stage types adds tens of thousands of samples.)"""
+    name = family.name + "_total" if family.type == "counter" else family.name
+    family.samples.append(Sample(name, labels, float(value)))
 
 
 def _guarded(name: str, collect: Callable[[], list[Metric]]) -> list[Metric]:
@@ -95,19 +103,22 @@ class JobnikServiceGauges(Collector):
         counts = self.views.status_counts()
         jobs, stages, tasks, count = self.families()
         for s in JobStatus:
-            jobs.add_metric([s.value], counts.jobs.get(s.value, 0))
+            _add(jobs, {"job_status": s.value}, counts.jobs.get(s.value, 0))
         types = sorted({t for t, _ in counts.stages})
         for st in StageStatus:
             for t in types:
-                stages.add_metric([st.value, t], counts.stages.get((t, st.value), 0))
+                n = counts.stages.get((t, st.value), 0)
+                _add(stages, {"stage_status": st.value, "stage_type": t}, n)
         by_status: dict[tuple[str, str], int] = {}
         for (t, _, status), n in counts.tasks.items():
             by_status[t, status] = by_status.get((t, status), 0) + n
         for ts in TaskStatus:
             for t in types:
-                tasks.add_metric([ts.value, t], by_status.get((t, ts.value), 0))
+                n = by_status.get((t, ts.value), 0)
+                _add(tasks, {"task_status": ts.value, "stage_type": t}, n)
         for (t, priority, status), n in sorted(counts.tasks.items()):
-            count.add_metric([t, db_spelling(priority), db_spelling(status)], n)
+            labels = {"stage_type": t, "priority": db_spelling(priority)}
+            _add(count, {**labels, "task_status": db_spelling(status)}, n)
         return [jobs, stages, tasks, count]
 
 
@@ -212,17 +223,17 @@ class QueueMetrics(Collector):
             stuck,
         ) = families
         for q in queues:
-            t, c = q.stage_type, q.counters
-            queued.add_metric([t], q.queued)
+            t, c = {"stage_type": q.stage_type}, q.counters
+            _add(queued, t, q.queued)
             age = (now - q.oldest_queued_at).total_seconds() if q.oldest_queued_at else 0.0
-            oldest.add_metric([t], max(0.0, age))
-            leased.add_metric([t], q.in_progress)
-            dequeues.add_metric([t], c["dequeues"])
-            expired.add_metric([t], c["leases_expired"])
+            _add(oldest, t, max(0.0, age))
+            _add(leased, t, q.in_progress)
+            _add(dequeues, t, c["dequeues"])
+            _add(expired, t, c["leases_expired"])
             for cause in ("error", "timeout"):
-                retries.add_metric([t, cause], c[f"retried_{cause}"])
+                _add(retries, {**t, "cause": cause}, c[f"retried_{cause}"])
             for cause in ("error", "timeout", "fatal"):
-                failures.add_metric([t, cause], c[f"failed_{cause}"])
+                _add(failures, {**t, "cause": cause}, c[f"failed_{cause}"])
         for name, n in sorted(self.views.events_appended().items()):
             events.add_metric([name], n)
         for lag in self.views.lags(now):

@@ -67,8 +67,8 @@ def event_classes(*aggregates: type) -> tuple[type, ...]:
 
 
 ALL_EVENTS: Final = event_classes(Job, Stage, Task, Token)
-JOB_EVENTS: Final = event_classes(Job)
-STAGE_EVENTS: Final = event_classes(Stage)
+JOB_EVENTS: Final = frozenset(event_classes(Job))
+STAGE_EVENTS: Final = frozenset(event_classes(Stage))
 
 
 def _later(a: datetime | None, b: datetime) -> datetime:
@@ -104,11 +104,11 @@ class Changes:
 
 def _seen(c: Changes, e: Any) -> None:
     """The event's time as its job's latest: by the job it names, else by its stage."""
-    job_id = e.originator_id if isinstance(e, JOB_EVENTS) else getattr(e, "job_id", None)
+    job_id = e.originator_id if type(e) in JOB_EVENTS else getattr(e, "job_id", None)
     if job_id is not None:
         c.job_seen[job_id] = _later(c.job_seen.get(job_id), e.timestamp)
         return
-    stage_id = e.originator_id if isinstance(e, STAGE_EVENTS) else getattr(e, "stage_id", None)
+    stage_id = e.originator_id if type(e) in STAGE_EVENTS else getattr(e, "stage_id", None)
     if stage_id is not None:
         c.stage_seen[stage_id] = _later(c.stage_seen.get(stage_id), e.timestamp)
 
@@ -265,13 +265,11 @@ class Operations(CatchUpProjection):
                 cur.executemany(sql(statement), [d.dump_row(r) for r in rows])
 
         run(INSERT_STAGE, list(c.new_stages.values()))
-        run(INSERT_TYPE, [{"stage_type": t} for t in {s["stage_type"] for s in c.new_stages.values()}])
+        new_types = sorted({s["stage_type"] for s in c.new_stages.values()})
+        run(INSERT_TYPE, [{"stage_type": t} for t in new_types])
         run(
             ADD_COUNTERS,
-            [
-                {"stage_id": s, **{k: n.get(k, 0) for k in COUNTERS}}
-                for s, n in c.counters.items()
-            ],
+            [{"stage_id": s, **{k: n.get(k, 0) for k in COUNTERS}} for s, n in c.counters.items()],
         )
         run(SET_LAST_DEQUEUE, [{"stage_id": s, "t": t} for s, t in c.dequeued_at.items()])
         run(ADD_EVENTS, [{"event_type": k, "n": n} for k, n in sorted(c.events.items())])

@@ -54,6 +54,7 @@ class InlineProjection:
             "stages_v1_type",
             "tasks_v1_type_status",
             "queue_v1_next",
+            "queue_v1_oldest",
             "tasks_v1_lease",
             "tasks_v1_delegated",
         }

@@ -2,8 +2,8 @@
 each stage type's queue, the operations projection's counters, catch-up lag, and stuck work.
 
 Every read costs what the jobs, stages and stage types cost, never what the tasks do: task
-counts come from the stages' summaries, queue ages from one index probe per stage type and
-priority, and the rest from the small tables of the `operations` catch-up projection.
+counts come from the stages' summaries, queue ages from one index probe per stage type, and
+the rest from the small tables of the `operations` catch-up projection.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 from uuid import UUID
 
-from jobnik.domain.statuses import PRIORITY_RANK, TaskStatus
+from jobnik.domain.statuses import TaskStatus
 from jobnik.projections.catchup.operations import COUNTERS
 from jobnik.projections.catchup.registry import status
 from jobnik.projections.store.base import SqlStore
@@ -21,11 +21,6 @@ from jobnik.projections.store.base import SqlStore
 # A summary's column for each task status.
 TASK_COLUMNS: Final = {s: s.value.lower() for s in TaskStatus}
 QUEUED: Final = ("pending", "retried")
-PROBE: Final = (
-    "(SELECT q.task_id FROM queue_v1 q WHERE q.stage_type = k.type AND q.priority_rank = {rank} "
-    "AND q.stage_open AND q.job_open ORDER BY q.seq LIMIT 1)"
-)
-PROBES: Final = ", ".join(PROBE.format(rank=r) for r in sorted(set(PRIORITY_RANK.values())))
 STUCK_LIMIT: Final = 1000  # items of each kind one read returns at most
 
 
@@ -120,18 +115,14 @@ class OperationsViews:
         """Every stage type that has tasks (`every_type`: that has a stage), by name."""
         with self.store.cursor(write=False, snapshot=True) as cur:
             sums = cur.raw_all(self.d.sql("tasks_by_type_and_priority"))
-            oldest = cur.raw_all(self.d.sql("oldest_queued", probes=PROBES))
+            oldest = cur.raw_all(self.d.sql("oldest_queued"))
             ops = cur.raw_all(self.d.sql("operations_by_type"))
         totals: dict[str, dict[str, int]] = {}
         for r in sums:
             into = totals.setdefault(r["stage_type"], {})
             for column in (*TASK_COLUMNS.values(), "total"):
                 into[column] = into.get(column, 0) + int(r[column] or 0)
-        first: dict[str, datetime] = {}
-        for r in oldest:
-            t = _time(r["update_time"])
-            if t is not None and (r["stage_type"] not in first or t < first[r["stage_type"]]):
-                first[r["stage_type"]] = t
+        first = {r["stage_type"]: _time(r["update_time"]) for r in oldest}
         by_type = {r["stage_type"]: r for r in ops}
         out = []
         for stage_type in sorted(t for t, n in totals.items() if every_type or n["total"] > 0):
@@ -167,7 +158,7 @@ class OperationsViews:
             if s.lag:
                 unapplied = self.store.notifications(s.position, 1)
                 if unapplied:
-                    event = self.store.mapper.to_domain_event(unapplied[0])
+                    event: Any = self.store.mapper.to_domain_event(unapplied[0])
                     seconds = max(0.0, (now - event.timestamp).total_seconds())
             out.append(Lag(s.name, s.lag, seconds))
         return out
@@ -227,8 +218,10 @@ class OperationsViews:
         for q in self.queues() if queues is None else queues:
             waiting = q.oldest_queued_at
             last = q.last_dequeue_at
-            if waiting is None or waiting >= idle_after or (last is not None and last >= idle_after):
-                continue
+            if waiting is None or waiting >= idle_after:
+                continue  # nothing dequeueable waits, or not for long
+            if last is not None and last >= idle_after:
+                continue  # dequeued lately
             items.append(
                 Stuck(
                     "QUEUE_NOT_DEQUEUED",

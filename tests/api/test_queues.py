@@ -209,9 +209,12 @@ def test_a_delegated_task_whose_children_ended_unheard_is_stuck_until_redispatch
         parent_job["id"],
     )
     assert item["stageType"] == "plan"
-    assert samples(api.http.get("/metrics").text)[
-        "jobnik_stuck_items", (("kind", "DELEGATION_NOT_REDISPATCHED"),)
-    ] == 1
+    assert (
+        samples(api.http.get("/metrics").text)[
+            "jobnik_stuck_items", (("kind", "DELEGATION_NOT_REDISPATCHED"),)
+        ]
+        == 1
+    )
 
     domain(api).redispatch_stale(timedelta(0))
     assert stuck(api) == []

@@ -77,10 +77,12 @@ FROM summaries_v1 m JOIN stages_v1 s ON s.id = m.stage_id JOIN jobs_v1 j ON j.id
 GROUP BY s.type, j.priority;
 
 -- name: oldest_queued
--- Per stage type, the first dequeueable task of each priority ({probes}: one probe of the
--- queue_v1_next index each) and when it was queued (its latest change).
+-- Per stage type, the dequeueable task queued first (one probe of queue_v1_oldest) and when it
+-- was queued (its latest change).
 SELECT k.type AS stage_type, t.update_time
-FROM (SELECT DISTINCT type FROM stages_v1) k JOIN tasks_v1 t ON t.id IN ({probes});
+FROM (SELECT DISTINCT type FROM stages_v1) k JOIN tasks_v1 t ON t.id = (
+    SELECT q.task_id FROM queue_v1 q WHERE q.stage_type = k.type AND q.stage_open AND q.job_open
+    ORDER BY q.seq LIMIT 1);
 
 -- name: operations_by_type
 SELECT * FROM operations_v1_types;
