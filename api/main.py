@@ -34,7 +34,7 @@ from jobnik.api.settings import Settings
 from jobnik.api.sweeper import Sweeper
 from jobnik.api.telemetry import Telemetry
 from jobnik.api.telemetry.commands import ObservedCommands
-from jobnik.api.telemetry.metrics import ServerMetrics
+from jobnik.api.telemetry.metrics import WRITER_LOCK_WAIT, ServerMetrics
 from jobnik.api.telemetry.requests import RequestTelemetry
 from jobnik.api.telemetry.service_metrics import JobnikServiceGauges, QueueMetrics
 from jobnik.api.telemetry.tracing import instrument_app, instrument_database, provider_from
@@ -175,6 +175,9 @@ def _add_store_metrics(app: FastAPI, metrics: ServerMetrics) -> None:
             s.stuck_lease_expiries, s.stuck_job_idle_seconds, s.stuck_queue_idle_seconds
         )
 
+    store = state.operations.store
+    if WRITER_LOCK_WAIT.observe not in store.on_lock_wait:
+        store.on_lock_wait.append(WRITER_LOCK_WAIT.observe)
     gauges = JobnikServiceGauges(state.operations)
     metrics.add(gauges)
     metrics.add(QueueMetrics(state.operations, lambda: state.clock(), thresholds))

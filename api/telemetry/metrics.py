@@ -70,10 +70,21 @@ IDEMPOTENT_REPLAYS: Final = Counter(
     registry=None,
 )
 
+# From a tenth of a millisecond (no other writer) to ten seconds (JOBNIK_DB_TIMEOUT's range).
+LOCK_BUCKETS: Final = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+WRITER_LOCK_WAIT: Final = Histogram(
+    "jobnik_writer_lock_wait_seconds",
+    "How long each write transaction waited for the writer lock (writes take turns on it); on "
+    "PostgreSQL, the round trip of the statements sent with the lock",
+    buckets=(*LOCK_BUCKETS, 2.5, 5.0, 10.0),
+    registry=None,
+)
+
 OWN: Final[tuple[Collector, ...]] = (
     HTTP_REQUEST_DURATION,
     HTTP_REQUESTS_IN_FLIGHT,
     IDEMPOTENT_REPLAYS,
+    WRITER_LOCK_WAIT,
 )
 
 

@@ -264,3 +264,23 @@ def test_stuck_thresholds_out_of_range_are_refused(api: Api) -> None:
     for params in ({"lease_expiries": -1}, {"job_idle_seconds": 0}, {"bogus": 1}):
         r = api.http.get("/v1/stuck", params=params)
         assert (r.status_code, r.json()["code"]) == (400, "VALIDATION_ERROR"), params
+
+
+def test_writer_lock_waits_and_idempotent_replays_are_counted(api: Api) -> None:
+    def counts() -> tuple[float, float]:
+        got = samples(api.http.get("/metrics").text)
+        return got["jobnik_writer_lock_wait_seconds_count", ()], got[
+            "jobnik_idempotent_replays_total", ()
+        ]
+
+    waits, replays = counts()
+    body = {"name": "once-only", "data": {}}
+    headers = {"Idempotency-Key": "replay-me"}
+    first = api.http.post("/v1/jobs", json=body, headers=headers)
+    again = api.http.post("/v1/jobs", json=body, headers=headers)
+
+    assert (first.status_code, again.status_code) == (201, 201)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    more_waits, more_replays = counts()
+    assert more_replays == replays + 1
+    assert more_waits >= waits + 1  # the creation's write transaction, at least
