@@ -48,7 +48,7 @@ Usage:
 --tasks N sets the task count of the engine, HTTP and hot-stage runs (full: 20,000, 5,000 and
 20,000; the engine lifecycle runs at about 40 tasks/s on PostgreSQL here, so the full sizes
 take most of an hour).
-Every figure but depth and rebuild runs in one fresh database per backend (PostgreSQL:
+Every figure but depth, scrape and rebuild runs in one fresh database per backend (PostgreSQL:
 bench_suite_<pid>, dropped afterwards), each with its own stage types and floor tables.
 """
 
@@ -721,7 +721,7 @@ def run_suite(
     """Measure the chosen figures on each backend; progress lines as it goes.
 
     `database_url`: run every figure of its (one) backend in that database rather than in
-    fresh ones (queue depth and rebuild still make their own)."""
+    fresh ones (queue depth, scrape and rebuild still make their own)."""
     figures: list[Figure] = []
     goals: list[Goal] = []
     logs: dict[int, str] = {}
