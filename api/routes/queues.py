@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from jobnik.api.deps import reject_unknown_query
+from jobnik.api.deps import SettingsDep, reject_unknown_query
 from jobnik.api.permissions import authorize, needs
 from jobnik.api.queue_schemas import QueueOut, QueuesOut, StuckListOut, StuckOut
 from jobnik.domain.principals import Permission
-from jobnik.projections.queries.operations import Thresholds
+from jobnik.projections.queries.operations import OperationsViews, Thresholds
 
 router = APIRouter(
     prefix="/v1",
@@ -20,21 +22,36 @@ router = APIRouter(
 )
 
 
+async def get_operations(request: Request) -> OperationsViews:
+    operations: OperationsViews = request.app.state.operations
+    return operations
+
+
+async def get_clock(request: Request) -> Callable[[], datetime]:
+    clock: Callable[[], datetime] = request.app.state.clock
+    return clock
+
+
+OperationsDep = Annotated[OperationsViews, Depends(get_operations)]
+ClockDep = Annotated[Callable[[], datetime], Depends(get_clock)]
+
+
 @router.get("/queues", openapi_extra=needs(Permission.READ))
-async def get_queues(request: Request) -> QueuesOut:
+async def get_queues(operations: OperationsDep, clock: ClockDep) -> QueuesOut:
     """jobnik: one item per stage type that has tasks, by stage type: tasks queued (PENDING or
     RETRIED), in progress, completed and failed; when the oldest task a dequeue could take now
     was queued and its age in seconds (null: none); the last dequeue's time (null: none yet; it
     may trail the dequeue by the catch-up runner's interval)."""
-    state = request.app.state
-    queues = await run_in_threadpool(state.operations.queues)
-    now = state.clock()
+    queues = await run_in_threadpool(operations.queues)
+    now = clock()
     return QueuesOut(items=[QueueOut.of(q, now) for q in queues])
 
 
 @router.get("/stuck", openapi_extra=needs(Permission.READ))
 async def get_stuck(
-    request: Request,
+    operations: OperationsDep,
+    clock: ClockDep,
+    settings: SettingsDep,
     lease_expiries: Annotated[
         int | None,
         Query(
@@ -70,12 +87,10 @@ async def get_stuck(
     in progress for longer than a threshold; since its latest event), QUEUE_NOT_DEQUEUED (a
     stage type whose dequeueable tasks waited longer than a threshold with no dequeue meanwhile).
     At most 1000 items of each kind, oldest first."""
-    state = request.app.state
-    s = state.settings
     thresholds = Thresholds(
-        s.stuck_lease_expiries if lease_expiries is None else lease_expiries,
-        s.stuck_job_idle_seconds if job_idle_seconds is None else job_idle_seconds,
-        s.stuck_queue_idle_seconds if queue_idle_seconds is None else queue_idle_seconds,
+        settings.stuck_lease_expiries if lease_expiries is None else lease_expiries,
+        settings.stuck_job_idle_seconds if job_idle_seconds is None else job_idle_seconds,
+        settings.stuck_queue_idle_seconds if queue_idle_seconds is None else queue_idle_seconds,
     )
-    found = await run_in_threadpool(state.operations.stuck, thresholds, state.clock())
+    found = await run_in_threadpool(operations.stuck, thresholds, clock())
     return StuckListOut(items=[StuckOut.of(item) for item in found])
