@@ -41,7 +41,7 @@ better). Then one goal line per target. Lines starting with '#' are progress.
 Usage:
   python scripts/bench.py [--quick] [--backend postgres|sqlite|both] [--only engine,bulk]
       [--json PATH] [--pg-url postgresql://postgres@127.0.0.1:5432] [--tasks N]
-      [--api-processes N]
+      [--api-processes N] [--types N]
   jobnik bench ...   (the same options)
 
 --quick (about a minute on PostgreSQL) shrinks every size; figures at quick sizes are noisier.
@@ -765,6 +765,9 @@ def main(
         "--tasks", type=int, default=None, help="tasks per lifecycle, HTTP and hot-stage run"
     )
     parser.add_argument(
+        "--types", type=int, default=None, help="stage types of the depth and scrape figures"
+    )
+    parser.add_argument(
         "--api-processes",
         type=int,
         default=os.cpu_count() or 1,
@@ -780,6 +783,8 @@ def main(
         sizes = replace(
             sizes, lifecycle_tasks=args.tasks, http_tasks=args.tasks, hot_tasks=args.tasks
         )
+    if args.types:
+        sizes = replace(sizes, depth_types=args.types)
     backends = ("postgres", "sqlite") if args.backend == "both" else (args.backend,)
     started = time.perf_counter()
     figures, goals = run_suite(
