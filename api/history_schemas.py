@@ -213,6 +213,11 @@ class EventOut(ApiModel):
         None, description="the role of the token `actor` names; absent for api, worker, system"
     )
     reason: str | None = None
+    trace_id: str | None = Field(
+        None,
+        description="the W3C trace id of the request that caused the event (the server's span "
+        "when it traces, else the request's traceparent header); null when it had none",
+    )
     payload: Payload
 
     @classmethod
@@ -227,6 +232,7 @@ class EventOut(ApiModel):
             actor=e.actor,
             actor_role=e.actor_role,
             reason=e.reason,
+            trace_id=e.trace_id,
             payload=jsonable_encoder(if_asked({to_camel(k): v for k, v in e.payload.items()})),
         )
 

@@ -1,8 +1,9 @@
-"""What every aggregate shares: each event's cause (actor, its role, reason); restoring from a
-snapshot."""
+"""What every aggregate shares: each event's cause (actor, its role, reason, the trace of the
+request that caused it); restoring from a snapshot."""
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -13,6 +14,10 @@ from eventsourcing.domain import Aggregate
 from jobnik.domain.principals import Principal
 
 A = TypeVar("A", bound="Entity")
+
+# The W3C trace id (32 hex digits) of the request whose command makes events now, set by the API
+# for each request; None elsewhere (the sweeper, the command line) and for untraced requests.
+CAUSING_TRACE: ContextVar[str | None] = ContextVar("jobnik_causing_trace", default=None)
 
 
 class Entity(Aggregate):
@@ -25,6 +30,8 @@ class Entity(Aggregate):
         # A keyword field with a default: events stored without it load with None, and the
         # events' own fields keep their order.
         actor_role: str | None = field(default=None, kw_only=True)
+        # The trace of the request that caused it (None: none, or an event from before traces).
+        trace_id: str | None = field(default=None, kw_only=True)
 
     @classmethod
     def restore(
@@ -68,5 +75,9 @@ class Entity(Aggregate):
 
 
 def cause(actor: Principal) -> dict[str, Any]:
-    """The event fields that name `actor`."""
-    return {"actor": actor.name, "actor_role": str(actor.role) if actor.role else None}
+    """The event fields that name `actor`, and the trace the event is made in."""
+    return {
+        "actor": actor.name,
+        "actor_role": str(actor.role) if actor.role else None,
+        "trace_id": CAUSING_TRACE.get(),
+    }

@@ -1,7 +1,8 @@
 """One observation and one log line per HTTP request: `RequestTelemetry`, the ASGI middleware.
 
-It times the request, records it in `http_request_duration_seconds` under its route template
-(and `http_requests_in_flight` while it runs), and logs one line on the `jobnik.access` logger:
+It notes the request's trace for the events its command makes (`domain.base.CAUSING_TRACE`),
+times the request, records it in `http_request_duration_seconds` under its route template (and
+`http_requests_in_flight` while it runs), and logs one line on the `jobnik.access` logger:
 request id, method, route template, status, duration, the token's name when access control is
 on, and the job, stage and task ids the request touched (its path parameters, and the ids of
 what its command returned, which `note_touched` records). Never headers, query strings or
@@ -20,6 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from jobnik.api.middleware import request_id
 from jobnik.api.permissions import PRINCIPAL_KEY
 from jobnik.api.telemetry.metrics import HTTP_REQUEST_DURATION, HTTP_REQUESTS_IN_FLIGHT, UNMATCHED
+from jobnik.api.telemetry.tracing import causing_trace
+from jobnik.domain.base import CAUSING_TRACE
 
 access_log = logging.getLogger("jobnik.access")
 
@@ -55,6 +58,8 @@ class RequestTelemetry:
         status = 500  # what the client gets if the application raises
         touched: dict[str, str] = {}
         token = _TOUCHED.set(touched)
+        # The trace the events of the request's command record (the history shows it).
+        traced = CAUSING_TRACE.set(causing_trace(_header(scope, b"traceparent")))
 
         async def send_observed(message: Message) -> None:
             nonlocal status
@@ -70,12 +75,20 @@ class RequestTelemetry:
         finally:
             elapsed = time.perf_counter() - start
             _TOUCHED.reset(token)
+            CAUSING_TRACE.reset(traced)
             route = getattr(scope.get("route"), "path_format", UNMATCHED)
             if self.metrics:
                 HTTP_REQUESTS_IN_FLIGHT.dec()
                 HTTP_REQUEST_DURATION.labels(scope["method"], route, str(status)).observe(elapsed)
             if route not in QUIET_ROUTES and access_log.isEnabledFor(logging.INFO):
                 _log(scope, route, status, elapsed, touched)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
 
 
 def _log(scope: Scope, route: str, status: int, elapsed: float, touched: dict[str, str]) -> None:

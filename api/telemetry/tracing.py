@@ -5,10 +5,11 @@ instrumentations), exported by a batch processor. Unset, none of this is loaded.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from fastapi import FastAPI
 
+from jobnik.api.schemas import TRACEPARENT_RE
 from jobnik.api.settings import Settings
 from jobnik.workers import tracing
 
@@ -68,3 +69,17 @@ def current_traceparent() -> tuple[str, str | None] | None:
     propagate.inject(carrier)
     parent = carrier.get("traceparent")
     return (parent, carrier.get("tracestate")) if parent else None
+
+
+NO_TRACE_ID: Final = "0" * 32
+
+
+def causing_trace(traceparent_header: str | None) -> str | None:
+    """The trace id the events of a request record: its span's when the server traces, else
+    the caller's `traceparent` header's (a well-formed one, not all zeros), else None."""
+    traced = current_traceparent()
+    parent = traced[0] if traced is not None else traceparent_header
+    if parent is None or not TRACEPARENT_RE.match(parent):
+        return None
+    trace_id = parent.split("-")[1]
+    return None if trace_id == NO_TRACE_ID else trace_id

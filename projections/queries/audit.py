@@ -20,6 +20,7 @@ from jobnik.projections.store.eventlog import COLUMNS, stored_event
 # Fields every event has; the rest is its payload (but for a token's secret hash, never shown).
 STANDARD: Final = frozenset(
     {"originator_id", "originator_version", "timestamp", "actor", "actor_role", "reason"}
+    | {"trace_id"}
     | {"originator_topic", "secret_hash"}
 )
 TOPICS: Final[Mapping[str, str]] = {cls.__name__: get_topic(cls) for cls in PROJECT}
@@ -41,6 +42,7 @@ class Entry:
     payload: dict[str, Any] = field(default_factory=dict)
     actor_role: str | None = None  # the token's role; None for the built-in actors
     event: Any = None
+    trace_id: str | None = None  # of the request that caused it
 
     @property
     def terminal(self) -> bool:
@@ -83,6 +85,7 @@ class Audit:
                     payload={k: v for k, v in vars(event).items() if k not in STANDARD},
                     event=event,
                     actor_role=getattr(event, "actor_role", None),
+                    trace_id=getattr(event, "trace_id", None),
                 )
             )
         return out
