@@ -66,7 +66,9 @@ class Settings(BaseSettings):
         default_factory=list,
         description="origins browsers may call the API from, comma-separated (none by default)",
     )
-    metrics: bool = Field(True, description="serve GET /metrics and record the HTTP metrics")
+    metrics: bool = Field(
+        True, description="serve GET /metrics and /service-metrics, and record the metrics"
+    )
     stuck_lease_expiries: int = Field(
         3, ge=0, description="GET /v1/stuck: a task whose lease expired more times than this"
     )
