@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from jobnik.api.idempotency import IdempotencyKeys, fingerprint
 from jobnik.api.settings import Settings
+from jobnik.api.telemetry.metrics import IDEMPOTENT_REPLAYS
 from jobnik.api.traces import request_trace
 from jobnik.domain.application import Jobnik
 from jobnik.domain.errors import InvalidRequest
@@ -126,6 +127,8 @@ class Once:
 
         answer = self.keys.once(self.key, self.fingerprint, run)
         headers = {REPLAYED: "true"} if answer.replayed else {}
+        if answer.replayed:
+            IDEMPOTENT_REPLAYS.inc()
         return Response(
             answer.body,
             status_code=answer.status,

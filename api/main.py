@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
+from prometheus_client import CollectorRegistry
 
 from jobnik.api import console, errors, positions
 from jobnik.api.access import Access, Authenticate, TokenTable
@@ -18,13 +20,24 @@ from jobnik.api.limits import InputGate, Limits
 from jobnik.api.middleware import RequestIds, RequestPositions
 from jobnik.api.openapi import document_errors
 from jobnik.api.permissions import document_security
-from jobnik.api.routes import catchup, health, history, jobs, metrics, stages, tasks, tokens
+from jobnik.api.routes import (
+    catchup,
+    health,
+    history,
+    jobs,
+    metrics,
+    queues,
+    stages,
+    tasks,
+    tokens,
+)
 from jobnik.api.settings import Settings
 from jobnik.api.sweeper import Sweeper
 from jobnik.api.telemetry import Telemetry
 from jobnik.api.telemetry.commands import ObservedCommands
-from jobnik.api.telemetry.metrics import ServerMetrics
+from jobnik.api.telemetry.metrics import WRITER_LOCK_WAIT, ServerMetrics
 from jobnik.api.telemetry.requests import RequestTelemetry
+from jobnik.api.telemetry.service_metrics import JobnikServiceGauges, QueueMetrics
 from jobnik.api.telemetry.tracing import instrument_app, instrument_database, provider_from
 from jobnik.api.waiters import Waiters
 from jobnik.domain.application import Jobnik
@@ -33,6 +46,7 @@ from jobnik.projections.catchup.registry import CATCH_UP, INLINE, outdated, stat
 from jobnik.projections.catchup.runner import CatchUpRunner
 from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.catchup_views import CatchUpViews
+from jobnik.projections.queries.operations import OperationsViews, Thresholds
 from jobnik.projections.queries.tokens import TokenViews
 from jobnik.projections.queries.views import Views
 from jobnik.projections.rebuild.bluegreen import rebuild, rebuild_outdated
@@ -65,6 +79,10 @@ TAGS: Final = [
         "the views derived from it (lastStatus, run statistics).",
     },
     {"name": "health", "description": "Liveness."},
+    {
+        "name": "operations",
+        "description": "What operators watch: Prometheus scrapes, queues, stuck work.",
+    },
 ]
 
 
@@ -112,8 +130,11 @@ def create_app(
         access if access is not None else Access(None, TokenTable(app.state.token_views.all))
     )
     app.state.waiters = Waiters(views.store, settings.max_waiters, settings.min_position_wait)
+    app.state.operations, app.state.clock = OperationsViews(views.store), _now
+    if telemetry.metrics is not None:
+        _add_store_metrics(app, telemetry.metrics)
     errors.install(app)
-    modules = (jobs, stages, tasks, history, catchup, tokens, health)
+    modules = (jobs, stages, tasks, history, catchup, tokens, queues, health)
     for module in (*modules, metrics) if telemetry.metrics is not None else modules:
         # The routes themselves, not `include_router`: FastAPI keeps an included router as a
         # nested one, which it matches twice per request and whose route list it re-walks for
@@ -141,6 +162,31 @@ def create_app(
         )
     _document_security(app)
     return app
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _add_store_metrics(app: FastAPI, metrics: ServerMetrics) -> None:
+    """The gauges read from the read models: in /metrics, and Jobnik's also in
+    /service-metrics. The clock and the stuck-work thresholds are the app's at scrape time."""
+    state = app.state
+
+    def thresholds() -> Thresholds:
+        s = state.settings
+        return Thresholds(
+            s.stuck_lease_expiries, s.stuck_job_idle_seconds, s.stuck_queue_idle_seconds
+        )
+
+    store = state.operations.store
+    if WRITER_LOCK_WAIT.observe not in store.on_lock_wait:
+        store.on_lock_wait.append(WRITER_LOCK_WAIT.observe)
+    gauges = JobnikServiceGauges(state.operations)
+    metrics.add(gauges)
+    metrics.add(QueueMetrics(state.operations, lambda: state.clock(), thresholds))
+    state.service_metrics = CollectorRegistry(auto_describe=True)
+    state.service_metrics.register(gauges)
 
 
 def _document_security(app: FastAPI) -> None:

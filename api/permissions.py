@@ -51,10 +51,10 @@ async def authorize(request: Request) -> Principal:
             f"token '{principal.name}' ({principal.role}) may not do this: it needs the "
             f"{permission} permission ({roles})"
         )
-    traceparent, _ = request_trace(request)
-    if traceparent == NO_TRACE:
+    trace_id = request_trace(request)[0][3:35]
+    if trace_id == NO_TRACE[3:35]:  # none, or the caller's all-zero (invalid) trace id
         return principal
-    return replace(principal, trace_id=traceparent[3:35])
+    return replace(principal, trace_id=trace_id)
 
 
 PrincipalDep = Annotated[Principal, Depends(authorize)]

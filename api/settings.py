@@ -66,7 +66,18 @@ class Settings(BaseSettings):
         default_factory=list,
         description="origins browsers may call the API from, comma-separated (none by default)",
     )
-    metrics: bool = Field(True, description="serve GET /metrics and record the HTTP metrics")
+    metrics: bool = Field(
+        True, description="serve GET /metrics and /service-metrics, and record the metrics"
+    )
+    stuck_lease_expiries: int = Field(
+        3, ge=0, description="GET /v1/stuck: a task whose lease expired more times than this"
+    )
+    stuck_job_idle_seconds: float = Field(
+        3600.0, gt=0, description="GET /v1/stuck: an unfinished job with no event for longer"
+    )
+    stuck_queue_idle_seconds: float = Field(
+        600.0, gt=0, description="GET /v1/stuck: queued tasks waiting with no dequeue for longer"
+    )
     log_format: Literal["text", "json"] = Field(
         "text", description="`jobnik serve`'s log lines: readable text, or one JSON object each"
     )

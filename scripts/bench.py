@@ -21,6 +21,9 @@ Figures (`--only NAME,...`; all by default), per backend:
            from a task the engine created) as multi-row INSERTs, a transaction per batch.
   depth    Queue depth: `Jobnik.dequeue` median at 100 queued tasks vs at DEPTH over TYPES stage
            types (scripts/bench_dequeue.py's `run`). Floor: the bare claim query at each depth.
+  scrape   Scrape cost: GET /service-metrics and GET /metrics at DEPTH tasks over TYPES stage types
+           vs at 100 tasks over the same types (scripts/bench_scrape.py). Median ms; goals: at
+           most 1.5x, under 100 ms.
   rebuild  Rebuild and replay (scripts/bench_rebuild.py's functions): events/s of a full
            projection rebuild of the LARGE log vs reading and decoding it; peak RSS of the rebuild
            at LARGE vs SMALL (each in a fresh child process).
@@ -41,14 +44,14 @@ better). Then one goal line per target. Lines starting with '#' are progress.
 Usage:
   python scripts/bench.py [--quick] [--backend postgres|sqlite|both] [--only engine,bulk]
       [--json PATH] [--pg-url postgresql://postgres@127.0.0.1:5432] [--tasks N]
-      [--api-processes N]
+      [--api-processes N] [--types N]
   jobnik bench ...   (the same options)
 
 --quick (about a minute on PostgreSQL) shrinks every size; figures at quick sizes are noisier.
 --tasks N sets the task count of the engine, HTTP and hot-stage runs (full: 20,000, 5,000 and
 20,000; the engine lifecycle runs at about 40 tasks/s on PostgreSQL here, so the full sizes
 take most of an hour).
-Every figure but depth and rebuild runs in one fresh database per backend (PostgreSQL:
+Every figure but depth, scrape and rebuild runs in one fresh database per backend (PostgreSQL:
 bench_suite_<pid>, dropped afterwards), each with its own stage types and floor tables.
 """
 
@@ -95,7 +98,7 @@ from jobnik.scripts.bench_worker import http_worker
 from jobnik.workers.client import HttpTransport
 from jobnik.workers.errors import TransportError
 
-NAMES = ("engine", "http", "observe", "bulk", "depth", "rebuild", "hot", "console")
+NAMES = ("engine", "http", "observe", "bulk", "depth", "scrape", "rebuild", "hot", "console")
 BATCH = 1_000
 PG_URL = "postgresql://postgres@127.0.0.1:5432"
 # Conflicts a worker would answer by running the command again (each counts as one retry).
@@ -698,12 +701,19 @@ def fig_console(ctx: Ctx) -> None:
     console(ctx)
 
 
+def fig_scrape(ctx: Ctx) -> None:
+    from jobnik.scripts.bench_scrape import fig_scrape as scrape
+
+    scrape(ctx)
+
+
 FIGURES: dict[str, Callable[[Ctx], None]] = {
     "engine": fig_engine,
     "http": fig_http,
     "observe": fig_observe,
     "bulk": fig_bulk,
     "depth": fig_depth,
+    "scrape": fig_scrape,
     "rebuild": fig_rebuild,
     "hot": fig_hot,
     "console": fig_console,
@@ -724,7 +734,7 @@ def run_suite(
     """Measure the chosen figures on each backend; progress lines as it goes.
 
     `database_url`: run every figure of its (one) backend in that database rather than in
-    fresh ones (queue depth and rebuild still make their own)."""
+    fresh ones (queue depth, scrape and rebuild still make their own)."""
     figures: list[Figure] = []
     goals: list[Goal] = []
     logs: dict[int, str] = {}
@@ -768,6 +778,9 @@ def main(
         "--tasks", type=int, default=None, help="tasks per lifecycle, HTTP and hot-stage run"
     )
     parser.add_argument(
+        "--types", type=int, default=None, help="stage types of the depth and scrape figures"
+    )
+    parser.add_argument(
         "--api-processes",
         type=int,
         default=os.cpu_count() or 1,
@@ -783,6 +796,8 @@ def main(
         sizes = replace(
             sizes, lifecycle_tasks=args.tasks, http_tasks=args.tasks, hot_tasks=args.tasks
         )
+    if args.types:
+        sizes = replace(sizes, depth_types=args.types)
     backends = ("postgres", "sqlite") if args.backend == "both" else (args.backend,)
     started = time.perf_counter()
     figures, goals = run_suite(

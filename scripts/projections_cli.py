@@ -26,7 +26,7 @@ projections = typer.Typer(
 
 Name = Annotated[
     str | None,
-    typer.Argument(help="inline, last_status or run_stats (default: all of them)"),
+    typer.Argument(help="inline, last_status, run_stats or operations (default: all of them)"),
 ]
 
 

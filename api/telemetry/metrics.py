@@ -28,6 +28,7 @@ from prometheus_client import (
     PLATFORM_COLLECTOR,
     PROCESS_COLLECTOR,
     CollectorRegistry,
+    Counter,
     Gauge,
     Histogram,
     multiprocess,
@@ -62,7 +63,29 @@ HTTP_REQUESTS_IN_FLIGHT: Final = Gauge(
     registry=None,
 )
 
-OWN: Final[tuple[Collector, ...]] = (HTTP_REQUEST_DURATION, HTTP_REQUESTS_IN_FLIGHT)
+IDEMPOTENT_REPLAYS: Final = Counter(
+    "jobnik_idempotent_replays",
+    "Requests with an Idempotency-Key already used with the same body, answered with the "
+    "first answer (Idempotent-Replayed: true) and nothing written again",
+    registry=None,
+)
+
+# From a tenth of a millisecond (no other writer) to ten seconds (JOBNIK_DB_TIMEOUT's range).
+LOCK_BUCKETS: Final = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+WRITER_LOCK_WAIT: Final = Histogram(
+    "jobnik_writer_lock_wait_seconds",
+    "How long each write transaction waited for the writer lock (writes take turns on it); on "
+    "PostgreSQL, the round trip of the statements sent with the lock",
+    buckets=(*LOCK_BUCKETS, 2.5, 5.0, 10.0),
+    registry=None,
+)
+
+OWN: Final[tuple[Collector, ...]] = (
+    HTTP_REQUEST_DURATION,
+    HTTP_REQUESTS_IN_FLIGHT,
+    IDEMPOTENT_REPLAYS,
+    WRITER_LOCK_WAIT,
+)
 
 
 class ServerMetrics:
@@ -91,8 +114,14 @@ class ServerMetrics:
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition in the format `accept` asks for (Prometheus text by default), and its
         content type."""
-        encoder, content_type = choose_encoder(accept or "")
-        return encoder(self.registry), content_type
+        return render(self.registry, accept)
+
+
+def render(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
+    """`registry`'s exposition in the format `accept` asks for (Prometheus text by default), and
+    its content type."""
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(registry), content_type
 
 
 _LIVE_FILE: Final = re.compile(r"^gauge_live\w*?_(\d+)\.db$")

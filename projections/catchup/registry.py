@@ -2,7 +2,7 @@
 
 - `inline`: the inline read models (jobs, stages, summaries, tasks, queue, task logs, history
   index, tokens), one unit: they are written together in the transaction of every command.
-- `last_status`, `run_stats`: the catch-up projections (runner.py).
+- `last_status`, `run_stats`, `operations`: the catch-up projections (runner.py).
 
 A projection's `version` is the version of the code that computes its rows. Bump it whenever that
 code changes what it writes (a fixed bug, a new column, a new event handled): at start-up the
@@ -21,6 +21,7 @@ from typing import Final
 
 from jobnik.projections.catchup import tracking
 from jobnik.projections.catchup.last_status import LastStatus
+from jobnik.projections.catchup.operations import Operations
 from jobnik.projections.catchup.projection import CatchUpProjection
 from jobnik.projections.catchup.run_stats import RunStats
 from jobnik.projections.inline.tables import PRIMARY_KEYS, TABLES
@@ -53,6 +54,7 @@ class InlineProjection:
             "stages_v1_type",
             "tasks_v1_type_status",
             "queue_v1_next",
+            "queue_v1_oldest",
             "tasks_v1_lease",
             "tasks_v1_delegated",
         }
@@ -69,7 +71,7 @@ class InlineProjection:
 Projection = InlineProjection | CatchUpProjection
 
 INLINE: Final = InlineProjection()
-CATCH_UP: Final[tuple[CatchUpProjection, ...]] = (LastStatus(), RunStats())
+CATCH_UP: Final[tuple[CatchUpProjection, ...]] = (LastStatus(), RunStats(), Operations())
 ALL: Final[tuple[Projection, ...]] = (INLINE, *CATCH_UP)
 
 

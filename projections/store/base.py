@@ -58,6 +58,9 @@ class SqlStore(ABC):
         # Called with the log position each write session committed, in the committing thread
         # (wakes catch-up runners; the API notes a request's X-Jobnik-Position).
         self.on_commit: list[Callable[[int], None]] = []
+        # Called with the seconds each committed write session waited for the writer lock
+        # (PostgreSQL: the round trip of the statements that take it, sent with the lock).
+        self.on_lock_wait: list[Callable[[float], None]] = []
 
     @property
     def backend(self) -> str:
@@ -153,6 +156,10 @@ class SqlStore(ABC):
                 if token is not None:
                     _AMBIENT.reset(token)
         self._committed(session)
+        waited = session.cur.lock_wait
+        if waited is not None:
+            for observe in self.on_lock_wait:
+                observe(waited)
         if session.position is not None:
             for listener in self.on_commit:
                 listener(session.position)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
@@ -276,7 +277,11 @@ class BatchCursor(Cursor):
         if not self.began:
             statements[:0] = ["BEGIN", *self.first]
             skip, self.began = 1 + len(self.first), True
+        timed = self.locked and self.lock_wait is None  # the string that takes the lock
+        began = time.perf_counter()
         results = self._traced_send(";\n".join(statements), len(statements))
+        if timed:
+            self.lock_wait = time.perf_counter() - began
         # A failed statement stops the string: its result is the last one.
         error = results[-1] if results and results[-1].status == pq.ExecStatus.FATAL_ERROR else None
         ran = len(results) if error is None else len(results) - 1  # (the failed one did not)

@@ -14,6 +14,8 @@ class Cursor:
     def __init__(self, raw: Any, dialect: Dialect) -> None:
         self.raw = raw
         self.dialect = dialect
+        # Seconds its transaction waited for the writer lock (None: it took none, or untimed).
+        self.lock_wait: float | None = None
 
     def execute(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> None:
         self.raw.execute(sql, params)

@@ -16,10 +16,12 @@ UUID_COLUMNS: Final = frozenset(
 TIME_COLUMNS: Final = frozenset(
     {"creation_time", "update_time", "start_time", "end_time", "lease_expires_at", "time"}
     | {"last_interaction", "rebuilt_at"}  # catch-up projections and their registry
+    | {"last_dequeue_at", "last_event_at", "last_expired_at", "since"}  # operations
     | {"finish_time", "delegated_at"}
     | {"created_at"}  # Idempotency-Keys
     | {"expires_at", "issued_at", "revoked_at"}  # tokens
 )
 BOOL_COLUMNS: Final = frozenset(
     {"started", "stage_open", "job_open", "deleted", "finishing", "completing", "completion"}
+    | {"open"}
 )

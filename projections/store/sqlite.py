@@ -125,9 +125,13 @@ class SqliteStore(SqlStore):
         says."""
         with wrapped(), self.lite.get_connection(commit=write) as conn:
             raw = conn.cursor().sqlite_cursor
+            began = time.perf_counter()
             raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            cur = Cursor(raw, self.dialect)
+            if write:  # BEGIN IMMEDIATE waits for the one writer's lock
+                cur.lock_wait = time.perf_counter() - began
             try:
-                yield Cursor(raw, self.dialect)
+                yield cur
             except BaseException:
                 conn.rollback()
                 raise

@@ -84,6 +84,9 @@ def _requests(t: Targets) -> dict[str, Request]:
         "list_tokens": ("GET", "/v1/tokens", None),
         "revoke_token": ("DELETE", "/v1/tokens/spare", None),
         "metrics": ("GET", "/metrics", None),
+        "service_metrics": ("GET", "/service-metrics", None),
+        "get_queues": ("GET", "/v1/queues", None),
+        "get_stuck": ("GET", "/v1/stuck", None),
     }
 
 

@@ -365,3 +365,45 @@ def test_a_traced_server_records_its_request_spans_trace_on_the_events(
     assert request.context is not None
     (created,) = api.http.get(f"/v1/jobs/{job['id']}/history").json()["items"]
     assert created["traceId"] == f"{request.context.trace_id:032x}"
+
+
+def history_trace_ids(api: Api, job_id: str) -> dict[str, str | None]:
+    r = api.http.get(f"/v1/jobs/{job_id}/history")
+    assert r.status_code == 200, r.text
+    return {item["type"]: item["traceId"] for item in r.json()["items"]}
+
+
+def test_every_event_records_the_trace_of_the_request_that_caused_it(
+    traced: tuple[Api, InMemorySpanExporter],
+) -> None:
+    api, exporter = traced
+    job = api.http.post(
+        "/v1/jobs", json={"name": "nightly", "data": {}}, headers={"traceparent": TRACE}
+    ).json()
+    api.add_stage(job["id"])  # a request without a traceparent: a trace of its own
+
+    (created,) = named(exporter, "POST /v1/jobs")
+    (added,) = named(exporter, "POST /v1/jobs/{jobId}/stage")
+    assert created.context is not None
+    assert added.context is not None
+    assert history_trace_ids(api, job["id"]) == {
+        "JobCreated": f"{created.context.trace_id:032x}",
+        "StageAppended": f"{added.context.trace_id:032x}",
+        "StageAdded": f"{added.context.trace_id:032x}",
+    }
+    assert f"{created.context.trace_id:032x}" == TRACE.split("-")[1]
+
+
+def test_without_tracing_events_record_the_callers_trace_or_none(api: Api) -> None:
+    with_trace = api.http.post(
+        "/v1/jobs", json={"name": "nightly", "data": {}}, headers={"traceparent": TRACE}
+    ).json()
+    zeros = "00-" + "0" * 32 + "-" + "0" * 16 + "-00"
+    untraced = api.http.post(
+        "/v1/jobs", json={"name": "nightly", "data": {}}, headers={"traceparent": zeros}
+    ).json()
+    plain = api.create_job()
+
+    assert history_trace_ids(api, with_trace["id"]) == {"JobCreated": TRACE.split("-")[1]}
+    assert history_trace_ids(api, untraced["id"]) == {"JobCreated": None}
+    assert history_trace_ids(api, plain["id"]) == {"JobCreated": None}

@@ -6,7 +6,7 @@ from urllib.parse import urlparse, urlunparse
 from jobnik.scripts.bench import TINY, run_suite
 
 IN_DATABASE = ["engine", "http", "bulk", "hot"]
-OWN_DATABASES = ["depth", "rebuild"]  # they make their own databases and files
+OWN_DATABASES = ["depth", "scrape", "rebuild"]  # they make their own databases and files
 
 
 def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: str) -> None:
@@ -24,7 +24,7 @@ def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: s
     goals = [g for _, gs in results for g in gs]
 
     names = {f.name.split()[0] for f in figures}
-    assert names == {"engine", "HTTP", "bulk", "dequeue", "rebuild", "hot"}
+    assert names == {"engine", "HTTP", "bulk", "dequeue", "scrape", "rebuild", "hot"}
     for f in figures:
         assert f.backend == backend
         if f.floor is None:  # counts (lock waits, retries) may be zero
@@ -32,7 +32,7 @@ def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: s
         else:
             assert f.value > 0, f
             assert f.floor > 0, f
-    assert len(goals) == 6  # one per goal of the issue
+    assert len(goals) == 8  # one per goal of the issue
     http = next(f for f in figures if f.name.startswith("HTTP lifecycle"))
     assert f"{2 if backend == 'postgres' else 1} uvicorn processes" in http.note
 

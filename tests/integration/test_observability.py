@@ -126,6 +126,35 @@ def test_two_server_processes_serve_the_sum_of_their_metrics(
     assert "HTTP/1.1" not in log_path.read_text()  # uvicorn's own access lines are off
 
 
+@pytest.mark.slow
+@POSTGRES_ONLY
+def test_two_server_processes_agree_on_the_read_model_gauges_and_sum_their_counters(
+    database_url: str, tmp_path: Path
+) -> None:
+    with jobnik_serve(database_url, 2, tmp_path) as (url, log_path, _):
+        body = {"name": "spread", "data": {}}
+        created = replays = 0
+        while len(set(served_by(log_path, "/v1/jobs"))) < 2 and created < 200:
+            for _ in range(10):  # each on a new connection: the kernel spreads them
+                key = {"Idempotency-Key": f"key-{created}"}
+                for _ in range(2):  # the second answers the first's answer again
+                    r = httpx.post(f"{url}/v1/jobs", json=body, headers=key, timeout=10)
+                    assert r.status_code == 201, r.text
+                created += 1
+                replays += 1
+            time.sleep(0.05)
+        scrapes = [samples(url) for _ in range(6)]
+        service = [httpx.get(f"{url}/service-metrics", timeout=10).text for _ in range(4)]
+
+    assert len(set(served_by(log_path, "/v1/jobs"))) == 2
+    pending = ("jobnik_jobs_by_status", (("job_status", "PENDING"),))
+    for scraped in scrapes:
+        assert scraped[pending] == created  # read from the database: the same in each process
+        assert scraped[("jobnik_idempotent_replays_total", ())] == replays  # summed
+        assert scraped[("jobnik_writer_lock_wait_seconds_count", ())] >= created  # summed
+    assert all(f'jobnik_jobs_by_status{{job_status="PENDING"}} {created}.0' in t for t in service)
+
+
 # -- one trace across processes -----------------------------------------------------------------
 
 

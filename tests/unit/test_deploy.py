@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from jobnik.api.telemetry.metrics import ServerMetrics
+from jobnik.api.telemetry.service_metrics import JobnikServiceGauges, QueueMetrics
 from jobnik.workers.metrics import WorkerMetrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -26,10 +27,12 @@ SUFFIXES = {"histogram": ("_bucket", "_count", "_sum"), "counter": ("_total",), 
 
 
 def served() -> set[str]:
-    """Every sample name the server's and a worker's registries can expose."""
+    """Every sample name the server's and a worker's registries can expose, and the metrics
+    the server reads from its read models."""
     names = set()
+    read_models = (*JobnikServiceGauges.families(), *QueueMetrics.families())  # (no database)
     for registry in (ServerMetrics().registry, WorkerMetrics("any").registry):
-        for family in registry.collect():
+        for family in (*registry.collect(), *read_models):
             names.update(family.name + s for s in SUFFIXES.get(family.type, ("",)))
     return names
 

@@ -56,3 +56,62 @@ SELECT * FROM summaries_v1 WHERE stage_id = %(s)s;
 -- name: expired_leases
 SELECT * FROM tasks_v1 WHERE status = 'IN_PROGRESS' AND lease_expires_at < %(now)s
     ORDER BY lease_expires_at LIMIT %(limit)s;
+
+-- == what operators watch: counts for metrics, queues, stuck work (queries/operations.py) ====
+-- Each reads summaries and small tables, never the tasks table in full: its cost grows with
+-- the number of jobs, stages and stage types, not with the number of tasks.
+
+-- name: jobs_by_status
+SELECT status, COUNT(*) AS n FROM jobs_v1 GROUP BY status;
+
+-- name: stages_by_status
+SELECT type AS stage_type, status, COUNT(*) AS n FROM stages_v1 GROUP BY type, status;
+
+-- name: tasks_by_type_and_priority
+-- Every stage's task summary, summed by stage type and job priority.
+SELECT s.type AS stage_type, j.priority, SUM(m.created) AS created, SUM(m.pending) AS pending,
+    SUM(m.in_progress) AS in_progress, SUM(m.completed) AS completed, SUM(m.failed) AS failed,
+    SUM(m.retried) AS retried, SUM(m.aborted) AS aborted, SUM(m.delegated) AS delegated,
+    SUM(m.total) AS total
+FROM summaries_v1 m JOIN stages_v1 s ON s.id = m.stage_id JOIN jobs_v1 j ON j.id = m.job_id
+GROUP BY s.type, j.priority;
+
+-- name: oldest_queued
+-- Per stage type, the dequeueable task queued first (one probe of queue_v1_oldest) and when it
+-- was queued (its latest change).
+SELECT k.type AS stage_type, t.update_time
+FROM (SELECT DISTINCT type FROM stages_v1) k JOIN tasks_v1 t ON t.id = (
+    SELECT q.task_id FROM queue_v1 q WHERE q.stage_type = k.type AND q.stage_open AND q.job_open
+    ORDER BY q.seq LIMIT 1);
+
+-- name: operations_by_type
+SELECT * FROM operations_v1_types;
+
+-- name: events_by_type
+SELECT event_type, appended FROM operations_v1_events;
+
+-- name: stuck_leases
+-- Unfinished tasks whose lease expired more than %(n)s times.
+SELECT l.task_id, l.expiries, l.last_expired_at AS since, s.job_id, s.stage_id, s.stage_type
+FROM operations_v1_leases l JOIN operations_v1_stages s ON s.stage_id = l.stage_id
+    JOIN tasks_v1 t ON t.id = l.task_id
+WHERE l.expiries > %(n)s AND t.status NOT IN ('COMPLETED', 'FAILED', 'ABORTED')
+ORDER BY l.last_expired_at LIMIT %(limit)s;
+
+-- name: stuck_delegations
+-- DELEGATED tasks whose child jobs have all ended; since: the last one's end.
+SELECT t.id AS task_id, t.job_id, t.stage_id, t.stage_type, t.delegated_at,
+    MAX(c.end_time) AS since, COUNT(*) AS children
+FROM tasks_v1 t JOIN jobs_v1 c ON c.parent_task_id = t.id
+WHERE t.status = 'DELEGATED'
+GROUP BY t.id, t.job_id, t.stage_id, t.stage_type, t.delegated_at
+HAVING SUM(CASE WHEN c.status IN ('COMPLETED', 'FAILED', 'ABORTED') THEN 0 ELSE 1 END) = 0
+ORDER BY t.delegated_at LIMIT %(limit)s;
+
+-- name: idle_jobs
+-- Unfinished jobs with no event since before %(before)s and no task in progress.
+SELECT o.job_id, o.last_event_at AS since, j.status
+FROM operations_v1_jobs o JOIN jobs_v1 j ON j.id = o.job_id
+WHERE o.open AND o.last_event_at < %(before)s
+    AND NOT EXISTS (SELECT 1 FROM summaries_v1 m WHERE m.job_id = o.job_id AND m.in_progress > 0)
+ORDER BY o.last_event_at LIMIT %(limit)s;

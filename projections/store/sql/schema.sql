@@ -117,6 +117,8 @@ CREATE TABLE IF NOT EXISTS queue_v1 (
 );
 CREATE INDEX IF NOT EXISTS queue_v1_next ON queue_v1 (stage_type, priority_rank, seq)
     WHERE stage_open AND job_open;
+CREATE INDEX IF NOT EXISTS queue_v1_oldest ON queue_v1 (stage_type, seq)
+    WHERE stage_open AND job_open;
 CREATE INDEX IF NOT EXISTS queue_v1_job ON queue_v1 (job_id);
 CREATE INDEX IF NOT EXISTS queue_v1_stage ON queue_v1 (stage_id);
 

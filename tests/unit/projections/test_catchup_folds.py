@@ -6,9 +6,9 @@ from typing import Any
 from jobnik.domain.jobs import Job
 from jobnik.domain.principals import Actor
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import TIMEOUT, JobStatus
+from jobnik.domain.statuses import FATAL, TIMEOUT, JobStatus
 from jobnik.domain.tasks import Task
-from jobnik.projections.catchup import last_status, run_stats
+from jobnik.projections.catchup import last_status, operations, run_stats
 from jobnik.projections.rebuild.shadow import Renamer, live_of
 
 from ..builders import at, new_job, new_stage, new_task
@@ -114,3 +114,46 @@ def test_shadow_names_cover_tables_and_their_indexes_and_map_back() -> None:
     )
     assert live_of("jobs_v1__next_name") == "jobs_v1_name"
     assert live_of("queue_v1__next_next") == "queue_v1_next"
+
+
+def test_operations_count_retries_and_failures_by_cause_and_note_the_latest_times() -> None:
+    job = new_job()
+    stage = new_stage(job_id=job.id)
+    task = new_task(max_attempts=3, stage_id=stage.id, job_id=job.id)
+    fatal = new_task(stage_id=stage.id, job_id=job.id)
+    task.dequeue(at(1), Actor.WORKER)
+    task.fail(at(2), Actor.WORKER)
+    task.dequeue(at(3), Actor.WORKER)
+    task.fail(at(4), Actor.SYSTEM, "lease expired", cause=TIMEOUT)
+    task.dequeue(at(5), Actor.WORKER)
+    task.fail(at(6), Actor.SYSTEM, "lease expired", cause=TIMEOUT)  # attempts ran out
+    fatal.dequeue(at(7), Actor.WORKER)
+    fatal.fail(at(8), Actor.WORKER, cause=FATAL)
+    events = [*job.collect_events(), *stage.collect_events()]
+    events += [*task.collect_events(), *fatal.collect_events()]
+
+    c = operations.fold(positioned(*events))
+
+    assert +c.counters[stage.id] == Counter(
+        dequeues=4, leases_expired=2, retried_error=1, retried_timeout=1, failed_timeout=1
+    ) + Counter(failed_fatal=1)
+    assert c.dequeued_at == {stage.id: at(7)}
+    assert c.leases == {
+        task.id: {"task_id": task.id, "stage_id": stage.id, "expiries": 2, "last_expired_at": at(6)}
+    }
+    assert c.events["TaskDequeued"] == 4
+    assert c.new_stages[stage.id]["stage_type"] == stage.type
+    assert set(c.job_seen) == {job.id}
+    assert set(c.stage_seen) == {stage.id}
+
+
+def test_operations_read_every_event_and_a_job_closes_with_its_end() -> None:
+    job = new_job()
+    job.request_status(JobStatus.ABORTED, at(5))
+
+    c = operations.fold(positioned(*job.collect_events()))
+
+    assert {Job.JobCreated, Task.TaskLeaseExtended, Stage.StageAdded} <= set(operations.ALL_EVENTS)
+    assert c.job_open == {job.id: False}
+    assert c.new_jobs == {job.id: {"job_id": job.id, "open": True}}
+    assert c.job_seen == {job.id: at(5)}

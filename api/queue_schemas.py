@@ -1,0 +1,80 @@
+"""Wire shapes of the operators' reads: each stage type's queue, and stuck work.
+
+Fields without a value answer `null` (these shapes keep every key)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+from pydantic import Field
+
+from jobnik.api.schemas import ApiModel
+from jobnik.projections.queries.operations import Queue, Stuck
+
+StuckKind = Literal[
+    "LEASE_EXPIRED_REPEATEDLY", "DELEGATION_NOT_REDISPATCHED", "JOB_IDLE", "QUEUE_NOT_DEQUEUED"
+]
+
+
+class QueueOut(ApiModel):
+    """One stage type's tasks: queued (PENDING or RETRIED), in progress, completed, failed; the
+    oldest task a dequeue could take now and how long it has waited; the last dequeue."""
+
+    stage_type: str
+    queued: int
+    oldest_queued_at: datetime | None
+    oldest_queued_age_seconds: float | None
+    in_progress: int
+    completed: int
+    failed: int
+    last_dequeue_at: datetime | None
+
+    @classmethod
+    def of(cls, q: Queue, now: datetime) -> QueueOut:
+        oldest = q.oldest_queued_at
+        return cls(
+            stage_type=q.stage_type,
+            queued=q.queued,
+            oldest_queued_at=oldest,
+            oldest_queued_age_seconds=(
+                max(0.0, (now - oldest).total_seconds()) if oldest is not None else None
+            ),
+            in_progress=q.in_progress,
+            completed=q.completed,
+            failed=q.failed,
+            last_dequeue_at=q.last_dequeue_at,
+        )
+
+
+class QueuesOut(ApiModel):
+    items: list[QueueOut]
+
+
+class StuckOut(ApiModel):
+    """Work that is not moving: what kind, why (in words), since when, and what it is."""
+
+    kind: StuckKind
+    reason: str
+    since: datetime
+    job_id: UUID | None = Field(description="the job, or null (QUEUE_NOT_DEQUEUED)")
+    stage_id: UUID | None
+    task_id: UUID | None
+    stage_type: str | None
+
+    @classmethod
+    def of(cls, s: Stuck) -> StuckOut:
+        return cls(
+            kind=s.kind,  # type: ignore[arg-type]
+            reason=s.reason,
+            since=s.since,
+            job_id=s.job_id,
+            stage_id=s.stage_id,
+            task_id=s.task_id,
+            stage_type=s.stage_type,
+        )
+
+
+class StuckListOut(ApiModel):
+    items: list[StuckOut]

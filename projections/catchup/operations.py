@@ -1,0 +1,295 @@
+"""What a queue operator watches, folded from the log: per stage type the dequeues, expired
+leases, retries and failures by cause and the last dequeue's time; events appended by type; each
+job's latest event (to find idle jobs); the tasks whose lease expired, and how often.
+
+Tables, all small beside the tasks (one row per stage type, event type, stage, job, or task whose
+lease ever expired):
+- operations_v1_types: counters per stage type and `last_dequeue_at`;
+- operations_v1_events: events appended per event class (`TaskDequeued`, ...);
+- operations_v1_stages: each stage's job and type (task events name their stage, not its type);
+- operations_v1_jobs: `open` (not COMPLETED, FAILED, ABORTED or deleted) and `last_event_at`,
+  the time of the latest event of the job, of its stages or of its tasks that names a stage or
+  job (heartbeats name neither, and do not count);
+- operations_v1_leases: per task, how many of its leases expired (`TaskRetried` or `TaskFailed`
+  with cause timeout) and when the latest did.
+
+Times are event times and the later of two wins, so a batch's changes commute and a replay from
+scratch writes the same rows however the events fall into batches.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+from uuid import UUID
+
+from eventsourcing.domain import DomainEvent
+
+from jobnik.domain.jobs import Job
+from jobnik.domain.stages import Stage
+from jobnik.domain.statuses import FATAL, TIMEOUT
+from jobnik.domain.tasks import Task
+from jobnik.domain.tokens import Token
+from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql
+from jobnik.projections.store.cursor import Cursor
+
+TYPES, EVENTS, STAGES, JOBS, LEASES = (
+    "operations_v1_types",
+    "operations_v1_events",
+    "operations_v1_stages",
+    "operations_v1_jobs",
+    "operations_v1_leases",
+)
+COUNTERS: Final = (
+    "dequeues",
+    "leases_expired",
+    "retried_error",
+    "retried_timeout",
+    "failed_error",
+    "failed_timeout",
+    "failed_fatal",
+)
+FAILED_BY_CAUSE: Final = {TIMEOUT: "failed_timeout", FATAL: "failed_fatal"}
+CLOSING: Final = (Job.JobCompleted, Job.JobFailed, Job.JobAborted, Job.JobDeleted)
+
+
+def event_classes(*aggregates: type) -> tuple[type, ...]:
+    """Every event class the aggregates define."""
+    return tuple(
+        v
+        for a in aggregates
+        for v in vars(a).values()
+        if isinstance(v, type) and issubclass(v, DomainEvent)
+    )
+
+
+ALL_EVENTS: Final = event_classes(Job, Stage, Task, Token)
+JOB_EVENTS: Final = frozenset(event_classes(Job))
+STAGE_EVENTS: Final = frozenset(event_classes(Stage))
+
+
+def _later(a: datetime | None, b: datetime) -> datetime:
+    return b if a is None or b > a else a
+
+
+@dataclass
+class Changes:
+    """What a batch of events does to the rows (pure: `fold`)."""
+
+    events: Counter[str] = field(default_factory=Counter)
+    new_stages: dict[UUID, dict[str, Any]] = field(default_factory=dict)
+    counters: dict[UUID, Counter[str]] = field(default_factory=dict)  # by stage id
+    dequeued_at: dict[UUID, datetime] = field(default_factory=dict)  # by stage id
+    new_jobs: dict[UUID, dict[str, Any]] = field(default_factory=dict)
+    job_seen: dict[UUID, datetime] = field(default_factory=dict)
+    job_open: dict[UUID, bool] = field(default_factory=dict)
+    stage_seen: dict[UUID, datetime] = field(default_factory=dict)
+    leases: dict[UUID, dict[str, Any]] = field(default_factory=dict)  # by task id
+
+    def count(self, stage_id: UUID, counter: str) -> None:
+        self.counters.setdefault(stage_id, Counter())[counter] += 1
+
+    def expired(self, e: Any) -> None:
+        """A lease ran out: counted for the stage type and the task."""
+        self.count(e.stage_id, "leases_expired")
+        row = self.leases.setdefault(
+            e.originator_id, {"task_id": e.originator_id, "stage_id": e.stage_id, "expiries": 0}
+        )
+        row["expiries"] += 1
+        row["last_expired_at"] = e.timestamp
+
+
+def _seen(c: Changes, e: Any) -> None:
+    """The event's time as its job's latest: by the job it names, else by its stage."""
+    job_id = e.originator_id if type(e) in JOB_EVENTS else getattr(e, "job_id", None)
+    if job_id is not None:
+        c.job_seen[job_id] = _later(c.job_seen.get(job_id), e.timestamp)
+        return
+    stage_id = e.originator_id if type(e) in STAGE_EVENTS else getattr(e, "stage_id", None)
+    if stage_id is not None:
+        c.stage_seen[stage_id] = _later(c.stage_seen.get(stage_id), e.timestamp)
+
+
+def _dequeued(c: Changes, e: Any) -> None:
+    c.count(e.stage_id, "dequeues")
+    c.dequeued_at[e.stage_id] = _later(c.dequeued_at.get(e.stage_id), e.timestamp)
+
+
+def _retried(c: Changes, e: Any) -> None:
+    if e.cause == TIMEOUT:
+        c.expired(e)
+        c.count(e.stage_id, "retried_timeout")
+    else:
+        c.count(e.stage_id, "retried_error")
+
+
+def _failed(c: Changes, e: Any) -> None:
+    if e.cause == TIMEOUT:
+        c.expired(e)
+    c.count(e.stage_id, FAILED_BY_CAUSE.get(e.cause, "failed_error"))
+
+
+def _job_created(c: Changes, e: Any) -> None:
+    c.new_jobs[e.originator_id] = {"job_id": e.originator_id, "open": True}
+
+
+def _stage_added(c: Changes, e: Any) -> None:
+    c.new_stages[e.originator_id] = {
+        "stage_id": e.originator_id,
+        "job_id": e.job_id,
+        "stage_type": e.type,
+    }
+
+
+STEP: Final[dict[type, Callable[[Changes, Any], None]]] = {
+    Job.JobCreated: _job_created,
+    Job.JobReopened: lambda c, e: c.job_open.__setitem__(e.originator_id, True),
+    **{t: (lambda c, e: c.job_open.__setitem__(e.originator_id, False)) for t in CLOSING},
+    Stage.StageAdded: _stage_added,
+    Task.TaskDequeued: _dequeued,
+    Task.TaskRetried: _retried,
+    Task.TaskFailed: _failed,
+}
+
+
+def fold(batch: Batch) -> Changes:
+    """The changes `batch` (in log order) makes to the rows. Pure."""
+    c = Changes()
+    for _, e in batch:
+        c.events[type(e).__name__] += 1
+        _seen(c, e)
+        handler = STEP.get(type(e))
+        if handler is not None:
+            handler(c, e)
+    return c
+
+
+INSERT_STAGE: Final = (
+    "INSERT INTO operations_v1_stages (stage_id, job_id, stage_type) "
+    "VALUES (%(stage_id)s, %(job_id)s, %(stage_type)s)"
+)
+INSERT_TYPE: Final = (
+    "INSERT INTO operations_v1_types (stage_type) VALUES (%(stage_type)s) "
+    "ON CONFLICT (stage_type) DO NOTHING"
+)
+STAGE_TYPE: Final = "(SELECT stage_type FROM operations_v1_stages WHERE stage_id = %(stage_id)s)"
+STAGE_JOB: Final = "(SELECT job_id FROM operations_v1_stages WHERE stage_id = %(stage_id)s)"
+ADD_COUNTERS: Final = (
+    "UPDATE operations_v1_types SET "
+    + ", ".join(f"{c} = {c} + %({c})s" for c in COUNTERS)
+    + f" WHERE stage_type = {STAGE_TYPE}"
+)
+SET_LAST_DEQUEUE: Final = (
+    "UPDATE operations_v1_types SET last_dequeue_at = %(t)s "
+    f"WHERE stage_type = {STAGE_TYPE} AND (last_dequeue_at IS NULL OR last_dequeue_at < %(t)s)"
+)
+ADD_EVENTS: Final = (
+    "INSERT INTO operations_v1_events (event_type, appended) VALUES (%(event_type)s, %(n)s) "
+    "ON CONFLICT (event_type) DO UPDATE "
+    "SET appended = operations_v1_events.appended + EXCLUDED.appended"
+)
+INSERT_JOB: Final = (
+    "INSERT INTO operations_v1_jobs (job_id, open, last_event_at) "
+    "VALUES (%(job_id)s, %(open)s, %(last_event_at)s)"
+)
+SET_JOB_OPEN: Final = "UPDATE operations_v1_jobs SET open = %(open)s WHERE job_id = %(job_id)s"
+SET_JOB_SEEN: Final = (
+    "UPDATE operations_v1_jobs SET last_event_at = %(t)s WHERE job_id = {job} "
+    "AND last_event_at < %(t)s"
+)
+ADD_LEASES: Final = (
+    "INSERT INTO operations_v1_leases (task_id, stage_id, expiries, last_expired_at) "
+    "VALUES (%(task_id)s, %(stage_id)s, %(expiries)s, %(last_expired_at)s) "
+    "ON CONFLICT (task_id) DO UPDATE SET "
+    "expiries = operations_v1_leases.expiries + EXCLUDED.expiries, "
+    "last_expired_at = EXCLUDED.last_expired_at"
+)
+
+
+class Operations(CatchUpProjection):
+    """Counters and times per stage type, events by type, jobs' latest events, expired leases."""
+
+    name = "operations"
+    version = 1
+    tables = (TYPES, EVENTS, STAGES, JOBS, LEASES)
+    keys = {
+        TYPES: ("stage_type",),
+        EVENTS: ("event_type",),
+        STAGES: ("stage_id",),
+        JOBS: ("job_id",),
+        LEASES: ("task_id",),
+    }
+    events = ALL_EVENTS
+    ddl = f"""
+    CREATE TABLE IF NOT EXISTS operations_v1_types (
+        stage_type TEXT PRIMARY KEY,
+        {" ".join(f"{c} BIGINT NOT NULL DEFAULT 0," for c in COUNTERS)}
+        last_dequeue_at {{time}}
+    );
+    CREATE TABLE IF NOT EXISTS operations_v1_events (
+        event_type TEXT PRIMARY KEY,
+        appended BIGINT NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS operations_v1_stages (
+        stage_id {{uuid}} PRIMARY KEY,
+        job_id {{uuid}} NOT NULL,
+        stage_type TEXT NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS operations_v1_jobs (
+        job_id {{uuid}} PRIMARY KEY,
+        open {{bool}} NOT NULL,
+        last_event_at {{time}} NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS operations_v1_jobs_idle ON operations_v1_jobs (last_event_at)
+        WHERE open;
+    CREATE TABLE IF NOT EXISTS operations_v1_leases (
+        task_id {{uuid}} PRIMARY KEY,
+        stage_id {{uuid}} NOT NULL,
+        expiries INTEGER NOT NULL,
+        last_expired_at {{time}} NOT NULL
+    )
+    """
+
+    def prepare(self, batch: Batch) -> Changes:
+        return fold(batch)
+
+    def apply(self, cur: Cursor, batch: Batch, sql: Sql, prepared: Any = None) -> None:
+        c = prepared if isinstance(prepared, Changes) else fold(batch)
+        d = cur.dialect
+
+        def run(statement: str, rows: list[dict[str, Any]]) -> None:
+            if rows:
+                cur.executemany(sql(statement), [d.dump_row(r) for r in rows])
+
+        run(INSERT_STAGE, list(c.new_stages.values()))
+        new_types = sorted({s["stage_type"] for s in c.new_stages.values()})
+        run(INSERT_TYPE, [{"stage_type": t} for t in new_types])
+        run(
+            ADD_COUNTERS,
+            [{"stage_id": s, **{k: n.get(k, 0) for k in COUNTERS}} for s, n in c.counters.items()],
+        )
+        run(SET_LAST_DEQUEUE, [{"stage_id": s, "t": t} for s, t in c.dequeued_at.items()])
+        run(ADD_EVENTS, [{"event_type": k, "n": n} for k, n in sorted(c.events.items())])
+        run(
+            INSERT_JOB,
+            [
+                {**row, "open": c.job_open.get(j, True), "last_event_at": c.job_seen[j]}
+                for j, row in c.new_jobs.items()
+            ],
+        )
+        run(
+            SET_JOB_OPEN,
+            [{"job_id": j, "open": o} for j, o in c.job_open.items() if j not in c.new_jobs],
+        )
+        run(
+            SET_JOB_SEEN.format(job="%(job_id)s"),
+            [{"job_id": j, "t": t} for j, t in c.job_seen.items() if j not in c.new_jobs],
+        )
+        run(
+            SET_JOB_SEEN.format(job=STAGE_JOB),
+            [{"stage_id": s, "t": t} for s, t in c.stage_seen.items()],
+        )
+        run(ADD_LEASES, list(c.leases.values()))
