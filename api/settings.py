@@ -116,6 +116,12 @@ class Settings(BaseSettings):
         ge=1,
         description="tasks one POST /v1/stages/{stageId}/tasks creates (400 TOO_MANY_TASKS)",
     )
+    max_batch_size: int = Field(
+        100,
+        ge=1,
+        description="tasks one batched dequeue (`count`) claims or one PUT /v1/tasks/status "
+        "reports (400 BATCH_TOO_LARGE)",
+    )
     max_page_size: int = Field(
         100, ge=1, description="the largest page_size of a paged list (400 VALIDATION_ERROR)"
     )

@@ -1,0 +1,116 @@
+"""Worker commands on many tasks in one transaction: a batched dequeue and a batched report.
+
+Each task keeps its own attempt, lease, events and fencing, exactly as one request per task
+would; what the batch shares is the transaction (one writer-lock turn, one commit). A report's
+items are answered one by one: a stale attempt, a token that does not hold the attempt or an
+illegal transition is that item's answer, recorded like a single request's, and the others go
+on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from jobnik.domain.base import Entity
+from jobnik.domain.errors import (
+    Forbidden,
+    IllegalTransition,
+    InvalidRequest,
+    JobnikError,
+    NotFound,
+    StaleAttempt,
+)
+from jobnik.domain.principals import Actor, Principal
+from jobnik.domain.statuses import TaskStatus
+from jobnik.domain.tasks import Task
+from jobnik.domain.work import WorkCommands, command
+
+# What refuses one item of a batched report without touching the others: each is raised
+# before the item changes anything.
+ITEM_ERRORS = (NotFound, IllegalTransition, InvalidRequest, Forbidden, StaleAttempt)
+
+
+@dataclass(frozen=True)
+class Report:
+    """One item of a batched report: a task's outcome, from the attempt that ran it."""
+
+    task_id: UUID
+    attempt: int
+    status: TaskStatus
+    reason: str | None = None
+    fatal: bool = False
+    result: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One item's answer: the task after the report, or the error that refused it."""
+
+    task_id: UUID
+    task: Task | None = None
+    error: JobnikError | None = None
+
+
+class BatchCommands(WorkCommands):
+    """Batched worker commands: each task as its own command would treat it, in one
+    transaction."""
+
+    @command
+    def dequeue_batch(
+        self,
+        stage_type: str,
+        count: int,
+        lease_seconds: int | None = None,
+        *,
+        by: Principal = Actor.WORKER,
+    ) -> list[Task]:
+        """Claim up to `count` eligible tasks of `stage_type` (fewer when fewer are queued,
+        none when none is): each gets its own attempt, lease and TaskDequeued event."""
+        if count < 1:
+            raise InvalidRequest("count must be at least 1")
+        by.check_stage_type(stage_type)
+        now = self.clock()
+        with self._write() as s:
+            tasks = s.claim_batch(stage_type, count)
+            order: list[Entity] = []
+            for task in tasks:
+                stage, job = s.stage(task.stage_id), s.job(task.job_id)
+                task.dequeue(now, by, lease_seconds or self.lease_seconds)
+                if stage.start(now, Actor.SYSTEM):
+                    job.start(now, Actor.SYSTEM)
+                order += (task, stage, job)  # the events in a single dequeue's order
+            s.save(*order)
+        return tasks
+
+    @command
+    def report_batch(
+        self, reports: Sequence[Report], *, by: Principal = Actor.WORKER
+    ) -> list[Outcome]:
+        """Each report as `report_task` with its attempt would make it, every cascade
+        included; an item's refusal is its answer (a stale attempt's is recorded). An error
+        after an item changed something (a bug, a database fault) fails the whole batch and
+        changes nothing."""
+        now = self.clock()
+        with self._write() as s:
+            s.read_ahead([r.task_id for r in reports])  # before the first write: one lock turn
+            outcomes = []
+            for r in reports:
+                task: Task | None = None
+                version = None
+                try:
+                    task = s.task(r.task_id)
+                    version = task.version
+                    by.check_stage_type(task.stage_type)
+                    refused = self._fenced_report(
+                        s, task, r.status, r.attempt, now, r.reason, r.fatal, r.result, by
+                    )
+                except ITEM_ERRORS as exc:
+                    if task is not None and task.version != version:
+                        raise  # the item changed something already: all or nothing
+                    outcomes.append(Outcome(r.task_id, error=exc))
+                    continue
+                outcomes.append(Outcome(r.task_id, task=task, error=refused))
+        return outcomes
