@@ -41,7 +41,12 @@ from jobnik.projections.store.base import SqlStore
 
 log = logging.getLogger(__name__)
 
-WORKER_ROUTES: Final = (stages.dequeue_task, tasks.update_task_status, tasks.heartbeat)
+WORKER_ROUTES: Final = (
+    stages.dequeue_task,
+    tasks.update_task_status,
+    tasks.update_task_statuses,
+    tasks.heartbeat,
+)
 
 DESCRIPTION: Final = (
     "jobnik is an event-sourced workflow engine. Jobs hold ordered stages, stages hold tasks, "
