@@ -23,6 +23,7 @@ from jobnik.domain.errors import (
     NotFound,
     StaleAttempt,
 )
+from jobnik.domain.ports import Session
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import TaskStatus
 from jobnik.domain.tasks import Task
@@ -96,6 +97,8 @@ class BatchCommands(WorkCommands):
         now = self.clock()
         with self._write() as s:
             s.read_ahead([r.task_id for r in reports])  # before the first write: one lock turn
+            for job_id in self._may_fail(s, reports):
+                s.hold_queue(job_id)  # before the first write, as a single failing report does
             outcomes = []
             for r in reports:
                 task: Task | None = None
@@ -114,3 +117,22 @@ class BatchCommands(WorkCommands):
                     continue
                 outcomes.append(Outcome(r.task_id, task=task, error=refused))
         return outcomes
+
+    @staticmethod
+    def _may_fail(s: Session, reports: Sequence[Report]) -> list[UUID]:
+        """The jobs whose stage a report may fail (a last attempt's failure, a fatal one, or a
+        completion a failure pattern may refuse): their queue rows are held first."""
+        jobs: dict[UUID, None] = {}
+        for r in reports:
+            try:
+                task = s.task(r.task_id)
+            except NotFound:
+                continue
+            last = task.attempts + 1 >= task.max_attempts
+            if (r.status == TaskStatus.FAILED and (r.fatal or last)) or (
+                r.status == TaskStatus.COMPLETED
+                and last
+                and s.stage(task.stage_id).failure_patterns
+            ):
+                jobs[task.job_id] = None
+        return list(jobs)

@@ -152,11 +152,16 @@ class PostgresSession(SqlSession):
         if self._predicted:
             self.lock()
         # A prediction made before later saves of this session (a batch) is checked against
-        # the row without them.
-        for stage_id, done, own in dict.fromkeys(self._predicted):
+        # the row without them: completed - total, less what those saves added, is 0 exactly
+        # when it predicted a completion. One check per stage.
+        zero: dict[UUID, tuple[set[int], set[int]]] = {}
+        for stage_id, done, own in self._predicted:
             later = self._own_lead(stage_id) - own
+            zero.setdefault(stage_id, (set(), set()))[done].add(later)
+        for stage_id, (no, yes) in zero.items():
             self.cur.execute_prepared(
-                self.d.sql("assert_summary_fresh"), {"s": stage_id, "d": done, "o": later}
+                self.d.sql("assert_summary_fresh"),
+                {"s": stage_id, "no": _array(no), "yes": _array(yes)},
             )
 
     # -- loads ---------------------------------------------------------------------------------
@@ -264,3 +269,8 @@ class PostgresSession(SqlSession):
         )
         self._ids.append(ids)
         self.store.apply(self.cur, events, positions, self._deltas)
+
+
+def _array(values: set[int]) -> str:
+    """A bigint[] literal's text."""
+    return "{" + ",".join(str(v) for v in sorted(values)) + "}"

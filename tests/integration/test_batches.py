@@ -195,3 +195,23 @@ def test_read_models_rebuilt_after_batched_work_equal_the_live_ones(
 
     assert snapshot(store) == live
     assert any(t["status"] == "COMPLETED" for t in live["tasks_v1"])
+
+
+def test_a_fatal_item_fails_its_job_and_the_batch_goes_on(store: SqlStore, jobnik: Jobnik) -> None:
+    stage = stage_of(jobnik, "fatal", 4)
+    ok, fatal, late = jobnik.dequeue_batch("fatal", 3)
+
+    outcomes = jobnik.report_batch(
+        [
+            Report(ok.id, ok.attempt, C),
+            Report(fatal.id, fatal.attempt, F, reason="broken", fatal=True),
+            Report(late.id, late.attempt, C),
+        ]
+    )
+
+    assert [o.error for o in outcomes] == [None, None, None]
+    assert [o.task.status for o in outcomes if o.task] == [C, TaskStatus.FAILED, C]
+    assert stage_status(store, stage.id) == StageStatus.FAILED
+    with store.session(write=False) as s:
+        assert s.job(stage.job_id).status == JobStatus.FAILED
+    assert jobnik.dequeue_batch("fatal", 5) == []  # the job's last task left the queue

@@ -69,10 +69,12 @@ SELECT jobnik_assert_fresh({counts}, %(n)s::bigint);
 (SELECT count(*) FROM {table} WHERE (id, version) IN ({pairs}));
 
 -- name: assert_summary_fresh
--- A stage completion predicted before the writer lock still holds; %(o)s: what the session's
--- saves after the prediction added to completed - total.
+-- Stage completions predicted before the writer lock still hold: completed - total equals
+-- each of %(yes)s (predicted complete) and none of %(no)s (predicted not), each offset being
+-- what the session's saves after that prediction added to completed - total.
 SELECT jobnik_assert_fresh((SELECT count(*) FROM summaries_v1 WHERE stage_id = %(s)s::uuid
-    AND (completed - total - %(o)s::bigint = 0) = %(d)s::boolean), 1);
+    AND completed - total <> ALL(%(no)s::bigint[])
+    AND completed - total = ALL(%(yes)s::bigint[])), 1);
 
 -- name: notification_sequence
 SELECT pg_get_serial_sequence(%(t)s, 'notification_id') AS seq;
