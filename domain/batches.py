@@ -100,6 +100,7 @@ class BatchCommands(WorkCommands):
             for job_id in self._may_fail(s, reports):
                 s.hold_queue(job_id)  # before the first write, as a single failing report does
             outcomes = []
+            later: list[Task] = []  # outcomes saved together, then cascaded
             for r in reports:
                 task: Task | None = None
                 version = None
@@ -108,7 +109,7 @@ class BatchCommands(WorkCommands):
                     version = task.version
                     by.check_stage_type(task.stage_type)
                     refused = self._fenced_report(
-                        s, task, r.status, r.attempt, now, r.reason, r.fatal, r.result, by
+                        s, task, r.status, r.attempt, now, r.reason, r.fatal, r.result, by, later
                     )
                 except ITEM_ERRORS as exc:
                     if task is not None and task.version != version:
@@ -116,6 +117,9 @@ class BatchCommands(WorkCommands):
                     outcomes.append(Outcome(r.task_id, error=exc))
                     continue
                 outcomes.append(Outcome(r.task_id, task=task, error=refused))
+            s.save(*later)
+            for task in {t.id: t for t in later}.values():
+                self._cascade(s, task, s.stage(task.stage_id), s.job(task.job_id), now)
         return outcomes
 
     @staticmethod

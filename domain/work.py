@@ -178,18 +178,22 @@ class WorkCommands:
         fatal: bool,
         result: dict[str, Any] | None,
         by: Principal,
+        later: list[Task] | None = None,
     ) -> StaleAttempt | Forbidden | None:
         """Report `status` on `task` if `by` holds its attempt; else record the refusal and
-        return the error to raise after saving."""
+        return the error to raise after saving. `later`: as `_report`'s."""
         refused: StaleAttempt | Forbidden | None = None
         if task.held_by_another(by):
             refused = task.refuse_another(attempt, f"report {status}", now, by)
         elif attempt is not None and not task.holds(attempt):
             refused = task.refuse(attempt, f"report {status}", now, by)
         else:
-            self._report(s, task, status, now, reason, fatal, result, by)
+            self._report(s, task, status, now, reason, fatal, result, by, later)
             return None
-        s.save(task)
+        if later is None:
+            s.save(task)
+        else:
+            later.append(task)
         return refused
 
     def _report(
@@ -202,7 +206,10 @@ class WorkCommands:
         fatal: bool,
         result: dict[str, Any] | None,
         by: Principal,
+        later: list[Task] | None = None,
     ) -> None:
+        """The outcome, saved, and its cascade. With `later` (a batch), a COMPLETED, FAILED or
+        refused outcome joins `later` instead: saved with the batch's others, then cascaded."""
         stage, job = s.stage(task.stage_id), s.job(task.job_id)
         if job.status == JobStatus.ABORTED and task.status == TaskStatus.IN_PROGRESS:
             task.abort(now, by, "late report after the job was aborted", status)
@@ -218,6 +225,9 @@ class WorkCommands:
             task.report(status, now, by, reason, fatal=fatal, result=result)
         if task.status == TaskStatus.FAILED:
             s.hold_queue(job.id)  # the stage and the job may fail: their tasks leave the queue
+        if later is not None:
+            later.append(task)
+            return
         s.save(task)
         self._cascade(s, task, stage, job, now)
 
