@@ -10,6 +10,7 @@ from uuid import UUID
 from fastapi import Response
 from pydantic import Field
 
+from jobnik.api.errors import status_for
 from jobnik.api.schemas import Attempt, OutModel, TaskOut, TaskStatusChange
 from jobnik.domain.batches import Outcome, Report
 from jobnik.domain.errors import BatchTooLarge
@@ -38,10 +39,14 @@ def check_batch(size: int, most: int, what: str) -> None:
         raise BatchTooLarge(f"{what} asks for {size} tasks; at most {most} per request")
 
 
-def tasks_response(tasks: Sequence[Task]) -> Response:
-    """The tasks as a JSON array, each serialised once (as `OutModel.response`)."""
-    body = ",".join(TaskOut.of(t).model_dump_json(by_alias=True) for t in tasks)
+def models_response(models: Sequence[OutModel]) -> Response:
+    """The models as a JSON array, each serialised once (as `OutModel.response`)."""
+    body = ",".join(m.model_dump_json(by_alias=True) for m in models)
     return Response(f"[{body}]", media_type="application/json")
+
+
+def tasks_response(tasks: Sequence[Task]) -> Response:
+    return models_response([TaskOut.of(t) for t in tasks])
 
 
 class TaskReport(TaskStatusChange):
@@ -75,9 +80,11 @@ class ReportAnswer(OutModel):
     message: str | None = Field(default=None, description="the error's message, when not ok")
 
     @classmethod
-    def of(cls, outcome: Outcome, http_status: int) -> ReportAnswer:
+    def of(cls, outcome: Outcome) -> ReportAnswer:
+        """The item's answer; an error's HTTP status is the single report's."""
         if outcome.error is not None:
             e = outcome.error
+            http_status = status_for("update_task_status", e)
             return cls(
                 id=outcome.task_id, ok=False, http_status=http_status, code=e.code, message=str(e)
             )

@@ -7,7 +7,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 
-from jobnik.api.batch_schemas import ReportAnswer, TaskReport, check_batch
+from jobnik.api.batch_schemas import ReportAnswer, TaskReport, check_batch, models_response
 from jobnik.api.deps import (
     AsOfQuery,
     JobnikDep,
@@ -16,7 +16,7 @@ from jobnik.api.deps import (
     ViewsDep,
     reject_unknown_query,
 )
-from jobnik.api.errors import error_answers, status_for
+from jobnik.api.errors import error_answers
 from jobnik.api.history_schemas import ChildJobOut
 from jobnik.api.operator_schemas import (
     JOB_NOT_ENDED,
@@ -132,12 +132,10 @@ def update_task_statuses(
     request's order. At most JOBNIK_MAX_BATCH_SIZE (default 100) items: 400 BATCH_TOO_LARGE
     beyond."""
     check_batch(len(body), settings.max_batch_size, "request/body")
-    return once(
-        lambda: [
-            ReportAnswer.of(o, status_for("update_task_status", o.error) if o.error else 200)
-            for o in jobnik.report_batch([item.report() for item in body], by=by)
-        ]
+    answer = once(
+        lambda: [ReportAnswer.of(o) for o in jobnik.report_batch([r.report() for r in body], by=by)]
     )
+    return answer if isinstance(answer, Response) else models_response(answer)
 
 
 @router.get("/tasks/{taskId}/children", openapi_extra=needs(P.READ))
