@@ -13,7 +13,6 @@ from pydantic import Field
 from jobnik.api.errors import status_for
 from jobnik.api.schemas import Attempt, OutModel, TaskOut, TaskStatusChange
 from jobnik.domain.batches import Outcome, Report
-from jobnik.domain.errors import BatchTooLarge
 from jobnik.domain.statuses import TaskStatus
 from jobnik.domain.tasks import Task
 
@@ -31,12 +30,6 @@ BATCH_ANSWER: Final[dict[str, Any]] = {
         }
     },
 }
-
-
-def check_batch(size: int, most: int, what: str) -> None:
-    """400 BATCH_TOO_LARGE when `size` exceeds `most` (JOBNIK_MAX_BATCH_SIZE)."""
-    if size > most:
-        raise BatchTooLarge(f"{what} asks for {size} tasks; at most {most} per request")
 
 
 def models_response(models: Sequence[OutModel]) -> Response:

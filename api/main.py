@@ -217,7 +217,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
         store.close()
         raise
     migrate(store, settings.rebuild_processes)
-    jobnik = Jobnik(store, lease_seconds=settings.lease_seconds)
+    jobnik = Jobnik(store, lease_seconds=settings.lease_seconds, max_batch=settings.max_batch_size)
     keys = IdempotencyKeys(store, settings.idempotency_ttl)
     interval = settings.sweep_interval
     sweeper = (

@@ -16,6 +16,7 @@ from uuid import UUID
 
 from jobnik.domain.base import Entity
 from jobnik.domain.errors import (
+    BatchTooLarge,
     Forbidden,
     IllegalTransition,
     InvalidRequest,
@@ -72,6 +73,7 @@ class BatchCommands(WorkCommands):
         none when none is): each gets its own attempt, lease and TaskDequeued event."""
         if count < 1:
             raise InvalidRequest("count must be at least 1")
+        self._check_batch(count)
         by.check_stage_type(stage_type)
         now = self.clock()
         with self._write() as s:
@@ -94,6 +96,7 @@ class BatchCommands(WorkCommands):
         included; an item's refusal is its answer (a stale attempt's is recorded). An error
         after an item changed something (a bug, a database fault) fails the whole batch and
         changes nothing."""
+        self._check_batch(len(reports))
         now = self.clock()
         with self._write() as s:
             s.read_ahead([r.task_id for r in reports])  # before the first write: one lock turn
@@ -121,6 +124,10 @@ class BatchCommands(WorkCommands):
             for task in {t.id: t for t in later}.values():
                 self._cascade(s, task, s.stage(task.stage_id), s.job(task.job_id), now)
         return outcomes
+
+    def _check_batch(self, size: int) -> None:
+        if size > self.max_batch:
+            raise BatchTooLarge(f"a batch of {size} tasks; at most {self.max_batch} per request")
 
     @staticmethod
     def _may_fail(s: Session, reports: Sequence[Report]) -> list[UUID]:

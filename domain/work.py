@@ -27,6 +27,7 @@ from jobnik.domain.principals import Actor, Principal, Role
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import (
     DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_BATCH,
     JobStatus,
     StageStatus,
     TaskStatus,
@@ -104,10 +105,12 @@ class WorkCommands:
         clock: Callable[[], datetime] = utcnow,
         *,
         lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        max_batch: int = DEFAULT_MAX_BATCH,
     ) -> None:
         self.store = store
         self.clock = clock
         self.lease_seconds = lease_seconds
+        self.max_batch = max_batch  # the most tasks one batched command takes
 
     def _write(self) -> AbstractContextManager[Session]:
         return self.store.session(write=True)

@@ -7,7 +7,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 
-from jobnik.api.batch_schemas import BATCH_ANSWER, check_batch, tasks_response
+from jobnik.api.batch_schemas import BATCH_ANSWER, tasks_response
 from jobnik.api.deps import (
     AsOfQuery,
     JobnikDep,
@@ -195,7 +195,6 @@ def add_tasks(
 )
 def dequeue_task(
     jobnik: JobnikDep,
-    settings: SettingsDep,
     stage_type: Annotated[StageType, Path(alias="stageType")],
     lease_seconds: Annotated[
         int | None,
@@ -218,5 +217,4 @@ def dequeue_task(
     `count`, up to that many of them."""
     if count is None:
         return TaskOut.of(jobnik.dequeue(stage_type, lease_seconds, by=by)).response()
-    check_batch(count, settings.max_batch_size, "query/count")
     return tasks_response(jobnik.dequeue_batch(stage_type, count, lease_seconds, by=by))

@@ -7,12 +7,11 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 
-from jobnik.api.batch_schemas import ReportAnswer, TaskReport, check_batch, models_response
+from jobnik.api.batch_schemas import ReportAnswer, TaskReport, models_response
 from jobnik.api.deps import (
     AsOfQuery,
     JobnikDep,
     OnceDep,
-    SettingsDep,
     ViewsDep,
     reject_unknown_query,
 )
@@ -121,7 +120,6 @@ def update_task_status(
 )
 def update_task_statuses(
     jobnik: JobnikDep,
-    settings: SettingsDep,
     body: Annotated[list[TaskReport], Body(min_length=1)],
     once: OnceDep,
     by: PrincipalDep,
@@ -131,7 +129,6 @@ def update_task_statuses(
     stale attempt, an illegal transition or an unknown task refuses that item only), in the
     request's order. At most JOBNIK_MAX_BATCH_SIZE (default 100) items: 400 BATCH_TOO_LARGE
     beyond."""
-    check_batch(len(body), settings.max_batch_size, "request/body")
     answer = once(
         lambda: [ReportAnswer.of(o) for o in jobnik.report_batch([r.report() for r in body], by=by)]
     )

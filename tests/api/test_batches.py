@@ -49,7 +49,7 @@ def test_a_batch_beyond_the_setting_is_refused_whole(database_url: str) -> None:
     assert (claimed.status_code, claimed.json()) == (
         400,
         {
-            "message": "query/count asks for 3 tasks; at most 2 per request",
+            "message": "a batch of 3 tasks; at most 2 per request",
             "code": "BATCH_TOO_LARGE",
         },
     )
