@@ -56,7 +56,12 @@ from jobnik.projections.store.base import SqlStore
 
 log = logging.getLogger(__name__)
 
-WORKER_ROUTES: Final = (stages.dequeue_task, tasks.update_task_status, tasks.heartbeat)
+WORKER_ROUTES: Final = (
+    stages.dequeue_task,
+    tasks.update_task_status,
+    tasks.update_task_statuses,
+    tasks.heartbeat,
+)
 
 DESCRIPTION: Final = (
     "jobnik is an event-sourced workflow engine. Jobs hold ordered stages, stages hold tasks, "
@@ -262,7 +267,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
         store.close()
         raise
     migrate(store, settings.rebuild_processes)
-    jobnik = Jobnik(store, lease_seconds=settings.lease_seconds)
+    jobnik = Jobnik(store, lease_seconds=settings.lease_seconds, max_batch=settings.max_batch_size)
     keys = IdempotencyKeys(store, settings.idempotency_ttl)
     interval = settings.sweep_interval
     sweeper = (

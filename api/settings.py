@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 
-from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS
+from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_BATCH
 from jobnik.projections.store.config import library_env
 
 PREFIX = "JOBNIK_"
@@ -126,6 +126,12 @@ class Settings(BaseSettings):
         1000,
         ge=1,
         description="tasks one POST /v1/stages/{stageId}/tasks creates (400 TOO_MANY_TASKS)",
+    )
+    max_batch_size: int = Field(
+        DEFAULT_MAX_BATCH,
+        ge=1,
+        description="tasks one batched dequeue (`count`) claims or one PUT /v1/tasks/status "
+        "reports (400 BATCH_TOO_LARGE)",
     )
     max_page_size: int = Field(
         100, ge=1, description="the largest page_size of a paged list (400 VALIDATION_ERROR)"

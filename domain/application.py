@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from jobnik.domain.access import TokenCommands
+from jobnik.domain.batches import BatchCommands
 from jobnik.domain.commands import command, utcnow
 from jobnik.domain.errors import InvalidRequest, ParentTaskNotRunning
 from jobnik.domain.jobs import Job
@@ -17,6 +18,7 @@ from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.reruns import RerunCommands
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
+from jobnik.domain.sweeps import SweepCommands
 from jobnik.domain.tasks import Task
 from jobnik.domain.work import NO_TRACE
 
@@ -56,9 +58,10 @@ class NewTask:
     tracestate: str | None = None
 
 
-class Jobnik(RerunCommands, TokenCommands):
+class Jobnik(RerunCommands, BatchCommands, SweepCommands, TokenCommands):
     """The Jobnik contract's commands, one transaction each;
-    the worker's (WorkCommands), the operator's reruns (RerunCommands) and access management
+    the worker's (WorkCommands, and batched: BatchCommands), the server's take-backs
+    (SweepCommands), the operator's reruns (RerunCommands) and access management
     (TokenCommands) besides."""
 
     # -- jobs -----------------------------------------------------------------------------

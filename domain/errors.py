@@ -164,6 +164,12 @@ class TooManyTasks(InvalidRequest):
     code = "TOO_MANY_TASKS"
 
 
+class BatchTooLarge(InvalidRequest):
+    """more tasks in one batch than the server takes"""
+
+    code = "BATCH_TOO_LARGE"
+
+
 class JobNotInFiniteState(InvalidRequest):
     """JOB_NOT_IN_FINITE_STATE"""
 

@@ -77,6 +77,15 @@ class Session(Protocol):
         """The next eligible task of `stage_type` (priority, then enqueue order), locked."""
         ...
 
+    def read_ahead(self, task_ids: Collection[UUID]) -> None:
+        """A hint that these tasks will be loaded: a store may read them at once (loads
+        still raise NotFound)."""
+        ...
+
+    def claim_batch(self, stage_type: str, count: int) -> list[Task]:
+        """Up to `count` next eligible tasks of `stage_type`, in `claim`'s order, locked."""
+        ...
+
     def summary(self, stage_id: UUID) -> Summary: ...
 
     def hold_queue(self, job_id: UUID) -> None:

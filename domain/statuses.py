@@ -113,6 +113,7 @@ TASK_ABORTABLE: Final = frozenset({T.PENDING, T.RETRIED, T.DELEGATED})
 
 # A dequeue's lease when the client names none, for clients that never heartbeat.
 DEFAULT_LEASE_SECONDS: Final = 30 * 60
+DEFAULT_MAX_BATCH: Final = 100  # tasks one batched dequeue or report takes at most
 # Why a task failed or was retried: the run statistics count them apart.
 ERROR, TIMEOUT, FATAL = "error", "timeout", "fatal"
 # Reruns: the only way out of a final status (the tables above keep final statuses absorbing).

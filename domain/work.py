@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -24,7 +24,7 @@ from jobnik.domain.principals import Actor, Principal, Role
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import (
     DEFAULT_LEASE_SECONDS,
-    TIMEOUT,
+    DEFAULT_MAX_BATCH,
     JobStatus,
     StageStatus,
     TaskStatus,
@@ -53,10 +53,12 @@ class WorkCommands:
         clock: Callable[[], datetime] = utcnow,
         *,
         lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        max_batch: int = DEFAULT_MAX_BATCH,
     ) -> None:
         self.store = store
         self.clock = clock
         self.lease_seconds = lease_seconds
+        self.max_batch = max_batch  # the most tasks one batched command takes
 
     def _write(self) -> AbstractContextManager[Session]:
         return self.store.session(write=True)
@@ -106,23 +108,44 @@ class WorkCommands:
             with self.store.session(write=False) as r:
                 seen = r.task(task_id).version
         now = self.clock()
-        refused: StaleAttempt | Forbidden | None = None
         with self._write() as s:
             task = s.task(task_id)
             by.check_stage_type(task.stage_type)
             if seen is not None and task.version != seen:
                 raise TaskStatusUpdateFailed
-            if task.held_by_another(by):
-                refused = task.refuse_another(attempt, f"report {status}", now, by)
-                s.save(task)
-            elif attempt is not None and not task.holds(attempt):
-                refused = task.refuse(attempt, f"report {status}", now, by)
-                s.save(task)
-            else:
-                self._report(s, task, status, now, reason, fatal, result, by)
+            refused = self._fenced_report(s, task, status, attempt, now, reason, fatal, result, by)
         if refused is not None:
             raise refused
         return task
+
+    def _fenced_report(
+        self,
+        s: Session,
+        task: Task,
+        status: TaskStatus,
+        attempt: int | None,
+        now: datetime,
+        reason: str | None,
+        fatal: bool,
+        result: dict[str, Any] | None,
+        by: Principal,
+        later: list[Task] | None = None,
+    ) -> StaleAttempt | Forbidden | None:
+        """Report `status` on `task` if `by` holds its attempt; else record the refusal and
+        return the error to raise after saving. `later`: as `_report`'s."""
+        refused: StaleAttempt | Forbidden | None = None
+        if task.held_by_another(by):
+            refused = task.refuse_another(attempt, f"report {status}", now, by)
+        elif attempt is not None and not task.holds(attempt):
+            refused = task.refuse(attempt, f"report {status}", now, by)
+        else:
+            self._report(s, task, status, now, reason, fatal, result, by, later)
+            return None
+        if later is None:
+            s.save(task)
+        else:
+            later.append(task)
+        return refused
 
     def _report(
         self,
@@ -134,7 +157,10 @@ class WorkCommands:
         fatal: bool,
         result: dict[str, Any] | None,
         by: Principal,
+        later: list[Task] | None = None,
     ) -> None:
+        """The outcome, saved, and its cascade. With `later` (a batch), a COMPLETED, FAILED or
+        refused outcome joins `later` instead: saved with the batch's others, then cascaded."""
         stage, job = s.stage(task.stage_id), s.job(task.job_id)
         if job.status == JobStatus.ABORTED and task.status == TaskStatus.IN_PROGRESS:
             task.abort(now, by, "late report after the job was aborted", status)
@@ -150,6 +176,9 @@ class WorkCommands:
             task.report(status, now, by, reason, fatal=fatal, result=result)
         if task.status == TaskStatus.FAILED:
             s.hold_queue(job.id)  # the stage and the job may fail: their tasks leave the queue
+        if later is not None:
+            later.append(task)
+            return
         s.save(task)
         self._cascade(s, task, stage, job, now)
 
@@ -241,20 +270,6 @@ class WorkCommands:
         return after[0] if after else None
 
     @command
-    def redispatch_stale(self, stale_after: timedelta, limit: int = 1000) -> list[Task]:
-        """Seed 001's safety net: delegated tasks whose child jobs have all ended but that were
-        not re-dispatched within `stale_after` go back to the queue. Normally finds none."""
-        now = self.clock()
-        with self._write() as s:
-            stale = s.stale_delegations(now - stale_after, limit)
-            for task in stale:
-                task.redispatch(
-                    now, Actor.SYSTEM, "safety net: every child job had ended, not re-dispatched"
-                )
-            s.save(*stale)
-        return stale
-
-    @command
     def heartbeat(self, task_id: UUID, attempt: int, *, by: Principal = Actor.WORKER) -> Beat:
         """Extend the current attempt's lease; says whether the job was aborted meanwhile."""
         now = self.clock()
@@ -315,32 +330,3 @@ class WorkCommands:
             task.append_log(lines, self.clock(), by, attempt)
             s.save(task)
         return task
-
-    @command
-    def sweep(self, limit: int = 200) -> int:
-        """Take back tasks whose lease expired: RETRIED while attempts remain, else FAILED.
-
-        Counted as timeouts (cause "timeout"), not as handler failures. Tasks of aborted jobs
-        are aborted instead. Returns how many tasks it took back. It looks before it writes: a
-        sweep that finds nothing takes no writer lock, and one that will fail a job holds the
-        job's queue rows first (`Session.hold_queue`).
-        """
-        now = self.clock()
-        with self.store.session(write=False) as r:  # a look first, without the writer lock
-            seen = r.expired_leases(now, limit)
-        if not seen:
-            return 0
-        with self._write() as s:
-            for job_id in {t.job_id for t in seen if t.attempts + 1 >= t.max_attempts}:
-                s.hold_queue(job_id)  # its last attempt times out: the job may fail
-            expired = s.expired_leases(now, limit)
-            for task in expired:
-                stage, job = s.stage(task.stage_id), s.job(task.job_id)
-                if job.status == JobStatus.ABORTED:
-                    task.abort(now, Actor.SYSTEM, "lease expired after the job was aborted")
-                    s.save(task)
-                    continue
-                task.fail(now, Actor.SYSTEM, "lease expired", cause=TIMEOUT)
-                s.save(task)
-                self._cascade(s, task, stage, job, now)
-        return len(expired)

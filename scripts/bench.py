@@ -12,6 +12,12 @@ Figures (`--only NAME,...`; all by default), per backend:
            processes using the SDK (`Consumer.dequeue`, `Consumer.complete`). tasks/s, and p50/p99
            of dequeue and of complete. Floor: the raw lifecycle with K threads (its claim and done
            transactions' latencies for the latency lines).
+  batch    Batches (scripts/bench_batch.py): the engine lifecycle and the HTTP lifecycle with K=4
+           SDK processes, each claiming 10 tasks per dequeue and reporting them in one request.
+           tasks/s. Floor: the raw lifecycle with 4 threads (one task per transaction).
+  plain    A plain keep-alive client (scripts/bench_batch.py): 4 processes x 2 threads, each on
+           its own `http.client` connection, looping dequeue + COMPLETED one task at a time: the
+           server alone, without the SDK. tasks/s. Floor: the raw lifecycle with 8 threads.
   observe  The HTTP lifecycle at the largest K with telemetry off, with metrics, with metrics and
            request logs, and with metrics and traces (scripts/bench_observe.py). tasks/s of each
            against telemetry off; and a request's server CPU with metrics off and on, in
@@ -98,7 +104,10 @@ from jobnik.scripts.bench_worker import http_worker
 from jobnik.workers.client import HttpTransport
 from jobnik.workers.errors import TransportError
 
-NAMES = ("engine", "http", "observe", "bulk", "depth", "scrape", "rebuild", "hot", "console")
+NAMES = (
+    "engine", "http", "batch", "plain", "observe", "bulk", "depth", "scrape", "rebuild", "hot",
+    "console",
+)  # fmt: skip
 BATCH = 1_000
 PG_URL = "postgresql://postgres@127.0.0.1:5432"
 # Conflicts a worker would answer by running the command again (each counts as one retry).
@@ -415,14 +424,21 @@ def quantile(xs: Sequence[float], q: float) -> float:
 def run_http_workers(base: str, stage_type: str, k: int) -> tuple[float, list[float], list[float]]:
     """K SDK worker processes drain `stage_type` through the API at `base`: (seconds from their
     common start to the last one's end, dequeue latencies, complete latencies)."""
+    seconds, outs = worker_processes(k, http_worker, base, stage_type)
+    dequeue = [x for o in outs for x in o["dequeue"]]
+    complete = [x for o in outs for x in o["complete"]]
+    return seconds, dequeue, complete
+
+
+def worker_processes(k: int, target: Callable[..., None], *args: Any) -> tuple[float, list[Any]]:
+    """K processes of `target(*args, start, results)` (scripts/bench_worker.py), released
+    together: (seconds from their common start to the last one's "end", what each put)."""
     # Workers fork from a single-threaded fork server that imported the SDK once: a spawned
     # worker would spend seconds importing, and a plain fork of this threaded process is unsafe.
     mp = multiprocessing.get_context("forkserver")
     mp.set_forkserver_preload(["jobnik.scripts.bench_worker"])
     start, results = mp.Barrier(k + 1, timeout=120), mp.Queue()
-    procs = [
-        mp.Process(target=http_worker, args=(base, stage_type, start, results)) for _ in range(k)
-    ]
+    procs = [mp.Process(target=target, args=(*args, start, results)) for _ in range(k)]
     for p in procs:
         p.start()
     start.wait()
@@ -431,9 +447,7 @@ def run_http_workers(base: str, stage_type: str, k: int) -> tuple[float, list[fl
     for p in procs:
         p.join()
         check(p.exitcode == 0, f"HTTP worker exited {p.exitcode}")
-    dequeue = [x for o in outs for x in o["dequeue"]]
-    complete = [x for o in outs for x in o["complete"]]
-    return max(o["end"] for o in outs) - t0, dequeue, complete
+    return max(o["end"] for o in outs) - t0, outs
 
 
 def fig_http(ctx: Ctx) -> None:
@@ -707,9 +721,23 @@ def fig_scrape(ctx: Ctx) -> None:
     scrape(ctx)
 
 
+def fig_batch(ctx: Ctx) -> None:
+    from jobnik.scripts.bench_batch import fig_batch as batch
+
+    batch(ctx)
+
+
+def fig_plain(ctx: Ctx) -> None:
+    from jobnik.scripts.bench_batch import fig_plain as plain
+
+    plain(ctx)
+
+
 FIGURES: dict[str, Callable[[Ctx], None]] = {
     "engine": fig_engine,
     "http": fig_http,
+    "batch": fig_batch,
+    "plain": fig_plain,
     "observe": fig_observe,
     "bulk": fig_bulk,
     "depth": fig_depth,

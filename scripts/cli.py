@@ -159,6 +159,12 @@ def worker_run(
         str, typer.Option("--stage-type", help="the stage type whose tasks to dequeue")
     ],
     concurrency: Annotated[int, typer.Option(help="tasks handled at once (threads)")] = 1,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            min=1, help="tasks each thread claims, and reports, per request (1: one at a time)"
+        ),
+    ] = 1,
     api_url: Annotated[
         str, typer.Option(envvar="JOBNIK_API_URL", help="the jobnik API's base URL")
     ] = "http://127.0.0.1:8080",
@@ -209,6 +215,7 @@ def worker_run(
             stage_type,
             api_url,
             concurrency=concurrency,
+            batch_size=batch_size,
             heartbeat_interval=heartbeat_interval,
             grace_period=grace_period,
             lease_seconds=lease_seconds,

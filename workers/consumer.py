@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import quote
 
 from jobnik.workers.client import JobnikClient
-from jobnik.workers.models import ChildJob, Heartbeat, Task
+from jobnik.workers.models import ChildJob, Heartbeat, Report, Reported, Task
 
 
 class Consumer:
@@ -27,6 +27,25 @@ class Consumer:
             f"/v1/stages/{quote(stage_type, safe='')}/tasks/dequeue", params=params, ok_404=True
         )
         return Task.from_json(body) if body else None
+
+    def dequeue_batch(
+        self, stage_type: str, count: int, lease_seconds: int | None = None
+    ) -> list[Task]:
+        """Up to `count` tasks of `stage_type` in one request (jobnik), each its own attempt
+        and lease; an empty list when none is queued."""
+        params: dict[str, Any] = {"count": count}
+        if lease_seconds:
+            params["lease_seconds"] = lease_seconds
+        body = self.client.patch(
+            f"/v1/stages/{quote(stage_type, safe='')}/tasks/dequeue", params=params
+        )
+        return [Task.from_json(t) for t in body]
+
+    def report_batch(self, reports: Sequence[Report]) -> list[Reported]:
+        """Many tasks' outcomes in one request (jobnik); each is answered on its own, in
+        order (a stale attempt refuses that item only)."""
+        answers = self.client.put("/v1/tasks/status", [r.body() for r in reports])
+        return [Reported.from_json(a) for a in answers]
 
     def _report(self, task: Task, status: str, **extra: Any) -> Task:
         body: dict[str, Any] = {"status": status, **extra}

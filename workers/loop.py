@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from jobnik.workers import tracing
 from jobnik.workers.backoff import Backoff
+from jobnik.workers.batch import Outcome, as_result, report_batch
 from jobnik.workers.client import JobnikClient
 from jobnik.workers.consumer import Consumer
 from jobnik.workers.context import TaskContext
@@ -73,6 +74,9 @@ class Worker:
     raising `FatalTaskError` fails without retry. While a handler runs, the
     worker heartbeats its lease every `heartbeat_interval` seconds (the lease is `lease_seconds`,
     three intervals by default); an aborted job or a lost lease sets `context.cancelled`.
+    With `batch_size` > 1 each poller claims up to that many tasks in one request, runs their
+    handlers one after another (heartbeating every task it holds meanwhile) and reports their
+    outcomes in one request.
     `stop()` (or SIGTERM/SIGINT under `run()`) stops polling, waits up to `grace_period` seconds
     for running handlers, then hands unfinished tasks back to the queue.
 
@@ -95,7 +99,10 @@ class Worker:
         lease_seconds: int | None = None,
         backoff: Backoff | None = None,
         registry: CollectorRegistry | None = None,
+        batch_size: int = 1,
     ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
         if client is None:
             if base_url is None:
                 raise ValueError("give base_url or client")
@@ -105,6 +112,7 @@ class Worker:
             client.observe = self.metrics.http
         self.stage_type = stage_type
         self.handler = handler
+        self.batch_size = batch_size
         self.concurrency = concurrency
         self.heartbeat_interval = heartbeat_interval
         # three missed heartbeats and the task goes back to the queue
@@ -171,42 +179,83 @@ class Worker:
         while not self._stop.is_set():
             started, t0 = tracing.now_ns(), time.perf_counter()
             try:
-                task = self.consumer.dequeue(self.stage_type, self.lease_seconds)
+                tasks = self._dequeue()
             except (ApiError, TransportError) as exc:
                 self.metrics.polled("error", time.perf_counter() - t0)
                 log.warning("dequeue failed: %s", exc, extra={"action": "dequeue_failed"})
-                task = None
+                tasks = []
             else:
-                self.metrics.polled("success" if task else "not_found", time.perf_counter() - t0)
-            if task is None:
+                self.metrics.polled("success" if tasks else "not_found", time.perf_counter() - t0)
+            if not tasks:
                 idle += 1
                 self._stop.wait(self.backoff.delay(idle))
                 continue
             idle = 0
-            tracing.record_dequeue(task, self.stage_type, started)
-            self._work(task)
+            for task in tasks:
+                tracing.record_dequeue(task, self.stage_type, started)
+            if self.batch_size > 1:
+                self._work_batch(tasks)
+            else:
+                self._work(tasks[0])
+
+    def _dequeue(self) -> list[Task]:
+        if self.batch_size > 1:
+            return self.consumer.dequeue_batch(self.stage_type, self.batch_size, self.lease_seconds)
+        task = self.consumer.dequeue(self.stage_type, self.lease_seconds)
+        return [task] if task else []
+
+    def _hold(self, task: Task, trace: Any = None) -> _Attempt:
+        """The attempt, held: heartbeated (and handed back on shutdown) until `_release`."""
+        attempt = _Attempt(task, TaskContext(task, self.consumer, self.producer), trace)
+        with self._lock:
+            self._active[task.id] = attempt
+            self.stats.running += 1
+        self.metrics.active.labels(self.stage_type).inc()
+        return attempt
+
+    def _release(self, attempt: _Attempt) -> None:
+        self.metrics.active.labels(self.stage_type).dec()
+        with self._lock:
+            self._active.pop(attempt.task.id, None)
+            self.stats.running -= 1
 
     def _work(self, task: Task) -> None:
         with tracing.task_span(task, self.stage_type) as trace:
-            context = TaskContext(task, self.consumer, self.producer)
-            attempt = _Attempt(task, context, trace)
-            with self._lock:
-                self._active[task.id] = attempt
-                self.stats.running += 1
-            active = self.metrics.active.labels(self.stage_type)
-            active.inc()
+            attempt = self._hold(task, trace)
             try:
                 self._handle(attempt)
             finally:
-                active.dec()
-                with self._lock:
-                    self._active.pop(task.id, None)
-                    self.stats.running -= 1
+                self._release(attempt)
+
+    def _work_batch(self, tasks: list[Task]) -> None:
+        """Run each task's handler in turn, then report every outcome in one request."""
+        attempts = [self._hold(task) for task in tasks]
+        try:
+            ran: list[tuple[_Attempt, Outcome]] = []
+            for attempt in attempts:
+                if attempt.ended:  # handed back (shutdown) before its turn
+                    continue
+                with tracing.task_span(attempt.task, self.stage_type) as trace:
+                    attempt.trace = trace
+                    ran.append((attempt, self._run(attempt)))
+            ended = [(a.task, o) for a, o in ran if a.end()]  # (not those handed back meanwhile)
+            if ended:
+                report_batch(self, ended)
+        finally:
+            for attempt in attempts:
+                self._release(attempt)
 
     def _handle(self, attempt: _Attempt) -> None:
         """Run the handler on the attempt's task, then report its outcome."""
+        outcome = self._run(attempt)
+        if attempt.end():  # (else handed back meanwhile)
+            self.report_one(attempt.task, outcome)
+
+    def _run(self, attempt: _Attempt) -> Outcome:
+        """Run the handler on the attempt's task: its outcome (COMPLETED, DELEGATED or FAILED),
+        the failure's reason, whether it is fatal, and the handler's result."""
         task, context = attempt.task, attempt.context
-        extra = {"task_id": task.id, "attempt": task.attempt, "stage_type": self.stage_type}
+        extra = self._extra(task)
         outcome, reason, fatal, result = "COMPLETED", None, False, None
         error: BaseException | None = None
         started = time.perf_counter()
@@ -223,45 +272,63 @@ class Worker:
             outcome, reason, error = "FAILED", f"{type(exc).__name__}: {exc}", exc
         self.metrics.handler_ran(outcome.lower(), time.perf_counter() - started)
         tracing.set_outcome(outcome.lower(), error)
-        if not attempt.end():  # handed back meanwhile
-            return
+        return Outcome(outcome, reason, fatal, result)
+
+    def report_one(self, task: Task, ran: Outcome) -> None:
+        """Report one attempt's outcome (a refused report is counted and logged)."""
+        outcome = ran.status
         try:
             if outcome == "COMPLETED":
-                after = self._complete(task, result, extra)
+                after = self._complete(task, ran.result, self._extra(task))
             elif outcome == "DELEGATED":
                 after = self.consumer.delegate(task)
             else:
-                after = self.consumer.fail(task, reason, fatal=fatal)
+                after = self.consumer.fail(task, ran.reason, fatal=ran.fatal)
         except (ApiError, TransportError) as exc:  # e.g. 409: the lease was lost meanwhile
-            with self._lock:
-                self.stats.refused += 1
-            self.metrics.reported("refused", "api_error")
-            log.warning("report refused: %s", exc, extra={"action": "report_refused", **extra})
+            self.refused(task, exc)
             return
+        self.reported(task, ran, after.status)
+
+    def _extra(self, task: Task) -> dict[str, Any]:
+        return {"task_id": task.id, "attempt": task.attempt, "stage_type": self.stage_type}
+
+    def refused(self, task: Task, exc: Exception) -> None:
+        """Count and log a report the server refused or never answered."""
         with self._lock:
-            if after.status == "ABORTED":
+            self.stats.refused += 1
+        self.metrics.reported("refused", "api_error")
+        log.warning(
+            "report refused: %s", exc, extra={"action": "report_refused", **self._extra(task)}
+        )
+
+    def reported(self, task: Task, ran: Outcome, after: str) -> None:
+        """Count and log a report the server took; `after`: the task's status after it."""
+        outcome, fatal = ran.status, ran.fatal
+        with self._lock:
+            if after == "ABORTED":
                 self.stats.cancelled += 1
             elif outcome == "DELEGATED":
                 self.stats.delegated += 1
-            elif after.status == "COMPLETED":
+            elif after == "COMPLETED":
                 self.stats.done += 1
             else:
                 self.stats.failed += 1
-        if after.status == "ABORTED":
+        if after == "ABORTED":
             self.metrics.reported("cancelled")
-        elif outcome in ("DELEGATED", "COMPLETED") and after.status != "FAILED":
+        elif outcome in ("DELEGATED", "COMPLETED") and after != "FAILED":
             self.metrics.reported(outcome.lower())
         else:
             cause = "api_error" if outcome != "FAILED" else "fatal" if fatal else "handler_error"
             self.metrics.reported("failed", cause)
-        log.info("task reported", extra={"action": "task_reported", "outcome": outcome, **extra})
+        extra = {"action": "task_reported", "outcome": outcome, **self._extra(task)}
+        log.info("task reported", extra=extra)
 
     def _complete(self, task: Task, result: Any, extra: dict[str, Any]) -> Task:
         """Report COMPLETED with the handler's result; a result the SDK cannot send or the
         server refuses (400, 413) reports FAILED with the reason instead, so the task does not
         stay IN_PROGRESS until its lease runs out."""
         try:
-            return self.consumer.complete(task, _as_result(result))
+            return self.consumer.complete(task, as_result(result))
         except (UnsendableBody, ApiError) as exc:
             if isinstance(exc, ApiError) and exc.status not in (400, 413):
                 raise
@@ -315,10 +382,3 @@ class Worker:
 
 async def _await(result: Awaitable[Any]) -> Any:
     return await result
-
-
-def _as_result(value: Any) -> dict[str, Any] | None:
-    """A handler's return value as a task result: a dict as is, None as none."""
-    if value is None or isinstance(value, dict):
-        return value
-    return {"value": value}

@@ -183,3 +183,50 @@ class Delegated:
 
 
 DELEGATED = Delegated()
+
+
+@dataclass(frozen=True)
+class Report:
+    """One task's outcome for `Consumer.report_batch`: COMPLETED (with `result`), FAILED
+    (with `reason`; `fatal` fails without retry) or DELEGATED."""
+
+    task: Task
+    status: str
+    result: dict[str, Any] | None = None
+    reason: str | None = None
+    fatal: bool = False
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"id": self.task.id, "attempt": self.task.attempt}
+        body["status"] = self.status
+        if self.result:
+            body["result"] = dict(self.result)
+        if self.reason:
+            body["reason"] = self.reason[:2000]
+        if self.fatal:
+            body["fatal"] = True
+        return body
+
+
+@dataclass(frozen=True)
+class Reported:
+    """One item's answer to a batched report: `ok` with the task's `status` after it, or the
+    `http_status`, `code` and `message` a single report would have got."""
+
+    id: str
+    ok: bool
+    http_status: int
+    status: str | None = None
+    code: str | None = None
+    message: str | None = None
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Reported:
+        return cls(
+            id=body["id"],
+            ok=bool(body["ok"]),
+            http_status=int(body["httpStatus"]),
+            status=body.get("status"),
+            code=body.get("code"),
+            message=body.get("message"),
+        )

@@ -7,6 +7,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 
+from jobnik.api.batch_schemas import BATCH_ANSWER, tasks_response
 from jobnik.api.deps import (
     AsOfQuery,
     JobnikDep,
@@ -27,6 +28,7 @@ from jobnik.api.operator_schemas import (
 from jobnik.api.pages import PagingDep, answer, page_schema, render_one, task_name
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import (
+    INT32_MAX,
     CreateTask,
     Message,
     StageOut,
@@ -36,7 +38,7 @@ from jobnik.api.schemas import (
     TaskOut,
 )
 from jobnik.domain.application import NewTask
-from jobnik.domain.errors import StageNotFound, StageNotRerunnable, TooManyTasks
+from jobnik.domain.errors import BatchTooLarge, StageNotFound, StageNotRerunnable, TooManyTasks
 from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import StageStatus
 
@@ -186,7 +188,10 @@ def add_tasks(
 
 # a type may hold "/" (%2F)
 @router.patch(
-    "/stages/{stageType:path}/tasks/dequeue", response_model=TaskOut, openapi_extra=needs(P.WORK)
+    "/stages/{stageType:path}/tasks/dequeue",
+    response_model=None,
+    responses={200: BATCH_ANSWER, **error_answers(BatchTooLarge)},
+    openapi_extra=needs(P.WORK),
 )
 def dequeue_task(
     jobnik: JobnikDep,
@@ -195,8 +200,21 @@ def dequeue_task(
         int | None,
         Query(ge=1, le=7 * 24 * 3600, description="jobnik: lease for a client that heartbeats"),
     ] = None,
+    count: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=INT32_MAX,
+            description="jobnik: claim up to this many tasks in one transaction, each its own "
+            "attempt and lease; the answer is then an array (empty when none is queued). At "
+            "most JOBNIK_MAX_BATCH_SIZE (default 100): 400 BATCH_TOO_LARGE beyond",
+        ),
+    ] = None,
     *,
     by: PrincipalDep,
 ) -> Response:
-    """Claim the highest-priority, longest-waiting eligible task of this stage type."""
-    return TaskOut.of(jobnik.dequeue(stage_type, lease_seconds, by=by)).response()
+    """Claim the highest-priority, longest-waiting eligible task of this stage type; with
+    `count`, up to that many of them."""
+    if count is None:
+        return TaskOut.of(jobnik.dequeue(stage_type, lease_seconds, by=by)).response()
+    return tasks_response(jobnik.dequeue_batch(stage_type, count, lease_seconds, by=by))

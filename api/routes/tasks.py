@@ -7,7 +7,14 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 
-from jobnik.api.deps import AsOfQuery, JobnikDep, ViewsDep, reject_unknown_query
+from jobnik.api.batch_schemas import ReportAnswer, TaskReport, models_response
+from jobnik.api.deps import (
+    AsOfQuery,
+    JobnikDep,
+    OnceDep,
+    ViewsDep,
+    reject_unknown_query,
+)
 from jobnik.api.errors import error_answers
 from jobnik.api.history_schemas import ChildJobOut
 from jobnik.api.operator_schemas import (
@@ -32,7 +39,7 @@ from jobnik.api.schemas import (
     TaskOut,
     TaskStatusChange,
 )
-from jobnik.domain.errors import OtherTasksFailed, TaskNotFound, TaskNotRerunnable
+from jobnik.domain.errors import BatchTooLarge, OtherTasksFailed, TaskNotFound, TaskNotRerunnable
 from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import TaskStatus
 
@@ -103,6 +110,29 @@ def update_task_status(
         by=by,
     )
     return TaskOut.of(task).response()
+
+
+@router.put(
+    "/tasks/status",
+    response_model=list[ReportAnswer],
+    responses=error_answers(BatchTooLarge),
+    openapi_extra=needs(P.WORK),
+)
+def update_task_statuses(
+    jobnik: JobnikDep,
+    body: Annotated[list[TaskReport], Body(min_length=1)],
+    once: OnceDep,
+    by: PrincipalDep,
+) -> Any:
+    """jobnik: report many tasks' outcomes in one transaction, each as `PUT
+    /v1/tasks/{taskId}/status` with its attempt would. Each item is answered on its own (a
+    stale attempt, an illegal transition or an unknown task refuses that item only), in the
+    request's order. At most JOBNIK_MAX_BATCH_SIZE (default 100) items: 400 BATCH_TOO_LARGE
+    beyond."""
+    answer = once(
+        lambda: [ReportAnswer.of(o) for o in jobnik.report_batch([r.report() for r in body], by=by)]
+    )
+    return answer if isinstance(answer, Response) else models_response(answer)
 
 
 @router.get("/tasks/{taskId}/children", openapi_extra=needs(P.READ))

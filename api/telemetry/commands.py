@@ -132,6 +132,9 @@ class ObservedCommands:
             note_touched(**_touched(found))
             if name == "dequeue" and isinstance(result, Task):
                 link_to_stored_trace(span, result.traceparent)
+            elif name == "dequeue_batch":
+                for task in result:  # each task's creation trace, as a single dequeue links it
+                    link_to_stored_trace(span, task.traceparent)
             return result
 
 

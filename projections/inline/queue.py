@@ -52,3 +52,5 @@ NEXT_IN_QUEUE: Final = (
     "SELECT task_id FROM queue_v1 WHERE stage_type = %(v)s AND stage_open AND job_open "
     "ORDER BY priority_rank, seq LIMIT 1"
 )
+# The next `%(n)s` of them, for a batched claim.
+NEXT_BATCH_IN_QUEUE: Final = NEXT_IN_QUEUE.replace("LIMIT 1", "LIMIT %(n)s")

@@ -222,12 +222,13 @@ class BatchCursor(Cursor):
             self._queue.append(f"PREPARE {name} AS {text}")
 
     def executemany(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
-        """One statement per set of parameters; a statement with a `VALUES (...)` list (an
-        INSERT, or a join against VALUES) becomes one statement listing every row."""
+        """One statement per set of parameters, prepared (as `execute_prepared`); a statement
+        with a `VALUES (...)` list (an INSERT, or a join against VALUES) becomes one statement
+        listing every row."""
         values = _VALUES.search(sql)
         if values is None or len(params) < 2:
             for p in params:
-                self.execute(sql, p)
+                self.execute_prepared(sql, p)
             return
         start = values.end() - 1
         end = _closing(sql, start) + 1

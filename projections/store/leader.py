@@ -59,6 +59,10 @@ class AdvisoryLock(LeaderLock):
     def release(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(psycopg.Error):
+                # unlocked before the close: a closed connection's lock goes only once its
+                # server process has exited, which a quick acquire elsewhere can beat
+                self._conn.execute("SELECT pg_advisory_unlock_all()")
+            with contextlib.suppress(psycopg.Error):
                 self._conn.close()
             self._conn = None
 

@@ -11,7 +11,7 @@ stage summary in one prepared statement, or starts from what this process last c
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
@@ -75,7 +75,8 @@ class PostgresSession(SqlSession):
         # make to them, and the stage completions it predicted from the two (checked at commit).
         self._summary_seen: dict[UUID, dict[str, Any]] = {}
         self._deltas: dict[Any, dict[str, int]] = {}
-        self._predicted: list[tuple[UUID, bool]] = []
+        # (stage, predicted completed, the session's own completed - total when predicting)
+        self._predicted: list[tuple[UUID, bool, int]] = []
 
     @property
     def position(self) -> int | None:
@@ -133,12 +134,15 @@ class PostgresSession(SqlSession):
         seen = self._summary_seen.get(stage_id)
         if seen is None or self._sent_events():
             return super().all_completed(stage_id)
-        delta = self._deltas.get(stage_id, {})
-        done = bool(
-            seen["completed"] + delta.get("completed", 0) == seen["total"] + delta.get("total", 0)
-        )
-        self._predicted.append((stage_id, done))
+        own = self._own_lead(stage_id)
+        done = bool(seen["completed"] - seen["total"] + own == 0)
+        self._predicted.append((stage_id, done, own))
         return done
+
+    def _own_lead(self, stage_id: UUID) -> int:
+        """completed - total, counting this session's own saves only."""
+        delta = self._deltas.get(stage_id, {})
+        return delta.get("completed", 0) - delta.get("total", 0)
 
     def close(self) -> None:
         """Before the commit: check the predictions made, under the writer lock.
@@ -147,9 +151,17 @@ class PostgresSession(SqlSession):
         would serialise every commit of the cluster on the notification queue's lock."""
         if self._predicted:
             self.lock()
-        for stage_id, done in self._predicted:
+        # A prediction made before later saves of this session (a batch) is checked against
+        # the row without them: completed - total, less what those saves added, is 0 exactly
+        # when it predicted a completion. One check per stage.
+        zero: dict[UUID, tuple[set[int], set[int]]] = {}
+        for stage_id, done, own in self._predicted:
+            later = self._own_lead(stage_id) - own
+            zero.setdefault(stage_id, (set(), set()))[done].add(later)
+        for stage_id, (no, yes) in zero.items():
             self.cur.execute_prepared(
-                self.d.sql("assert_summary_fresh"), {"s": stage_id, "d": done}
+                self.d.sql("assert_summary_fresh"),
+                {"s": stage_id, "no": _array(no), "yes": _array(yes)},
             )
 
     # -- loads ---------------------------------------------------------------------------------
@@ -178,27 +190,43 @@ class PostgresSession(SqlSession):
             and task_id not in self._fetched
             and not self._recall(task_id)
         ):
-            row = self._read_ahead("read_ahead_task", task_id)
-            if row is not None:
-                self._fetched[task_id] = row
+            rows = self._read_ahead("read_ahead_task", {"v": task_id})
+            if rows:
+                self._fetched[task_id] = rows[0]
         return super().task(task_id)
 
-    def _next_in_queue(self, stage_type: str) -> dict[str, Any] | None:
-        return self._read_ahead("read_ahead_claim", stage_type)
+    def read_ahead(self, task_ids: Collection[UUID]) -> None:
+        """Read the tasks not at hand, with their stages, jobs and summaries, in one statement
+        (a batched report's, before its first write)."""
+        wanted = [
+            t
+            for t in dict.fromkeys(task_ids)
+            if t not in self.loaded and t not in self._fetched and not self._recall(t)
+        ]
+        if wanted:
+            for row in self._read_ahead("read_ahead_tasks", {"v": wanted}):
+                self._fetched.setdefault(row["id"], row)
 
-    def _read_ahead(self, name: str, value: Any) -> dict[str, Any] | None:
-        """A task's row (`read_ahead_task`, or the next queued of a stage type, locked:
-        `read_ahead_claim`), with its stage's, job's and stage summary's rows, prepared: every
-        worker command uses them."""
-        later = self.cur.queued_prepared(self.d.sql(name), {"v": value})
+    def _next_in_queue(self, stage_type: str) -> dict[str, Any] | None:
+        rows = self._read_ahead("read_ahead_claim", {"v": stage_type})
+        return rows[0] if rows else None
+
+    def _next_batch_in_queue(self, stage_type: str, count: int) -> list[dict[str, Any]]:
+        return self._read_ahead("read_ahead_claims", {"v": stage_type, "n": int(count)})
+
+    def _read_ahead(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Tasks' rows (`read_ahead_task`, or the next queued of a stage type, locked:
+        `read_ahead_claim(s)`), each with its stage's, job's and stage summary's rows, prepared:
+        every worker command uses them."""
+        later = self.cur.queued_prepared(self.d.sql(name), params)
         self.cur.flush()
-        rows = later.rows
         # (A prepared statement that waited for a rebuild's swap, DROP TABLE then RENAME, would
         # find nothing rather than re-resolve the names; it cannot wait for one: the session's
         # first statement, `writing`, waits for a swap under way and holds the next one off.)
-        if not rows:
-            return None
-        row = rows[0]
+        return [self._read_ahead_row(row) for row in later.rows or ()]
+
+    def _read_ahead_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The task's row; its stage's and job's rows kept for their loads."""
         for kind in ("stage", "job"):
             key = row[f"{kind}_id"]
             if key not in self.loaded and key not in self._fetched:
@@ -241,3 +269,8 @@ class PostgresSession(SqlSession):
         )
         self._ids.append(ids)
         self.store.apply(self.cur, events, positions, self._deltas)
+
+
+def _array(values: set[int]) -> str:
+    """A bigint[] literal's text."""
+    return "{" + ",".join(str(v) for v in sorted(values)) + "}"

@@ -1,11 +1,12 @@
 """Named SQL: the statements in sql/queries.sql (both backends) and sql/queries.<backend>.sql.
 
 A statement follows a `-- name: <name>` line, up to the next one; its comment lines describe it.
-Parameters are `%(name)s` (SQLite's statements get `:name`). `{open}` and `{next_in_queue}` are
-the dequeue rule (inline/queue.py), filled in here; any other `{slot}` is the caller's to fill
-(a list of placeholders, a table name). `grep -rn <table> projections/store/sql` lists every
-statement that names a table; statements built from row operations (executor.py, bulk.py) and
-the catch-up projections' own (catchup/) are the rest.
+Parameters are `%(name)s` (SQLite's statements get `:name`). `{open}`, `{next_in_queue}` and
+`{next_batch_in_queue}` are the dequeue rule (inline/queue.py), filled in here; any other
+`{slot}` is the caller's to fill (a list of placeholders, a table name).
+`grep -rn <table> projections/store/sql` lists every statement that names a table; statements
+built from row operations (executor.py, bulk.py) and the catch-up projections' own (catchup/)
+are the rest.
 """
 
 from __future__ import annotations
@@ -14,12 +15,16 @@ import re
 from importlib.resources import files
 from typing import Final
 
-from jobnik.projections.inline.queue import NEXT_IN_QUEUE, OPEN_SQL
+from jobnik.projections.inline.queue import NEXT_BATCH_IN_QUEUE, NEXT_IN_QUEUE, OPEN_SQL
 
 SQL: Final = files("jobnik.projections.store") / "sql"
 _NAME: Final = re.compile(r"^--\s*name:\s*(\w+)\s*$")
 _PARAM: Final = re.compile(r"%\((\w+)\)s")
-RULES: Final = {"open": OPEN_SQL, "next_in_queue": NEXT_IN_QUEUE}
+RULES: Final = {
+    "open": OPEN_SQL,
+    "next_in_queue": NEXT_IN_QUEUE,
+    "next_batch_in_queue": NEXT_BATCH_IN_QUEUE,
+}
 
 
 class _Slots(dict[str, str]):

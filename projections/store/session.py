@@ -93,6 +93,19 @@ class SqlSession:
         self._fetched.setdefault(row["id"], row)
         return self.task(row["id"])
 
+    def read_ahead(self, task_ids: Collection[UUID]) -> None:
+        """Nothing here: each load is one indexed read (PostgresSession reads them at once)."""
+
+    def claim_batch(self, stage_type: str, count: int) -> list[Task]:
+        rows = self._next_batch_in_queue(stage_type, count)
+        for row in rows:
+            self._fetched.setdefault(row["id"], row)
+        return [self.task(row["id"]) for row in rows]
+
+    def _next_batch_in_queue(self, stage_type: str, count: int) -> list[dict[str, Any]]:
+        """The rows of the next `count` dequeueable tasks of `stage_type`."""
+        return self.cur.all(self.d.sql("claim_tasks"), {"v": stage_type, "n": int(count)})
+
     def _next_in_queue(self, stage_type: str) -> dict[str, Any] | None:
         """The row of the next dequeueable task of `stage_type`."""
         return self.cur.one(self.d.sql("claim_task"), {"v": stage_type})

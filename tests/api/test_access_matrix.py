@@ -64,6 +64,11 @@ def _requests(t: Targets) -> dict[str, Request]:
         "get_task_by_id": ("GET", task, None),
         "update_task_user_metadata": ("PATCH", f"{task}/user-metadata", {"c": 3}),
         "update_task_status": ("PUT", f"{task}/status", {"status": "COMPLETED", "attempt": 1}),
+        "update_task_statuses": (
+            "PUT",
+            "/v1/tasks/status",
+            [{"id": task.rsplit("/", 1)[-1], "status": "COMPLETED", "attempt": 1}],
+        ),
         "get_children": ("GET", f"{task}/children", None),
         "heartbeat": ("POST", f"{task}/heartbeat", {"attempt": 1}),
         "give_back": ("POST", f"{task}/release", {"attempt": 1}),

@@ -24,7 +24,7 @@ from jobnik.domain.application import Jobnik
 from jobnik.projections.queries.views import Views
 from jobnik.projections.store.base import SqlStore
 
-from .conftest import TRACE, Api, Secured
+from .conftest import OTHER_TRACE, TRACE, Api, Secured
 
 DURATION = "http_request_duration_seconds"
 
@@ -312,6 +312,25 @@ def test_a_dequeue_span_links_to_the_tasks_trace_and_a_report_names_the_task(
         "jobnik.task.status": "COMPLETED",
         "jobnik.task.attempts": 0,
     }
+
+
+def test_a_batched_dequeue_span_links_to_each_tasks_trace(
+    traced: tuple[Api, InMemorySpanExporter],
+) -> None:
+    api, exporter = traced
+    stage_type = api.new_type()
+    stage = api.add_stage(api.create_job()["id"], stage_type)
+    api.add_tasks(stage["id"], 1, traceparent=TRACE)
+    api.add_tasks(stage["id"], 1, traceparent=OTHER_TRACE)
+
+    api.http.patch(f"/v1/stages/{stage_type}/tasks/dequeue", params={"count": 5})
+
+    (dequeue,) = named(exporter, "jobnik.dequeue_batch")
+    assert [link.context.trace_id for link in dequeue.links] == [
+        trace_id_of(TRACE),
+        trace_id_of(OTHER_TRACE),
+    ]
+    assert (dequeue.attributes or {})["jobnik.task.count"] == 2
 
 
 def test_a_refused_command_span_names_the_refusal_and_the_id_it_was_given(

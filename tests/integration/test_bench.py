@@ -76,3 +76,19 @@ def test_the_console_figure_times_the_jobs_page_beside_its_statements(database_u
     ]
     assert all(f.value > 0 and f.floor for f in figures), figures
     assert [g.name for g in goals] == ["console: the jobs page's first page at 300 jobs < 300 ms"]
+
+
+def test_the_batch_and_plain_client_figures_stand_beside_their_floors(database_url: str) -> None:
+    backend = "sqlite" if database_url.startswith("sqlite") else "postgres"
+    server = urlunparse(urlparse(database_url)._replace(path="/postgres"))
+
+    figures, goals = run_suite([backend], ["batch", "plain"], TINY, server, database_url)
+
+    assert [f.name for f in figures] == [
+        "engine lifecycle K=4, batches of 10",
+        "HTTP lifecycle K=4, batches of 10",
+        "HTTP lifecycle, plain keep-alive client, 8 connections",
+    ]
+    assert all(f.value > 0 and f.floor and f.floor > 0 for f in figures)
+    assert figures[-1].floor_name == "raw SQL lifecycle, 8 threads"
+    assert [g.name for g in goals] == ["HTTP batches of 10 >= 2x the floor at K=4"]

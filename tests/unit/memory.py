@@ -211,6 +211,12 @@ class MemorySession:
         queued = self.tables.dequeueable(stage_type)
         return self.task(queued[0]) if queued else None
 
+    def read_ahead(self, task_ids: Collection[UUID]) -> None:
+        """Nothing to gain: every row is at hand."""
+
+    def claim_batch(self, stage_type: str, count: int) -> list[Task]:
+        return [self.task(t) for t in self.tables.dequeueable(stage_type)[:count]]
+
     def hold_queue(self, job_id: UUID) -> None:
         """Nothing to wait for: this store's sessions never overlap."""
 

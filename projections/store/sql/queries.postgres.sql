@@ -24,6 +24,15 @@ FROM tasks_v1 t JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t
     LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id
 WHERE t.id = %(v)s::uuid;
 
+-- name: read_ahead_tasks
+-- `read_ahead_task` for several tasks (an array of ids).
+SELECT to_jsonb(t) AS task, s.id AS stage_id, s.version AS stage_version,
+    to_jsonb(s)::text AS stage, j.id AS job_id, j.version AS job_version, to_jsonb(j)::text AS job,
+    to_jsonb(sm) AS summary
+FROM tasks_v1 t JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t.job_id
+    LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id
+WHERE t.id = ANY(%(v)s::uuid[]);
+
 -- name: read_ahead_claim
 -- `read_ahead_task` for the next dequeueable task of a stage type, its queue row locked.
 SELECT to_jsonb(t) AS task, s.id AS stage_id, s.version AS stage_version,
@@ -32,6 +41,15 @@ SELECT to_jsonb(t) AS task, s.id AS stage_id, s.version AS stage_version,
 FROM tasks_v1 t JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t.job_id
     LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id
 WHERE t.id = ({next_in_queue} FOR UPDATE SKIP LOCKED);
+
+-- name: read_ahead_claims
+-- `read_ahead_claim` for the next %(n)s dequeueable tasks of a stage type, in its order.
+SELECT to_jsonb(t) AS task, s.id AS stage_id, s.version AS stage_version,
+    to_jsonb(s)::text AS stage, j.id AS job_id, j.version AS job_version, to_jsonb(j)::text AS job,
+    to_jsonb(sm) AS summary
+FROM tasks_v1 t JOIN queue_v1 q ON q.task_id = t.id JOIN stages_v1 s ON s.id = t.stage_id
+    JOIN jobs_v1 j ON j.id = t.job_id LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id
+WHERE t.id IN ({next_batch_in_queue} FOR UPDATE SKIP LOCKED) ORDER BY q.priority_rank, q.seq;
 
 -- name: hold_queue
 -- Lock the queue rows of a job and of its child jobs at any depth, in one order.
@@ -51,9 +69,12 @@ SELECT jobnik_assert_fresh({counts}, %(n)s::bigint);
 (SELECT count(*) FROM {table} WHERE (id, version) IN ({pairs}));
 
 -- name: assert_summary_fresh
--- A stage completion predicted before the writer lock still holds.
+-- Stage completions predicted before the writer lock still hold: completed - total equals
+-- each of %(yes)s (predicted complete) and none of %(no)s (predicted not), each offset being
+-- what the session's saves after that prediction added to completed - total.
 SELECT jobnik_assert_fresh((SELECT count(*) FROM summaries_v1 WHERE stage_id = %(s)s::uuid
-    AND (completed = total) = %(d)s::boolean), 1);
+    AND completed - total <> ALL(%(no)s::bigint[])
+    AND completed - total = ALL(%(yes)s::bigint[])), 1);
 
 -- name: notification_sequence
 SELECT pg_get_serial_sequence(%(t)s, 'notification_id') AS seq;

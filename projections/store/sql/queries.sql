@@ -1,6 +1,6 @@
 -- Named statements for both backends (store/queries.py loads them). Parameters are %(name)s;
--- a {slot} is filled in by the caller, or by the loader for {open} and {next_in_queue} (the
--- dequeue rule, inline/queue.py).
+-- a {slot} is filled in by the caller, or by the loader for {open}, {next_in_queue} and
+-- {next_batch_in_queue} (the dequeue rule, inline/queue.py).
 
 -- == the inline read models, as write and read sessions load them ============================
 
@@ -19,6 +19,11 @@ SELECT * FROM tokens_v1 WHERE id = %(id)s;
 -- name: claim_task
 -- The next dequeueable task of a stage type: priority, then queue order.
 SELECT * FROM tasks_v1 t WHERE t.id = ({next_in_queue});
+
+-- name: claim_tasks
+-- The next %(n)s dequeueable tasks of a stage type, in `claim_task`'s order.
+SELECT t.* FROM tasks_v1 t JOIN queue_v1 q ON q.task_id = t.id
+WHERE t.id IN ({next_batch_in_queue}) ORDER BY q.priority_rank, q.seq;
 
 -- name: stage_at
 SELECT * FROM stages_v1 WHERE job_id = %(job_id)s AND stage_order = %(o)s;

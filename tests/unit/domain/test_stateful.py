@@ -15,7 +15,13 @@ from hypothesis.stateful import (
 )
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
-from jobnik.domain.errors import JobnikError
+from jobnik.domain.batches import Report
+from jobnik.domain.errors import (
+    DelegationRefused,
+    IllegalTaskTransition,
+    JobnikError,
+    StaleAttempt,
+)
 from jobnik.domain.statuses import (
     JOB_FINAL,
     STAGE_DEQUEUEABLE,
@@ -31,6 +37,7 @@ from ..builders import Clock, replay
 from ..memory import MemoryStore
 
 TYPES = ("tiles", "upload")
+C, F, D = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.DELEGATED
 FINAL_BY_TABLE = {JOBS: JOB_FINAL, STAGES: STAGE_FINAL, TASKS: TASK_FINAL}
 
 
@@ -120,6 +127,37 @@ class Commands(RuleBasedStateMachine):
                 self.jobnik.report_task(task.id, TaskStatus.DELEGATED, attempt=task.attempt)
 
         self.attempt(run)
+
+    @precondition(lambda self: self.store.tables.dequeueable())
+    @rule(data=st.data(), count=st.integers(1, 4))
+    def work_in_a_batch(self, data: st.DataObject, count: int) -> None:
+        queued = self.store.tables.dequeueable()
+        kind = data.draw(st.sampled_from(sorted({self.queue_type(t) for t in queued})))
+        tasks = self.jobnik.dequeue_batch(kind, count)
+        reports = [
+            Report(
+                t.id,
+                t.attempt + (1 if outcome == "stale" else 0),
+                {"fail": F, "fatal": F, "delegate": D}.get(outcome, C),
+                fatal=outcome == "fatal",
+            )
+            for t in tasks
+            for outcome in [
+                data.draw(st.sampled_from(["done", "fail", "fatal", "stale", "delegate"]))
+            ]
+        ]
+        if reports and data.draw(st.booleans()):
+            reports.append(reports[0])  # the same report twice: the second finds it ended
+
+        outcomes = self.jobnik.report_batch(data.draw(st.permutations(reports)))
+
+        assert len(outcomes) == len(reports)
+        assert {type(o.error) for o in outcomes} <= {
+            type(None),
+            StaleAttempt,
+            DelegationRefused,
+            IllegalTaskTransition,
+        }
 
     @precondition(lambda self: self.stages)
     @rule(data=st.data())

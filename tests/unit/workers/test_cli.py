@@ -85,9 +85,12 @@ def test_run_worker_ends_with_a_final_status_line_when_not_on_a_tty() -> None:
         worker.stop()  # run() drains at once
         return worker
 
-    worker = run_worker("json:dumps", "tiles", "http://unused", out=out, make_worker=make_worker)
+    worker = run_worker(
+        "json:dumps", "tiles", "http://unused", out=out, make_worker=make_worker, batch_size=5
+    )
 
     assert worker.handler is json.dumps
+    assert worker.batch_size == 5
     lines = out.getvalue().splitlines()
     assert lines[-1] == "[tiles] stopping: done 0  failed 0  running 0  cancelled 0  refused 0"
     logged = [json.loads(line) for line in lines if line.startswith("{")]
