@@ -98,7 +98,7 @@ class Jobnik(RerunCommands, BatchCommands, SweepCommands, TokenCommands):
 
     @command
     def finish_job(self, job_id: UUID, *, by: Principal = Actor.API) -> Job:
-        """Seed 004's finish: no new stages or tasks; the job completes when its work is done."""
+        """Finish: no new stages or tasks; the job completes when its work is done."""
         now = self.clock()
         with self._write() as s:
             job = s.job(job_id)

@@ -98,7 +98,7 @@ class Job(Entity):
             job.completion_stages += 1 if self.completion else 0
 
     class JobFinishing(Entity.Event):
-        """Seed 004's finish: nothing new is accepted; the job completes when its work is done."""
+        """Finish: nothing new is accepted; the job completes when its work is done."""
 
         def apply(self, job: Job) -> None:
             job.finishing, job.finish_time = True, self.timestamp
@@ -263,7 +263,7 @@ class Job(Entity):
         return order
 
     def finish(self, now: datetime, actor: Principal = Actor.API) -> bool:
-        """Seed 004's finish command. False (no event) when already finishing."""
+        """The finish command. False (no event) when already finishing."""
         if self.is_final:
             raise JobInFiniteState
         if self.finishing:

@@ -39,7 +39,7 @@ class TaskStatus(StrEnum):
 
 
 class JobMode(StrEnum):
-    """Seed 004's job modes. runOnce (Jobnik's semantics): the job completes when its stages
+    """Job modes. runOnce (Jobnik's semantics): the job completes when its stages
     have; standard: it stays open for new stages until finished (POST /v1/jobs/{id}/finish)."""
 
     RUN_ONCE = "runOnce"

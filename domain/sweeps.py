@@ -16,7 +16,7 @@ class SweepCommands(WorkCommands):
 
     @command
     def redispatch_stale(self, stale_after: timedelta, limit: int = 1000) -> list[Task]:
-        """Seed 001's safety net: delegated tasks whose child jobs have all ended but that were
+        """The safety net: delegated tasks whose child jobs have all ended but that were
         not re-dispatched within `stale_after` go back to the queue. Normally finds none."""
         now = self.clock()
         with self._write() as s:

@@ -1,4 +1,4 @@
-"""Seed 001 with the Python SDK against a real server process, on both backends: a handler
+"""Delegation with the Python SDK against a real server process, on both backends: a handler
 delegates to child jobs and, re-dispatched, decides from their results; the redispatch safety
 net (`jobnik jobs redispatch`) finds what the engine missed."""
 
