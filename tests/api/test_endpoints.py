@@ -60,7 +60,7 @@ TASK_FIELDS = {
     "updateTime",
     "traceparent",
 }
-TIMES = {"startTime", "endTime"}  # jobnik's additive fields (§20 #9), present once set
+TIMES = {"startTime", "endTime"}  # jobnik's additive fields, present once set
 # jobnik's additive task fields: leases, delegations
 LEASE_FIELDS = {"attempt", "leaseExpiresAt", "delegations"}
 

@@ -31,7 +31,7 @@ JOB_CASES = [
     ("IN_PROGRESS", "PENDING", None),
     ("IN_PROGRESS", "PAUSED", "PAUSED"),
     ("IN_PROGRESS", "ABORTED", "ABORTED"),
-    ("PAUSED", "PENDING", "PENDING"),  # paused before it started: resumes PENDING (§20 #2)
+    ("PAUSED", "PENDING", "PENDING"),  # paused before it started: resumes PENDING
     ("PAUSED", "PAUSED", None),
     ("PAUSED", "ABORTED", "ABORTED"),
     ("COMPLETED", "PENDING", None),
@@ -251,7 +251,7 @@ def test_releasing_a_stage_leaves_its_job_alone(api: Api) -> None:
 TASK_CASES = [
     # (from, reported, status after or the computed target named in the refusal)
     ("PENDING", "COMPLETED", None, "COMPLETED"),
-    ("PENDING", "FAILED", None, "RETRIED"),  # FAILED is rewritten before validation (§4.3)
+    ("PENDING", "FAILED", None, "RETRIED"),  # FAILED is rewritten before validation
     ("IN_PROGRESS", "COMPLETED", "COMPLETED", None),
     ("IN_PROGRESS", "FAILED", "RETRIED", None),
     ("RETRIED", "COMPLETED", None, "COMPLETED"),

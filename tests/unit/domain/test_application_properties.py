@@ -113,7 +113,7 @@ def report(world: World, index: int, status: TaskStatus) -> None:
     elif row["status"] != TaskStatus.IN_PROGRESS:
         with pytest.raises(IllegalTaskTransition):
             world.jobnik.report_task(task_id, status)
-    else:  # a report from the worker that holds the task is a fact: never refused (§20 #3)
+    else:  # a report from the worker that holds the task is a fact: never refused
         world.jobnik.report_task(task_id, status)
 
 
@@ -385,16 +385,16 @@ def check(world: World) -> None:
         assert [s["stage_order"] for s in stages] == list(range(1, len(stages) + 1))
         assert job["stage_count"] == len(stages)
         assert job["completed_stages"] == statuses.count(StageStatus.COMPLETED)
-        # percentage moves only when a stage completes, so a stage added later lowers nothing (§9)
+        # percentage moves only when a stage completes, so a stage added later lowers nothing
         assert (job["percentage"] == 100) == (job["status"] == JobStatus.COMPLETED)
         all_done = bool(stages) and set(statuses) == {StageStatus.COMPLETED}
         assert all_done == (job["status"] == JobStatus.COMPLETED), statuses  # never wedged
         if job["status"] == JobStatus.PENDING:
-            assert not job["started"]  # a started job resumes IN_PROGRESS (§20 #2)
+            assert not job["started"]  # a started job resumes IN_PROGRESS
         assert sum(s in STAGE_DEQUEUEABLE for s in statuses) <= 1  # stages run one at a time
         if StageStatus.IN_PROGRESS in statuses:
             assert job["status"] in (JobStatus.IN_PROGRESS, JobStatus.PAUSED)
-        if job["status"] == JobStatus.ABORTED:  # abort cascades (§20 #4)
+        if job["status"] == JobStatus.ABORTED:  # abort cascades
             assert set(statuses) <= STAGE_FINAL
             assert not any(
                 t["status"] in TASK_QUEUED for t in rows[TASKS].values() if t["job_id"] == job_id
