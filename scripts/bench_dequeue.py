@@ -53,216 +53,25 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlparse, urlunparse
 
-from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
-from jobnik.projections.startup import migrate
-from jobnik.projections.store.backends import open_store
-from jobnik.projections.store.base import SqlStore
-from jobnik.projections.store.config import library_env
+from jobnik.domain.application import Jobnik
 from jobnik.projections.store.postgres import PostgresStore
-from jobnik.projections.store.session import SqlSession
-from jobnik.projections.store.sqlite import SqliteStore
+from jobnik.scripts.bench_claim_plan import bare_claim, claim_plan, plan_problems
+from jobnik.scripts.bench_dequeue_scenarios import (
+    Scenario,
+    populate,
+    say,
+    scenario_store,
+    settle,
+    spread,
+)
 
 DEPTH_A = 100
-BATCH = 1_000
 WARMUP = 4  # untimed dequeues per sampled stage after its first (stage-starting) one
 TARGET = 1.5
-TABLES = ("queue_v1", "tasks_v1", "summaries_v1", "stages_v1", "jobs_v1")
-
-
-def say(line: str = "") -> None:
-    print(line, flush=True)
-
-
-# -- databases ---------------------------------------------------------------------------------
-
-
-def _admin(pg_url: str) -> Any:
-    import psycopg
-
-    u = urlparse(pg_url)
-    return psycopg.connect(urlunparse(u._replace(path="/postgres")), autocommit=True)
-
-
-@contextmanager
-def scenario_store(backend: str, label: str, pg_url: str, tmp: Path) -> Iterator[SqlStore]:
-    """A fresh, migrated database for one scenario; dropped (or deleted) afterwards."""
-    if backend == "postgres":
-        import os
-
-        name = f"jobnik_bench_{os.getpid()}_{label}"
-        with _admin(pg_url) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            admin.execute(f"CREATE DATABASE {name}")
-        url = urlunparse(urlparse(pg_url)._replace(path=f"/{name}"))
-        store = open_store(library_env({"JOBNIK_DATABASE_URL": url}))
-        try:
-            migrate(store)
-            yield store
-        finally:
-            store.close()
-            with _admin(pg_url) as admin:
-                admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    else:
-        path = tmp / f"bench_{label}.db"
-        store = open_store(library_env({"JOBNIK_DATABASE_URL": f"sqlite:///{path}"}))
-        try:
-            migrate(store)
-            yield store
-        finally:
-            store.close()
-
-
-def settle(store: SqlStore) -> None:
-    """Let the load's after-work happen now rather than during the measurements."""
-    if isinstance(store, PostgresStore):
-        with store.pg.get_connection() as conn:  # the library's connections autocommit
-            for table in (store.events_table, *TABLES):
-                conn.execute(f"VACUUM (ANALYZE) {table}")
-            conn.execute("CHECKPOINT")
-    else:
-        assert isinstance(store, SqliteStore)
-        with store.lite.get_connection(commit=False) as conn:
-            conn.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)")
-
-
-# -- the scenario ------------------------------------------------------------------------------
-
-
-@dataclass
-class Scenario:
-    label: str
-    store: SqlStore
-    app: Jobnik
-    types: list[str] = field(default_factory=list)  # every stage type, in creation order
-    sampled: list[str] = field(default_factory=list)  # the types dequeued from
-    create_s: float = 0.0
-    tasks: int = 0
-
-
-def populate(sc: Scenario, depth: int, types: int, backend: str) -> None:
-    """`types` jobs x 1 stage (of a distinct type) x depth/types tasks, in batches of BATCH."""
-    per_type, extra = divmod(depth, types)
-    step = max(depth // 10, BATCH)
-    next_report = step
-    start = last_t = time.perf_counter()
-    last_n = 0
-    for j in range(types):
-        stage_type = f"bench-{sc.label}-{j:05d}"
-        job = sc.app.create_job(NewJob(name=f"bench {sc.label} {j}", data={"j": j}))
-        stage = sc.app.add_stage(job.id, NewStage(type=stage_type, data={}))
-        sc.types.append(stage_type)
-        count = per_type + (1 if j < extra else 0)
-        for first in range(0, count, BATCH):
-            n = min(BATCH, count - first)
-            sc.app.add_tasks(stage.id, [NewTask(data={"i": first + i}) for i in range(n)])
-            sc.tasks += n
-            if sc.tasks >= next_report or sc.tasks == depth:
-                now = time.perf_counter()
-                say(
-                    f"# {backend} {sc.label}: {sc.tasks:>9,}/{depth:,} tasks created, "
-                    f"{sc.tasks / (now - start):>7,.0f} tasks/s overall, "
-                    f"{(sc.tasks - last_n) / (now - last_t):>7,.0f} tasks/s lately, "
-                    f"{now - start:7.1f} s"
-                )
-                last_t, last_n = now, sc.tasks
-                next_report += step
-    sc.create_s = time.perf_counter() - start
-
-
-def spread(items: Sequence[str], k: int) -> list[str]:
-    """`k` items evenly spaced over `items` (first and last included when k > 1)."""
-    k = min(k, len(items))
-    if k == 1:
-        return [items[0]]
-    return [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)]
-
-
-# -- the claim query, its plan and its bare cost -----------------------------------------------
-
-
-class _Capture:
-    """A cursor that records the statement `SqlSession.claim` runs (and finds nothing)."""
-
-    sql: str = ""
-    params: Any = None
-
-    def one(self, sql: str, params: Any = ()) -> None:
-        self.sql, self.params = sql, params
-
-
-def claim_statement(store: SqlStore, stage_type: str) -> tuple[str, Any]:
-    """The engine's own claim SQL and parameters, so the figures track `SqlSession.claim`."""
-    capture = _Capture()
-    SqlSession(store, capture, write=False).claim(stage_type)  # type: ignore[arg-type]
-    if not capture.sql:
-        raise RuntimeError("SqlSession.claim ran no statement")
-    return capture.sql, capture.params
-
-
-def claim_plan(store: SqlStore, stage_type: str) -> list[str]:
-    sql, params = claim_statement(store, stage_type)
-    with store.cursor(write=False) as cur:  # rolled back: the row lock EXPLAIN ANALYZE takes too
-        if isinstance(store, PostgresStore):
-            rows = cur.all(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params)
-            return [r["QUERY PLAN"] for r in rows]
-        cur.raw.execute(f"EXPLAIN QUERY PLAN {sql}", params)  # raw: its `id` is no uuid
-        return [r["detail"] for r in cur.raw.fetchall()]
-
-
-def plan_problems(store: SqlStore, lines: list[str]) -> list[str]:
-    text = "\n".join(lines)
-    problems = []
-    if isinstance(store, PostgresStore):
-        if "Seq Scan on queue_v1" in text:
-            problems.append("Seq Scan on queue_v1")
-    elif any(line.lstrip().startswith("SCAN queue_v1") for line in lines):
-        problems.append("SCAN of queue_v1")
-    if "queue_v1_next" not in text:
-        problems.append("the plan does not use queue_v1_next")
-    return problems
-
-
-@contextmanager
-def bare_claim(store: SqlStore) -> Iterator[Callable[[str], float]]:
-    """A timer of the claim query alone, each run in its own transaction on one held connection."""
-    if isinstance(store, PostgresStore):
-        with store.pg.get_connection() as conn:
-
-            def run_pg(stage_type: str) -> float:
-                sql, params = claim_statement(store, stage_type)
-                t0 = time.perf_counter()
-                with conn.transaction(force_rollback=True):
-                    row = conn.execute(sql, params).fetchone()
-                dt = time.perf_counter() - t0
-                if row is None:
-                    raise RuntimeError(f"no queued task of type {stage_type}")
-                return dt
-
-            yield run_pg
-    else:
-        assert isinstance(store, SqliteStore)
-        with store.lite.get_connection(commit=False) as lconn:
-            raw = lconn.cursor().sqlite_cursor
-
-            def run_lite(stage_type: str) -> float:
-                sql, params = claim_statement(store, stage_type)
-                t0 = time.perf_counter()
-                raw.execute("BEGIN")
-                row = raw.execute(sql, params).fetchone()
-                raw.execute("ROLLBACK")
-                dt = time.perf_counter() - t0
-                if row is None:
-                    raise RuntimeError(f"no queued task of type {stage_type}")
-                return dt
-
-            yield run_lite
 
 
 # -- timing ------------------------------------------------------------------------------------

@@ -33,7 +33,8 @@ from jobnik.projections.catchup.runner import catch_up
 from jobnik.projections.queries.views import Views
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.postgres import PostgresStore
-from jobnik.scripts.bench_dequeue import interleave, scenario_store, settle
+from jobnik.scripts.bench_dequeue import interleave
+from jobnik.scripts.bench_dequeue_scenarios import scenario_store, settle
 
 if TYPE_CHECKING:
     from jobnik.scripts.bench import Ctx
