@@ -21,6 +21,10 @@ PREFIX = "JOBNIK_"
 # levels; a stored payload sits a few levels down in the deepest response (a job with its
 # stages and their tasks), so what a request may nest stays well under that.
 MAX_SERVABLE_DEPTH = 200
+# The stuck-work thresholds' bounds (settings and GET /v1/stuck's parameters): beyond them
+# "now minus the threshold" leaves the calendar, and the counts leave the stores' integers.
+MAX_STUCK_LEASE_EXPIRIES = 1_000_000
+MAX_STUCK_IDLE_SECONDS = 1e9
 
 
 class Settings(BaseSettings):
@@ -70,13 +74,22 @@ class Settings(BaseSettings):
         True, description="serve GET /metrics and /service-metrics, and record the metrics"
     )
     stuck_lease_expiries: int = Field(
-        3, ge=0, description="GET /v1/stuck: a task whose lease expired more times than this"
+        3,
+        ge=0,
+        le=MAX_STUCK_LEASE_EXPIRIES,
+        description="GET /v1/stuck: a task whose lease expired more times than this",
     )
     stuck_job_idle_seconds: float = Field(
-        3600.0, gt=0, description="GET /v1/stuck: an unfinished job with no event for longer"
+        3600.0,
+        gt=0,
+        le=MAX_STUCK_IDLE_SECONDS,
+        description="GET /v1/stuck: an unfinished job with no event for longer",
     )
     stuck_queue_idle_seconds: float = Field(
-        600.0, gt=0, description="GET /v1/stuck: queued tasks waiting with no dequeue for longer"
+        600.0,
+        gt=0,
+        le=MAX_STUCK_IDLE_SECONDS,
+        description="GET /v1/stuck: queued tasks waiting with no dequeue for longer",
     )
     log_format: Literal["text", "json"] = Field(
         "text", description="`jobnik serve`'s log lines: readable text, or one JSON object each"

@@ -3,6 +3,7 @@ the API would refuse is refused the same way (400 INVALID_REQUEST)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -29,7 +30,12 @@ def _when(name: str, value: str | None) -> datetime | None:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         raise InvalidRequest(f"request/query/{name} must be a date-time") from None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    parsed = parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    try:
+        parsed.astimezone(UTC)  # the query compares in UTC
+    except OverflowError:
+        raise InvalidRequest(f"request/query/{name} is out of range") from None
+    return parsed
 
 
 def _choice(name: str, value: str | None, kind: type[JobStatus] | type[Priority]) -> str | None:
@@ -56,7 +62,7 @@ class JobFilters:
             raise InvalidRequest(f"Unknown query parameter '{unknown[0]}'")
         values = {f: _blank(query.get(f)) for f in FIELDS}
         page = values.pop("page") or "1"
-        if not page.isdigit() or not 1 <= int(page) <= 10**9:
+        if not re.fullmatch("[0-9]{1,10}", page) or not 1 <= int(page) <= 10**9:
             raise InvalidRequest("request/query/page must be a whole number from 1")
         found = cls(**values, page=int(page))
         found.query_args()  # refuse what the query could not take

@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from jobnik.api.deps import SettingsDep, reject_unknown_query
 from jobnik.api.permissions import authorize, needs
 from jobnik.api.queue_schemas import QueueOut, QueuesOut, StuckListOut, StuckOut
+from jobnik.api.settings import MAX_STUCK_IDLE_SECONDS, MAX_STUCK_LEASE_EXPIRIES
 from jobnik.domain.principals import Permission
 from jobnik.projections.queries.operations import OperationsViews, Thresholds
 
@@ -56,7 +57,7 @@ async def get_stuck(
         int | None,
         Query(
             ge=0,
-            le=1_000_000,
+            le=MAX_STUCK_LEASE_EXPIRIES,
             description="tasks whose lease expired more times than this "
             "(default JOBNIK_STUCK_LEASE_EXPIRIES)",
         ),
@@ -65,7 +66,7 @@ async def get_stuck(
         float | None,
         Query(
             gt=0,
-            le=1e9,
+            le=MAX_STUCK_IDLE_SECONDS,
             description="unfinished jobs with no event for longer "
             "(default JOBNIK_STUCK_JOB_IDLE_SECONDS)",
         ),
@@ -74,7 +75,7 @@ async def get_stuck(
         float | None,
         Query(
             gt=0,
-            le=1e9,
+            le=MAX_STUCK_IDLE_SECONDS,
             description="stage types whose queued tasks waited, with no "
             "dequeue, for longer (default JOBNIK_STUCK_QUEUE_IDLE_SECONDS)",
         ),

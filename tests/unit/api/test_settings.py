@@ -43,3 +43,16 @@ def test_the_number_of_rebuild_processes_is_read_from_the_environment(
 def test_a_bad_number_of_rebuild_processes_is_refused_naming_the_setting(value: str) -> None:
     with pytest.raises(ValidationError, match="rebuild_processes"):
         Settings.from_env({"JOBNIK_REBUILD_PROCESSES": value})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("JOBNIK_STUCK_JOB_IDLE_SECONDS", "inf"),  # now minus it: before year 1
+        ("JOBNIK_STUCK_QUEUE_IDLE_SECONDS", "1e11"),
+        ("JOBNIK_STUCK_LEASE_EXPIRIES", str(2**63)),  # beyond the stores' integers
+    ],
+)
+def test_a_stuck_threshold_no_scrape_could_use_is_refused(variable: str, value: str) -> None:
+    with pytest.raises(ValidationError, match=variable.removeprefix("JOBNIK_").lower()):
+        Settings.from_env({variable: value})
