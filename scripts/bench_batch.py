@@ -11,16 +11,15 @@ the same run:
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
 
 from jobnik.domain.application import Jobnik
 from jobnik.domain.batches import Report
 from jobnik.domain.statuses import TaskStatus
 from jobnik.scripts import bench_floor
+from jobnik.scripts.bench_context import Ctx, check
+from jobnik.scripts.bench_engine import engine, populate
+from jobnik.scripts.bench_http import server, worker_processes
 from jobnik.scripts.bench_worker import http_batch_worker, plain_worker
-
-if TYPE_CHECKING:
-    from jobnik.scripts.bench import Ctx
 
 BATCH = 10
 K = 4
@@ -52,8 +51,6 @@ def drain_batches(app: Jobnik, stage_type: str, k: int, size: int) -> tuple[int,
 
 
 def fig_batch(ctx: Ctx) -> None:
-    from jobnik.scripts.bench import check, engine, populate, server, worker_processes
-
     n_engine, n_http = ctx.sizes.lifecycle_tasks, ctx.sizes.http_tasks
     processes = ctx.api_processes if ctx.backend == "postgres" else 1
     with ctx.database("batch") as url:
@@ -98,8 +95,6 @@ def fig_batch(ctx: Ctx) -> None:
 
 
 def fig_plain(ctx: Ctx) -> None:
-    from jobnik.scripts.bench import check, engine, populate, server, worker_processes
-
     n = ctx.sizes.http_tasks
     processes = ctx.api_processes if ctx.backend == "postgres" else 1
     connections = PROCESSES * THREADS

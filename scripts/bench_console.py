@@ -13,7 +13,7 @@ import statistics
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Final
+from typing import Final
 from uuid import uuid4
 
 from fastapi.testclient import TestClient
@@ -26,9 +26,7 @@ from jobnik.projections.startup import migrate
 from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
-
-if TYPE_CHECKING:
-    from jobnik.scripts.bench import Ctx
+from jobnik.scripts.bench_context import Ctx
 
 TARGET_MS: Final = 300.0
 BATCH: Final = 1_000

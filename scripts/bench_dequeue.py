@@ -212,7 +212,7 @@ def run(
     pg_url: str = "postgresql://postgres@127.0.0.1:5432",
     settle: bool = True,
 ) -> DepthResult:
-    """The measurement as a function (for scripts/bench.py); the arguments are main()'s."""
+    """The measurement as a function (for scripts/bench_volume.py); the arguments are main()'s."""
     argv = ["--backend", backend, "--samples", str(samples), "--pg-url", pg_url]
     argv += ["--sample-types", str(sample_types), *(["--quick"] if quick else [])]
     argv += [

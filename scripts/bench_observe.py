@@ -4,7 +4,7 @@ observe`). Beside it, the server CPU time of one request with metrics off and on
 this process by turns on one app: on a machine shared with other work, throughput moves by
 more than metrics cost, and CPU time per request much less.
 
-Each variant serves from its own server processes (scripts/bench.py's `server`; several of
+Each variant serves from its own server processes (scripts/bench_http.py's `server`; several of
 them share a metrics directory, as under `jobnik serve --workers N`) with the same K
 SDK worker processes draining a stage of its own; the rounds run the variants in turn (every
 other round in reverse order), so drift on a shared machine spreads over all of them, and each
@@ -22,16 +22,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobnik.api.main import app_from_env
 from jobnik.api.telemetry.logs import log_config
 from jobnik.api.telemetry.requests import RequestTelemetry
 from jobnik.domain.application import Jobnik, NewTask
+from jobnik.scripts.bench_context import Ctx, say
+from jobnik.scripts.bench_engine import engine, populate
+from jobnik.scripts.bench_http import run_http_workers, server
 from jobnik.scripts.serve import metrics_directory
-
-if TYPE_CHECKING:
-    from jobnik.scripts.bench import Ctx
 
 OFF = "telemetry off"
 METRICS = "metrics"
@@ -65,8 +65,6 @@ def trace_sink() -> Iterator[str]:
 
 
 def fig_observe(ctx: Ctx) -> None:
-    from jobnik.scripts.bench import engine, populate, run_http_workers, say, server
-
     cpu_off, cpu_on = cpu_per_request(ctx, ctx.sizes.observe_rounds * 10)
     ctx.add(
         "server CPU per request, metrics",
@@ -142,8 +140,6 @@ def cpu_per_request(ctx: Ctx, turns: int, per_turn: int = 500) -> tuple[float, f
     requests each, its request middleware recording metrics every other turn (order
     alternating). One app, so the two sides share connections and memory: two apps differ by
     more than metrics cost. Each side's least turn, the one other work disturbed least."""
-    from jobnik.scripts.bench import engine, populate
-
     assert ctx.url is not None
     with engine(ctx.url) as store:
         commands = Jobnik(store)

@@ -21,7 +21,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Final
+from typing import Final
 from uuid import UUID
 
 from fastapi.testclient import TestClient
@@ -33,11 +33,9 @@ from jobnik.projections.catchup.runner import catch_up
 from jobnik.projections.queries.views import Views
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.postgres import PostgresStore
+from jobnik.scripts.bench_context import Ctx
 from jobnik.scripts.bench_dequeue import interleave
 from jobnik.scripts.bench_dequeue_scenarios import scenario_store, settle
-
-if TYPE_CHECKING:
-    from jobnik.scripts.bench import Ctx
 
 SMALL: Final = 100
 TARGET_RATIO: Final = 1.5

@@ -1,4 +1,4 @@
-"""The HTTP lifecycle's worker process (scripts/bench.py): kept apart so that a spawned worker
+"""The HTTP lifecycle's worker process (scripts/bench_http.py): kept apart so that a spawned worker
 imports the SDK only, not the engine."""
 
 from __future__ import annotations

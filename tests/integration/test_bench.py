@@ -3,7 +3,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse, urlunparse
 
-from jobnik.scripts.bench import TINY, run_suite
+from jobnik.scripts.bench import run_suite
+from jobnik.scripts.bench_context import TINY
 
 IN_DATABASE = ["engine", "http", "bulk", "hot"]
 OWN_DATABASES = ["depth", "scrape", "rebuild"]  # they make their own databases and files
