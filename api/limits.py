@@ -184,34 +184,40 @@ class InputGate:
         except JobnikError as exc:
             await errors.response_for(exc)(scope, receive, send)
             return
-        await self.app(scope, _replay(body, receive), send)
+        await self.app(scope, replay(body, receive), send)
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes:
         limit = self.limits.body_bytes
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise PayloadTooLarge(_too_large(limit))
-        chunks: list[bytes] = []
-        seen = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunk = message.get("body", b"")
-            seen += len(chunk)
-            if seen > limit:
-                raise PayloadTooLarge(_too_large(limit))
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        return b"".join(chunks)
+        return await read_body(receive, limit)
+
+
+async def read_body(receive: Receive, limit: int | None = None) -> bytes:
+    """The request's whole body; PayloadTooLarge past `limit` bytes."""
+    chunks: list[bytes] = []
+    seen = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        seen += len(chunk)
+        if limit is not None and seen > limit:
+            raise PayloadTooLarge(_too_large(limit))
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
 
 
 def _too_large(limit: int) -> str:
     return f"request body is larger than {limit} bytes"
 
 
-def _replay(body: bytes, receive: Receive) -> Callable[[], Any]:
+def replay(body: bytes, receive: Receive) -> Callable[[], Any]:
+    """A `receive` that hands `body` on again, whole, then the rest of `receive`."""
     sent = False
 
     async def replayed() -> Message:

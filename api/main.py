@@ -13,7 +13,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CollectorRegistry
 
-from jobnik.api import console, errors, positions
+from jobnik.api import console, errors, fastpath, positions
 from jobnik.api.access import Access, Authenticate, TokenTable
 from jobnik.api.idempotency import IdempotencyKeys
 from jobnik.api.limits import InputGate, Limits
@@ -150,6 +150,7 @@ def create_app(
     # these carry most requests. No other route matches their paths and methods
     # (tests/api/test_endpoints.py), so the order changes nothing else.
     app.router.routes.sort(key=lambda r: getattr(r, "endpoint", None) not in WORKER_ROUTES)
+    fastpath.install(app)
     console.install(app)
     document_errors(app)
     app.add_middleware(InputGate, limits=Limits.of(settings))
