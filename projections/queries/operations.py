@@ -8,6 +8,7 @@ the rest from the small tables of the `operations` catch-up projection.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -180,27 +181,21 @@ class OperationsViews:
                 {"before": d.dump("since", idle_before), "limit": STUCK_LIMIT},
             )
         items = [
-            Stuck(
+            _task_stuck(
                 "LEASE_EXPIRED_REPEATEDLY",
                 f"its lease expired {r['expiries']} times (more than "
                 f"{thresholds.lease_expiries}); the latest expiry is `since`",
                 r["since"],
-                r["job_id"],
-                r["stage_id"],
-                r["task_id"],
-                r["stage_type"],
+                r,
             )
             for r in leases
         ]
         items += [
-            Stuck(
+            _task_stuck(
                 "DELEGATION_NOT_REDISPATCHED",
                 f"all {r['children']} of its child jobs ended and it was not dispatched again",
                 r["since"] or r["delegated_at"],
-                r["job_id"],
-                r["stage_id"],
-                r["task_id"],
-                r["stage_type"],
+                r,
             )
             for r in delegations
         ]
@@ -232,3 +227,10 @@ class OperationsViews:
                 )
             )
         return items
+
+
+def _task_stuck(kind: str, reason: str, since: datetime, row: Mapping[str, Any]) -> Stuck:
+    """A stuck task, located by its row's job, stage, task and stage type."""
+    return Stuck(
+        kind, reason, since, row["job_id"], row["stage_id"], row["task_id"], row["stage_type"]
+    )
