@@ -14,7 +14,9 @@ lease ever expired):
   with cause timeout) and when the latest did.
 
 Times are event times and the later of two wins, so a batch's changes commute and a replay from
-scratch writes the same rows however the events fall into batches.
+scratch writes the same rows however the events fall into batches: the catch-up runner applies
+each batch (`Operations.apply`); a rebuild keeps the totals per stage type and per event type in
+memory over its pass (`Totals`), which lets processes replaying different jobs share the tables.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import FATAL, TIMEOUT
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
-from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql
+from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Replay, Sql
 from jobnik.projections.store.cursor import Cursor
 
 TYPES, EVENTS, STAGES, JOBS, LEASES = (
@@ -223,6 +225,7 @@ class Operations(CatchUpProjection):
         LEASES: ("task_id",),
     }
     events = ALL_EVENTS
+    per_job = True  # rows of one job, stage or task; totals shared between jobs: `Totals`
     ddl = f"""
     CREATE TABLE IF NOT EXISTS operations_v1_types (
         stage_type TEXT PRIMARY KEY,
@@ -258,38 +261,134 @@ class Operations(CatchUpProjection):
 
     def apply(self, cur: Cursor, batch: Batch, sql: Sql, prepared: Any = None) -> None:
         c = prepared if isinstance(prepared, Changes) else fold(batch)
-        d = cur.dialect
+        run = _runner(cur, sql)
+        for statement, rows in (*_own(c), *_totals(c)):
+            run(statement, rows)
 
-        def run(statement: str, rows: list[dict[str, Any]]) -> None:
-            if rows:
-                cur.executemany(sql(statement), [d.dump_row(r) for r in rows])
+    def replay(self, sql: Sql) -> Replay:
+        return Totals(sql)
 
-        run(INSERT_STAGE, list(c.new_stages.values()))
-        new_types = sorted({s["stage_type"] for s in c.new_stages.values()})
-        run(INSERT_TYPE, [{"stage_type": t} for t in new_types])
-        run(
-            ADD_COUNTERS,
-            [{"stage_id": s, **{k: n.get(k, 0) for k in COUNTERS}} for s, n in c.counters.items()],
-        )
-        run(SET_LAST_DEQUEUE, [{"stage_id": s, "t": t} for s, t in c.dequeued_at.items()])
-        run(ADD_EVENTS, [{"event_type": k, "n": n} for k, n in sorted(c.events.items())])
-        run(
+
+Rows = list[dict[str, Any]]
+
+
+def _runner(cur: Cursor, sql: Sql) -> Callable[[str, Rows], None]:
+    def run(statement: str, rows: Rows) -> None:
+        if rows:
+            cur.executemany(sql(statement), [cur.dialect.dump_row(r) for r in rows])
+
+    return run
+
+
+def _own(c: Changes) -> list[tuple[str, Rows]]:
+    """The statements (and their rows) of the rows of the batch's own jobs, stages and tasks,
+    and of the stage types it adds."""
+    new_types = sorted({s["stage_type"] for s in c.new_stages.values()})
+    return [
+        (INSERT_STAGE, list(c.new_stages.values())),
+        (INSERT_TYPE, [{"stage_type": t} for t in new_types]),
+        (
             INSERT_JOB,
             [
                 {**row, "open": c.job_open.get(j, True), "last_event_at": c.job_seen[j]}
                 for j, row in c.new_jobs.items()
             ],
-        )
-        run(
+        ),
+        (
             SET_JOB_OPEN,
             [{"job_id": j, "open": o} for j, o in c.job_open.items() if j not in c.new_jobs],
-        )
-        run(
+        ),
+        (
             SET_JOB_SEEN.format(job="%(job_id)s"),
             [{"job_id": j, "t": t} for j, t in c.job_seen.items() if j not in c.new_jobs],
-        )
-        run(
+        ),
+        (
             SET_JOB_SEEN.format(job=STAGE_JOB),
             [{"stage_id": s, "t": t} for s, t in c.stage_seen.items()],
+        ),
+        (ADD_LEASES, list(c.leases.values())),
+    ]
+
+
+def _totals(c: Changes) -> list[tuple[str, Rows]]:
+    """The statements (and their rows) adding the batch to the totals shared between jobs: per
+    stage type (found through each stage's row) and per event type."""
+    return [
+        (
+            ADD_COUNTERS,
+            [{"stage_id": s, **{k: n.get(k, 0) for k in COUNTERS}} for s, n in c.counters.items()],
+        ),
+        (SET_LAST_DEQUEUE, [{"stage_id": s, "t": t} for s, t in c.dequeued_at.items()]),
+        (ADD_EVENTS, [{"event_type": k, "n": n} for k, n in sorted(c.events.items())]),
+    ]
+
+
+ADD_TYPE_TOTALS: Final = (
+    "UPDATE operations_v1_types SET "
+    + ", ".join(f"{c} = {c} + %({c})s" for c in COUNTERS)
+    + ", last_dequeue_at = CASE WHEN last_dequeue_at IS NULL OR last_dequeue_at < %(t)s "
+    "THEN COALESCE(%(t)s, last_dequeue_at) ELSE last_dequeue_at END "
+    "WHERE stage_type = %(stage_type)s"
+)
+TYPE_OF_STAGE: Final = "SELECT stage_type FROM operations_v1_stages WHERE stage_id = %(stage_id)s"
+KNOWN_STAGES: Final = 20_000  # stage types remembered by stage id (past that, forgotten)
+
+
+class Totals:
+    """A rebuild pass's replay (`CatchUpProjection.replay`): each page's rows of its own jobs,
+    stages and tasks as `apply` writes them; the totals per stage type and per event type added
+    up in memory over the pass and added to their rows when it ends, each row once, in key
+    order (stage types, then event types).
+
+    So the rows shared between jobs take one short transaction per pass, and processes that
+    replay different jobs into the same tables (rebuild/parallel.py) neither wait for each other
+    page after page nor lock those rows in different orders. A stage's type comes from its
+    `StageAdded` (of the same job: seen by the same pass, which remembers a bounded number),
+    else from its row."""
+
+    def __init__(self, sql: Sql) -> None:
+        self.sql = sql
+        self.counters: dict[str, Counter[str]] = {}  # by stage type
+        self.dequeued_at: dict[str, datetime] = {}  # by stage type
+        self.events: Counter[str] = Counter()
+        self.types: dict[UUID, str] = {}  # stage id → stage type
+
+    def __call__(self, cur: Cursor, batch: Batch, prepared: Any) -> None:
+        run = _runner(cur, self.sql)
+        if not batch:
+            self._write(run)
+            return
+        c = prepared if isinstance(prepared, Changes) else fold(batch)
+        for statement, rows in _own(c):
+            run(statement, rows)
+        if len(self.types) > KNOWN_STAGES:
+            self.types.clear()
+        self.types.update((s, row["stage_type"]) for s, row in c.new_stages.items())
+        self.events.update(c.events)
+        for stage, counts in c.counters.items():
+            t = self._type(cur, stage)
+            if t is not None:  # (no stage row: the statement by stage id changes nothing)
+                self.counters.setdefault(t, Counter()).update(counts)
+        for stage, at in c.dequeued_at.items():
+            t = self._type(cur, stage)
+            if t is not None:
+                self.dequeued_at[t] = _later(self.dequeued_at.get(t), at)
+
+    def _type(self, cur: Cursor, stage_id: UUID) -> str | None:
+        t = self.types.get(stage_id)
+        if t is None:
+            row = cur.one(self.sql(TYPE_OF_STAGE), cur.dialect.dump_row({"stage_id": stage_id}))
+            if row is not None:
+                t = self.types[stage_id] = row["stage_type"]
+        return t
+
+    def _write(self, run: Callable[[str, Rows], None]) -> None:
+        run(
+            ADD_TYPE_TOTALS,
+            [
+                {"stage_type": t, "t": self.dequeued_at.get(t), **{k: n[k] for k in COUNTERS}}
+                for t, n in sorted(self.counters.items())
+            ],
         )
-        run(ADD_LEASES, list(c.leases.values()))
+        run(ADD_EVENTS, [{"event_type": k, "n": n} for k, n in sorted(self.events.items())])
+        self.counters, self.dequeued_at, self.events = {}, {}, Counter()

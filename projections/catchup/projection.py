@@ -15,6 +15,9 @@ from jobnik.projections.store.dialect import Dialect
 from jobnik.projections.store.names import identity
 
 Batch = Sequence[tuple[int, Any]]  # (log position, decoded domain event), in log order
+# A rebuild pass's writer of one projection: (cursor, batch, what `prepare` made of it); an
+# empty batch ends the pass (`CatchUpProjection.replay`).
+Replay = Callable[[Cursor, Batch, Any], None]
 
 
 class Sql:
@@ -43,8 +46,9 @@ class CatchUpProjection(ABC):
     keys: ClassVar[dict[str, tuple[str, ...]]]  # primary key of each table (verify pairs rows)
     events: ClassVar[tuple[type, ...]]  # the event classes it reads
     ddl: ClassVar[str]  # CREATE statements with {uuid}/{json}/{time}/{bool} placeholders
-    # Every row belongs to one job and only its events write it: a rebuild may replay the
-    # events of different jobs in different processes (rebuild/parallel.py).
+    # Every row belongs to one job and only its events write it, or is a total over jobs that
+    # `replay` adds up in memory and writes once at the end of a pass: a rebuild may replay
+    # the events of different jobs in different processes (rebuild/parallel.py).
     per_job: ClassVar[bool] = False
     # Indexes a rebuild may build after the bulk of its replay (no replay statement uses them).
     late_indexes: ClassVar[frozenset[str]] = frozenset()
@@ -62,10 +66,26 @@ class CatchUpProjection(ABC):
         """Apply `batch` (its events in log order) to the tables `sql` names; `prepared`: what
         `prepare` made of the same batch beforehand, if anything."""
 
+    def replay(self, sql: Sql) -> Replay:
+        """How one rebuild pass writes its pages to the shadow tables `sql` names: `apply` each
+        (`batch_by_batch`). A projection may keep rows in memory over the pass instead and write
+        them when it ends (the empty batch)."""
+        return batch_by_batch(self, sql)
+
     def prepare(self, batch: Batch) -> Any:
         """The pure part of `apply` (no database), which a rebuild runs on another thread;
         None: `apply` does it all."""
         return None
+
+
+def batch_by_batch(projection: CatchUpProjection, sql: Sql) -> Replay:
+    """Each batch applied as the catch-up runner applies it; nothing kept between them."""
+
+    def apply(cur: Cursor, batch: Batch, prepared: Any) -> None:
+        if batch:
+            projection.apply(cur, batch, sql, prepared)
+
+    return apply
 
 
 @contextmanager

@@ -1,8 +1,9 @@
 """How a rebuild applies a page of events to each projection's shadow tables.
 
 The inline read models' shadows, which only the rebuild writes, take a page at a time folded in
-memory (fold.py); their live tables and every catch-up projection take the page event by event,
-as their live paths write them.
+memory (fold.py); the catch-up projections' shadows take the pages through their `replay` (as
+their runner applies a batch, or keeping totals over the pass); live tables take them as their
+live paths write them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql, pipelined
+from jobnik.projections.catchup.projection import (
+    Batch,
+    CatchUpProjection,
+    Sql,
+    batch_by_batch,
+    pipelined,
+)
 from jobnik.projections.catchup.registry import InlineProjection, Projection
 from jobnik.projections.inline.ops import Op
 from jobnik.projections.inline.project import project_rows
@@ -70,14 +77,15 @@ def applier(store: SqlStore, projection: Projection, rename: Callable[[str], str
     """A function applying a batch of events to `projection`'s tables as `rename` names them."""
     if isinstance(projection, InlineProjection):
         return _inline_applier(store, rename)
-    sql = Sql(store.dialect, rename)
     prepare = _catch_up_preparer(projection)
+    sql = Sql(store.dialect, rename)
+    replay = batch_by_batch(projection, sql) if rename is identity else projection.replay(sql)
 
     def apply(cur: Cursor, batch: Batch, prepared: Any = None) -> None:
         mine, made = prepared if prepared is not None else prepare(batch)
-        if mine:
+        if mine or not batch:  # (an empty batch ends the pass: the replay writes what it kept)
             with pipelined(cur):  # a projection's reads wait for its own writes
-                projection.apply(cur, mine, sql, made)
+                replay(cur, mine, made)
 
     return apply
 

@@ -2,13 +2,16 @@
 shadows with the events of its jobs.
 
 One rebuild process is bound by its own CPU: the read-ahead, fold and writer threads share one
-GIL. Every row of the per-job projections (`per_job`: the inline read models and run_stats)
-belongs to one job and is written only by the events of that job, its stages and its tasks; the
-rows a fold reads back (the job and stage rows an Enqueue needs) are of the same job. So the
-events of different jobs can be replayed by different processes into the same shadow tables, in
-any interleaving: each process applies its jobs' events in log order, and no process reads or
-writes another's rows. What is not per job (last_status: the latest job of each name) is fed by
-the rebuilding process meanwhile, from its own topics.
+GIL. Every row of the per-job projections (`per_job`: the inline read models, run_stats and
+operations) belongs to one job and is written only by the events of that job, its stages and its
+tasks; the rows a fold reads back (the job and stage rows an Enqueue needs) are of the same job.
+So the events of different jobs can be replayed by different processes into the same shadow
+tables, in any interleaving: each process applies its jobs' events in log order, and no process
+reads or writes another's rows. The one exception, totals over jobs (operations' counters per
+stage type and per event type), are sums and latest times: each process adds its share up in
+memory and adds it to the rows once, at the end of its pass, in key order (`CatchUpProjection.
+replay`). What is not per job (last_status: the latest job of each name) is fed by the
+rebuilding process meanwhile, from its own topics.
 
 The store deals the events to the parts by job (`SqlStore.routes`, store/routes.py). If any
 event up to the head has no route (a stored form the routing cannot read), nothing runs in

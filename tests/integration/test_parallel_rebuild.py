@@ -15,12 +15,14 @@ from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import DatabaseError
 from jobnik.domain.statuses import TaskStatus
 from jobnik.projections.catchup import tracking
+from jobnik.projections.catchup.registry import CATCH_UP
 from jobnik.projections.rebuild import parallel, passes
 from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.rebuild.verify import verify
 from jobnik.projections.store import routes
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.postgres import PostgresStore
+from tests.integration.test_catchup import drain, rows
 from tests.integration.test_rebuild import access_workload, busy_workload, snapshot
 
 
@@ -78,6 +80,26 @@ def test_a_rebuild_in_parts_writes_exactly_the_live_rows(
         assert everything_in_parallel == []  # SQLite: one process, never the parts
     with store.cursor(write=False) as cur:
         assert tracking.get(cur, "inline") is not None
+
+
+def test_the_catch_up_projections_replayed_in_parts_equal_their_runners_rows(
+    store: SqlStore, jobnik: Jobnik, everything_in_parallel: list[int]
+) -> None:
+    """operations' totals per stage type and per event type, added up by each part over its
+    pass, equal the runner's, applied batch by batch."""
+    busy_workload(jobnik, random.Random(7), 300)
+    delegating_workload(jobnik)
+    drain(store, 50)
+    applied = {p.name: rows(store, p) for p in CATCH_UP}
+    head = int(store.recorder.max_notification_id() or 0)
+
+    rebuild(store, processes=3)
+
+    assert {p.name: rows(store, p) for p in CATCH_UP} == applied
+    assert len(applied["operations"]["operations_v1_types"]) > 3
+    assert all(r["dequeues"] for r in applied["operations"]["operations_v1_types"])
+    if isinstance(store, PostgresStore):
+        assert everything_in_parallel == [head]
 
 
 def test_a_part_that_fails_fails_the_rebuild_and_changes_no_live_row(
