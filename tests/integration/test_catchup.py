@@ -16,10 +16,12 @@ import pytest
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.statuses import TaskStatus
-from jobnik.projections.catchup import tracking
+from jobnik.projections.catchup import operations, tracking
 from jobnik.projections.catchup.projection import CatchUpProjection
 from jobnik.projections.catchup.registry import CATCH_UP
 from jobnik.projections.catchup.runner import CatchUpRunner, catch_up
+from jobnik.projections.rebuild import passes
+from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.rebuild.verify import verify
 from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
@@ -28,6 +30,7 @@ from jobnik.projections.store.config import library_env
 from .test_rebuild import random_workload
 
 NAMES = [p.name for p in CATCH_UP]
+OPERATIONS = next(p for p in CATCH_UP if p.name == "operations")
 
 
 def head(store: SqlStore) -> int:
@@ -90,6 +93,23 @@ def test_batch_boundaries_do_not_change_the_rows(store: SqlStore, jobnik: Jobnik
     drain(store, 10_000)
 
     assert {p.name: rows(store, p) for p in CATCH_UP} == one_by_one
+
+
+def test_a_rebuild_finds_the_type_of_a_stage_it_no_longer_remembers_in_its_row(
+    store: SqlStore, jobnik: Jobnik, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """operations' replay forgets every stage type after each page: task events of later pages
+    find their stage's type in the stage's row, and the totals stay the runner's."""
+    random_workload(jobnik, random.Random(8), 300)
+    drain(store, 1_000)
+    applied = rows(store, OPERATIONS)
+    monkeypatch.setattr(operations, "KNOWN_STAGES", 0)
+    monkeypatch.setattr(passes, "PAGE", 11)
+
+    rebuild(store, names=["operations"])
+
+    assert rows(store, OPERATIONS) == applied
+    assert sum(r["dequeues"] for r in applied["operations_v1_types"]) > 0
 
 
 def test_a_batch_that_fails_half_way_leaves_neither_rows_nor_position(
