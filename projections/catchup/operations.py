@@ -21,7 +21,7 @@ memory over its pass (`Totals`), which lets processes replaying different jobs s
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -331,7 +331,7 @@ ADD_TYPE_TOTALS: Final = (
     "WHERE stage_type = %(stage_type)s"
 )
 TYPE_OF_STAGE: Final = "SELECT stage_type FROM operations_v1_stages WHERE stage_id = %(stage_id)s"
-KNOWN_STAGES: Final = 20_000  # stage types remembered by stage id (past that, forgotten)
+KNOWN_STAGES: Final = 20_000  # stage types remembered by stage id (the latest stages added)
 
 
 class Totals:
@@ -343,7 +343,7 @@ class Totals:
     So the rows shared between jobs take one short transaction per pass, and processes that
     replay different jobs into the same tables (rebuild/parallel.py) neither wait for each other
     page after page nor lock those rows in different orders. A stage's type comes from its
-    `StageAdded` (of the same job: seen by the same pass, which remembers a bounded number),
+    `StageAdded` (of the same job: seen by the same pass, which remembers the latest ones),
     else from its row."""
 
     def __init__(self, sql: Sql) -> None:
@@ -351,7 +351,7 @@ class Totals:
         self.counters: dict[str, Counter[str]] = {}  # by stage type
         self.dequeued_at: dict[str, datetime] = {}  # by stage type
         self.events: Counter[str] = Counter()
-        self.types: dict[UUID, str] = {}  # stage id → stage type
+        self.types: OrderedDict[UUID, str] = OrderedDict()  # stage id → type, latest added
 
     def __call__(self, cur: Cursor, batch: Batch, prepared: Any) -> None:
         run = _runner(cur, self.sql)
@@ -361,9 +361,9 @@ class Totals:
         c = prepared if isinstance(prepared, Changes) else fold(batch)
         for statement, rows in _own(c):
             run(statement, rows)
-        if len(self.types) > KNOWN_STAGES:
-            self.types.clear()
         self.types.update((s, row["stage_type"]) for s, row in c.new_stages.items())
+        while len(self.types) > KNOWN_STAGES:
+            self.types.popitem(last=False)
         self.events.update(c.events)
         for stage, counts in c.counters.items():
             t = self._type(cur, stage)

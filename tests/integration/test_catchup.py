@@ -98,8 +98,8 @@ def test_batch_boundaries_do_not_change_the_rows(store: SqlStore, jobnik: Jobnik
 def test_a_rebuild_finds_the_type_of_a_stage_it_no_longer_remembers_in_its_row(
     store: SqlStore, jobnik: Jobnik, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """operations' replay forgets every stage type after each page: task events of later pages
-    find their stage's type in the stage's row, and the totals stay the runner's."""
+    """operations' replay remembers no stage type: task events find their stage's type in the
+    stage's row, and the totals stay the runner's."""
     random_workload(jobnik, random.Random(8), 300)
     drain(store, 1_000)
     applied = rows(store, OPERATIONS)
