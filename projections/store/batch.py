@@ -124,6 +124,13 @@ def _time(value: datetime) -> str | None:
     return f"'{value.isoformat()}'::timestamptz" if value.tzinfo is UTC else None
 
 
+def _uuids(values: list[Any]) -> str | None:
+    """An array of uuids (a batch's keys, `= ANY(...)`); anything else goes through psycopg."""
+    if values and all(type(v) is UUID for v in values):
+        return "'{" + ",".join(v.hex for v in values) + "}'::uuid[]"
+    return None
+
+
 # The literals of the types every command sends, rendered directly: several times cheaper than
 # psycopg's adapters, a measured gain on the engine's lifecycle figure (docs/performance.md).
 # Valid only under standard_conforming_strings (a backslash is itself inside '...'), which each
@@ -136,6 +143,7 @@ _FAST: Final[dict[type, Callable[[Any], str | None]]] = {
     bool: lambda v: "true" if v else "false",
     datetime: _time,
     bytes: lambda v: f"'\\x{v.hex()}'::bytea",
+    list: _uuids,
 }
 
 
