@@ -17,6 +17,7 @@ from jobnik.domain.principals import Principal, Role, token_principal
 from jobnik.domain.statuses import JobStatus, StageStatus, TaskStatus
 from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.written import RecentWrites
 from tests.integration.test_rebuild import snapshot
 
 C, F, D = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.DELEGATED
@@ -71,9 +72,13 @@ def test_a_batch_over_several_stages_starts_each_and_counts_on_each(
         assert str(stage_status(store, stage.id)) == StageStatus.IN_PROGRESS
         with store.session(write=False) as s:
             assert str(s.job(stage.job_id).status) == JobStatus.IN_PROGRESS
-    assert [o.error for o in jobnik.report_batch([Report(t.id, 1, C) for t in claimed])] == [
-        None
-    ] * 4
+    if hasattr(store, "written"):  # as another API process would: the rows read ahead
+        store.written = RecentWrites()
+    outcomes = jobnik.report_batch([Report(t.id, 1, C) for t in claimed])
+
+    assert [o.error for o in outcomes] == [None] * 4
+    assert str(stage_status(store, stages[0].id)) == StageStatus.COMPLETED
+    assert jobnik_summary(store, stages[1].id)["completed"] == 2
 
 
 def jobnik_summary(store: SqlStore, stage_id: Any) -> dict[str, Any]:

@@ -25,13 +25,16 @@ FROM tasks_v1 t JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t
 WHERE t.id = %(v)s::uuid;
 
 -- name: read_ahead_tasks
--- `read_ahead_task` for several tasks (an array of ids).
-SELECT to_jsonb(t) AS task, s.id AS stage_id, s.version AS stage_version,
-    to_jsonb(s)::text AS stage, j.id AS job_id, j.version AS job_version, to_jsonb(j)::text AS job,
-    to_jsonb(sm) AS summary
-FROM tasks_v1 t JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t.job_id
-    LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id
-WHERE t.id = ANY(%(v)s::uuid[]);
+-- `read_ahead_task` for several tasks (an array of ids); the stage's, job's and summary's rows
+-- with one task of each stage only (as `read_ahead_claims`).
+SELECT to_jsonb(t) - 'first' AS task, s.id AS stage_id, s.version AS stage_version,
+    CASE WHEN t.first THEN to_jsonb(s)::text END AS stage, j.id AS job_id,
+    j.version AS job_version, CASE WHEN t.first THEN to_jsonb(j)::text END AS job,
+    CASE WHEN t.first THEN to_jsonb(sm) END AS summary
+FROM (SELECT *, row_number() OVER (PARTITION BY stage_id) = 1 AS first FROM tasks_v1
+    WHERE id = ANY(%(v)s::uuid[])) t
+JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t.job_id
+    LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id;
 
 -- name: read_ahead_claim
 -- `read_ahead_task` for the next dequeueable task of a stage type, its queue row locked.
