@@ -283,7 +283,8 @@ class JobnikClient:
 
 # In encoded JSON, what may be a value the server refuses: an escaped NUL, or an integer of 19
 # digits or more (past 64 bits, or close to it). Text without either needs no walk of the body.
-_SUSPECT: Final = re.compile(r"\\u0000|\d{19}")
+_NUL: Final = "\\u0000"
+_LONG_NUMBER: Final = re.compile(r"[0-9](?=[0-9]{18})")
 
 
 def encode(body: Any) -> bytes:
@@ -292,7 +293,7 @@ def encode(body: Any) -> bytes:
     for the error's place."""
     try:
         text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        if _SUSPECT.search(text) is None:
+        if _NUL not in text and _LONG_NUMBER.search(text) is None:
             return text.encode()
     except (TypeError, ValueError):  # (a lone surrogate's UnicodeEncodeError among them)
         pass  # the walk names the fault
