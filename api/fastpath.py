@@ -14,20 +14,22 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
+from urllib.parse import parse_qsl
 from uuid import UUID
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from jobnik.api.deps import Once
 from jobnik.api.limits import read_body, replay
 from jobnik.api.permissions import authorize
 from jobnik.api.routes import stages, tasks
@@ -39,20 +41,32 @@ _JSON_TYPES: Final = frozenset({b"application/json", b"application/json; charset
 
 @dataclass(frozen=True)
 class Shape:
-    """What a hot route takes: one path parameter (its alias, the function's argument and its
-    type) and the body's model, if any."""
+    """What a hot route takes: its path parameter, if any (its alias, the function's argument
+    and its type), its query parameters (by name: the argument and its type), the body's type,
+    if any, and whether it runs its command through `once` (api/deps.py: an Idempotency-Key)."""
 
-    alias: str
-    argument: str
-    adapter: TypeAdapter[Any]
-    body: type[BaseModel] | None
+    path: tuple[str, str, TypeAdapter[Any]] | None
+    body: TypeAdapter[Any] | None = None
+    query: Mapping[str, tuple[str, TypeAdapter[Any]]] = field(default_factory=dict)
+    once: bool = False
 
 
-_TASK_ID: Final = TypeAdapter(UUID)
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(kind)
+
+
+_TASK_ID: Final = ("taskId", "task_id", _adapter(UUID))
 SHAPES: Final[dict[Callable[..., Any], Shape]] = {
-    stages.dequeue_task: Shape("stageType", "stage_type", TypeAdapter(StageType), None),
-    tasks.update_task_status: Shape("taskId", "task_id", _TASK_ID, TaskStatusChange),
-    tasks.heartbeat: Shape("taskId", "task_id", _TASK_ID, AttemptBody),
+    stages.dequeue_task: Shape(
+        ("stageType", "stage_type", _adapter(StageType)),
+        query={
+            "count": ("count", _adapter(stages.BatchCount)),
+            "lease_seconds": ("lease_seconds", _adapter(stages.LeaseSeconds)),
+        },
+    ),
+    tasks.update_task_status: Shape(_TASK_ID, _adapter(TaskStatusChange)),
+    tasks.update_task_statuses: Shape(None, _adapter(tasks.Reports), once=True),
+    tasks.heartbeat: Shape(_TASK_ID, _adapter(AttemptBody)),
 }
 
 
@@ -71,7 +85,7 @@ class FastRoute:
         self.serve = request_response(self._endpoint)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope.get("query_string"):
+        if self.shape.once and _header(scope, b"idempotency-key") is not None:
             await self.fallback(scope, receive, send)
             return
         body = b""
@@ -85,19 +99,28 @@ class FastRoute:
         await self.serve(scope, receive, send)
 
     def _validated(self, scope: Scope, body: bytes) -> Callable[..., Any] | None:
-        """The route's function with its path parameter and body bound, or None when either
-        does not validate (or the body is not the JSON FastAPI would parse)."""
+        """The route's function with its path parameter, query parameters and body bound, or
+        None when one does not validate, the query names another parameter or one twice, or
+        the body is not the JSON FastAPI would parse."""
         shape = self.shape
+        arguments: dict[str, Any] = {}
         try:
-            arguments = {
-                shape.argument: shape.adapter.validate_python(scope["path_params"][shape.alias])
-            }
+            if shape.path is not None:
+                alias, argument, adapter = shape.path
+                arguments[argument] = adapter.validate_python(scope["path_params"][alias])
+            query = scope.get("query_string")
+            if query:
+                for name, value in parse_qsl(
+                    query.decode("latin-1"), keep_blank_values=True, strict_parsing=True
+                ):
+                    argument, adapter = shape.query[name]
+                    if argument in arguments:
+                        return None
+                    arguments[argument] = adapter.validate_python(value)
             if shape.body is not None:
                 if not body or not _is_json(scope):
                     return None
-                arguments["body"] = shape.body.model_validate(
-                    json.loads(body), from_attributes=True
-                )
+                arguments["body"] = shape.body.validate_python(json.loads(body))
         except (ValidationError, ValueError, KeyError):
             return None
         return functools.partial(self.function, **arguments)
@@ -105,13 +128,20 @@ class FastRoute:
     async def _endpoint(self, request: Request) -> Response:
         call = request.scope.pop(_CALL_KEY)
         by = await authorize(request)
+        if self.shape.once:  # (no Idempotency-Key here: the command just runs)
+            call = functools.partial(call, once=Once(request.app.state.idempotency, None, "", 200))
         response: Response = await run_in_threadpool(call, jobnik=request.app.state.jobnik, by=by)
         return response
 
 
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers") or ():
+        if key == name:
+            return bytes(value)
+    return None
+
+
 def _is_json(scope: Scope) -> bool:
     """The content type is JSON's, or absent (FastAPI then parses the body as JSON too)."""
-    for name, value in scope.get("headers") or ():
-        if name == b"content-type":
-            return value.lower() in _JSON_TYPES
-    return True
+    kind = _header(scope, b"content-type")
+    return kind is None or kind.lower() in _JSON_TYPES

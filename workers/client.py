@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import re
 import select
 import threading
 import time
@@ -280,8 +281,27 @@ class JobnikClient:
         return self.request("PATCH", path, body, **kwargs)
 
 
+# In encoded JSON, what may be a value the server refuses: an escaped NUL, or an integer of 19
+# digits or more (past 64 bits, or close to it). Text without either needs no walk of the body.
+_NUL: Final = "\\u0000"
+_LONG_NUMBER: Final = re.compile(r"[0-9](?=[0-9]{18})")
+
+
 def encode(body: Any) -> bytes:
-    """`body` as the JSON the server takes, or UnsendableBody naming what it would refuse."""
+    """`body` as the JSON the server takes, or UnsendableBody naming what it would refuse.
+    Encoded at once; only a body whose encoding fails, or may hold a refused value, is walked
+    for the error's place."""
+    try:
+        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        if _NUL not in text and _LONG_NUMBER.search(text) is None:
+            return text.encode()
+    except (TypeError, ValueError):  # (a lone surrogate's UnicodeEncodeError among them)
+        pass  # the walk names the fault
+    return _walked(body)
+
+
+def _walked(body: Any) -> bytes:
+    """`encode`, walking the body for a value the server would refuse before encoding it."""
     stack: list[tuple[Any, str]] = [(body, "body")]
     while stack:
         value, where = stack.pop()

@@ -4,7 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
+
+# The fields `Task` names; any other goes to its `extra`.
+_TASK_KEYS: Final = frozenset(
+    {
+        "id",
+        "stageId",
+        "status",
+        "data",
+        "userMetadata",
+        "attempts",
+        "maxAttempts",
+        "attempt",
+        "leaseExpiresAt",
+        "result",
+        "delegations",
+        "traceparent",
+        "tracestate",
+    }
+)
 
 
 def _time(value: str | None) -> datetime | None:
@@ -32,21 +51,6 @@ class Task:
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Task:
-        known = {
-            "id",
-            "stageId",
-            "status",
-            "data",
-            "userMetadata",
-            "attempts",
-            "maxAttempts",
-            "attempt",
-            "leaseExpiresAt",
-            "result",
-            "delegations",
-            "traceparent",
-            "tracestate",
-        }
         return cls(
             id=body["id"],
             stage_id=body["stageId"],
@@ -61,7 +65,7 @@ class Task:
             delegations=body.get("delegations", 0),
             traceparent=body.get("traceparent"),
             tracestate=body.get("tracestate"),
-            extra={k: v for k, v in body.items() if k not in known},
+            extra={k: v for k, v in body.items() if k not in _TASK_KEYS},
         )
 
 

@@ -50,6 +50,21 @@ router = APIRouter(
 StageId = Annotated[UUID, Path(alias="stageId")]
 ReturnTasks = Annotated[bool, Query(alias="should_return_tasks")]
 NewTasks = Annotated[list[CreateTask], Body(min_length=1)]
+# The dequeue's query parameters (api/fastpath.py validates them with these types too).
+LeaseSeconds = Annotated[
+    int | None,
+    Query(ge=1, le=7 * 24 * 3600, description="jobnik: lease for a client that heartbeats"),
+]
+BatchCount = Annotated[
+    int | None,
+    Query(
+        ge=1,
+        le=INT32_MAX,
+        description="jobnik: claim up to this many tasks in one transaction, each its own "
+        "attempt and lease; the answer is then an array (empty when none is queued). At "
+        "most JOBNIK_MAX_BATCH_SIZE (default 100): 400 BATCH_TOO_LARGE beyond",
+    ),
+]
 
 
 @router.get(
@@ -196,20 +211,8 @@ def add_tasks(
 def dequeue_task(
     jobnik: JobnikDep,
     stage_type: Annotated[StageType, Path(alias="stageType")],
-    lease_seconds: Annotated[
-        int | None,
-        Query(ge=1, le=7 * 24 * 3600, description="jobnik: lease for a client that heartbeats"),
-    ] = None,
-    count: Annotated[
-        int | None,
-        Query(
-            ge=1,
-            le=INT32_MAX,
-            description="jobnik: claim up to this many tasks in one transaction, each its own "
-            "attempt and lease; the answer is then an array (empty when none is queued). At "
-            "most JOBNIK_MAX_BATCH_SIZE (default 100): 400 BATCH_TOO_LARGE beyond",
-        ),
-    ] = None,
+    lease_seconds: LeaseSeconds = None,
+    count: BatchCount = None,
     *,
     by: PrincipalDep,
 ) -> Response:

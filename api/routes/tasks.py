@@ -49,6 +49,7 @@ router = APIRouter(
 )
 
 TaskId = Annotated[UUID, Path(alias="taskId")]
+Reports = Annotated[list[TaskReport], Body(min_length=1)]  # a batched report's body
 
 
 @router.get(
@@ -120,7 +121,7 @@ def update_task_status(
 )
 def update_task_statuses(
     jobnik: JobnikDep,
-    body: Annotated[list[TaskReport], Body(min_length=1)],
+    body: Reports,
     once: OnceDep,
     by: PrincipalDep,
 ) -> Any:

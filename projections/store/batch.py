@@ -15,9 +15,6 @@ domain's `ConcurrencyConflict`, which the command layer retries.
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -33,6 +30,7 @@ from psycopg.adapt import Transformer
 from jobnik.domain.errors import ConcurrencyConflict, DatabaseError
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.dialect import Dialect
+from jobnik.projections.store.shapes import HOT_ROWS, prepared_form, rows_of, values_row
 
 try:  # a span per round trip when the process traces (the psycopg instrumentation sees
     # cursors only, and these strings go to libpq directly); without OpenTelemetry, nothing
@@ -81,38 +79,6 @@ def _server(conn: psycopg.Connection[Any]) -> _Server:
     return server
 
 
-HOT_ROWS: Final = 4  # statements listing more rows than this are not prepared
-_PLACEHOLDER: Final = re.compile(r"%\((\w+)\)s")
-
-
-@functools.lru_cache(maxsize=1024)
-def _prepared_form(sql: str) -> tuple[str, str, tuple[str, ...]]:
-    """A statement with `%(name)s` placeholders as a name for PREPARE, its text with $1, $2...
-    and the parameter names in $ order."""
-    names: list[str] = []
-
-    def number(m: re.Match[str]) -> str:
-        if m.group(1) not in names:
-            names.append(m.group(1))
-        return f"${names.index(m.group(1)) + 1}"
-
-    text = _PLACEHOLDER.sub(number, sql).replace("%%", "%")
-    return f"jobnik_{hashlib.sha1(sql.encode()).hexdigest()[:16]}", text, tuple(names)
-
-
-_VALUES: Final = re.compile(r"[ (]VALUES \(")
-
-
-def _closing(sql: str, start: int) -> int:
-    """The index of the parenthesis closing the one at `start` (SQL we wrote: no quotes)."""
-    depth = 0
-    for i in range(start, len(sql)):
-        depth += {"(": 1, ")": -1}.get(sql[i], 0)
-        if depth == 0:
-            return i
-    raise ValueError(f"unbalanced parentheses in {sql!r}")
-
-
 def _text(value: str) -> str | None:
     if "\x00" in value:  # PostgreSQL text holds no NUL: psycopg's adapter refuses it
         return None
@@ -122,6 +88,13 @@ def _text(value: str) -> str | None:
 def _time(value: datetime) -> str | None:
     # UTC only (jobnik's own times): an offset in seconds or microseconds is not PostgreSQL input
     return f"'{value.isoformat()}'::timestamptz" if value.tzinfo is UTC else None
+
+
+def _uuids(values: list[Any]) -> str | None:
+    """An array of uuids (a batch's keys, `= ANY(...)`); anything else goes through psycopg."""
+    if values and all(type(v) is UUID for v in values):
+        return "'{" + ",".join(v.hex for v in values) + "}'::uuid[]"
+    return None
 
 
 # The literals of the types every command sends, rendered directly: several times cheaper than
@@ -136,6 +109,7 @@ _FAST: Final[dict[type, Callable[[Any], str | None]]] = {
     bool: lambda v: "true" if v else "false",
     datetime: _time,
     bytes: lambda v: f"'\\x{v.hex()}'::bytea",
+    list: _uuids,
 }
 
 
@@ -211,7 +185,7 @@ class BatchCursor(Cursor):
         if rows > HOT_ROWS:
             self.execute(sql, params)
             return
-        name, text, names = _prepared_form(sql)
+        name, text, names = prepared_form(sql)
         self._prepare(name, text)
         literals = ", ".join(self._literal(params[n]) for n in names)
         self._queue.append(f"EXECUTE {name}({literals})" if names else f"EXECUTE {name}")
@@ -224,14 +198,17 @@ class BatchCursor(Cursor):
     def executemany(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
         """One statement per set of parameters, prepared (as `execute_prepared`); a statement
         with a `VALUES (...)` list (an INSERT, or a join against VALUES) becomes one statement
-        listing every row."""
-        values = _VALUES.search(sql)
-        if values is None or len(params) < 2:
+        listing every row, itself prepared up to HOT_ROWS rows (a batch's)."""
+        where = values_row(sql)
+        if where is None or len(params) < 2:
             for p in params:
                 self.execute_prepared(sql, p)
             return
-        start = values.end() - 1
-        end = _closing(sql, start) + 1
+        if len(params) <= HOT_ROWS:
+            merged = {f"{k}_{i}": v for i, p in enumerate(params) for k, v in p.items()}
+            self.execute_prepared(rows_of(sql, len(params)), merged, rows=len(params))
+            return
+        start, end = where
         row = sql[start:end]
         rows = [row % {k: self._literal(v) for k, v in p.items()} for p in params]
         self._queue.append(f"{sql[:start]}{', '.join(rows)}{sql[end:]}")

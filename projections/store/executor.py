@@ -1,4 +1,9 @@
-"""Turns row operations into SQL, batching what commutes (bulk task creation is one executemany)."""
+"""Turns row operations into SQL, batching what commutes (bulk task creation is one executemany).
+
+On a cursor that prepares its statements (PostgreSQL's write sessions), the same SET on several
+rows of one table (a batch of tasks dequeued or reported at one time), and a DELETE of several
+rows by one key, are each one statement over an array of keys (`= ANY`) instead of one per row:
+one statement shape, prepared once, whatever the batch's size."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ class OpExecutor:
         self.d = dialect
         self.rename = rename
         self.sql = cache(self._renamed)
+        self.by_keys = cache(self._by_keys)
 
     def _renamed(self, kind: type, table: str, keys: tuple[str, ...], cols: tuple[str, ...]) -> str:
         sql = self._sql(kind, table, keys, cols)
@@ -51,6 +57,17 @@ class OpExecutor:
         if kind is IndexEvent:
             return self.d.sql("file_event")
         return self.d.sql("enqueue")  # Enqueue
+
+    def _by_keys(self, kind: type, table: str, key: str, cols: tuple[str, ...]) -> str:
+        """`_sql`'s UPDATE or DELETE for every row whose `key` is in the array `%(keys)s`
+        (PostgreSQL)."""
+        where = f"{key} = ANY({self.d.param('keys')})"
+        if kind is Update:
+            sets = ", ".join(f"{c} = {self.d.param('v_' + c)}" for c in cols)
+            sql = f"UPDATE {table} SET {sets} WHERE {where}"
+        else:
+            sql = f"DELETE FROM {table} WHERE {where}"
+        return self.rename(sql) if self.rename is not None else sql
 
     def statement(self, op: Op) -> tuple[str, dict[str, Any]]:
         d = self.d
@@ -91,6 +108,10 @@ class OpExecutor:
     def _batch(self, cur: _Cursor, ops: list[Op]) -> None:
         if all(isinstance(op, Add) for op in ops):
             ops = _merge_adds(ops)  # type: ignore[arg-type]
+        elif (prepared := getattr(cur, "execute_prepared", None)) and self._by_key_arrays(
+            prepared, ops
+        ):
+            return
         grouped: dict[str, list[dict[str, Any]]] = {}
         for op in ops:
             sql, params = self.statement(op)
@@ -100,6 +121,43 @@ class OpExecutor:
                 _one(cur, sql, params_list[0])
             else:
                 cur.executemany(sql, params_list)
+
+    def _by_key_arrays(self, execute: Callable[[str, dict[str, Any]], None], ops: list[Op]) -> bool:
+        """Run `ops`, Updates or Deletes of one table by one key column, as one statement per
+        distinct set of values (`_by_keys`); False, running nothing, when they are not."""
+        first = ops[0]
+        if len(ops) < 2 or not isinstance(first, Update | Delete) or len(first.key) != 1:
+            return False
+        kind: type = type(first)
+        table, (key,) = first.table, first.key
+        cols = tuple(first.values) if isinstance(first, Update) else ()
+        groups: dict[Any, tuple[Mapping[str, Any], list[Any]]] = {}
+        for op in ops:
+            if (
+                not isinstance(op, Update | Delete)
+                or type(op) is not kind
+                or op.table != table
+                or tuple(op.key) != (key,)
+            ):
+                return False
+            values: Mapping[str, Any] = {}
+            if isinstance(op, Update):
+                if tuple(op.values) != cols:
+                    return False
+                values = op.values
+            # (typed: 1 and True, equal in Python, render differently)
+            same: Any = tuple((type(v), v) for v in values.values())
+            try:
+                hash(same)
+            except TypeError:  # a JSON document: a group of its own
+                same = id(op)
+            groups.setdefault(same, (values, []))[1].append(op.key[key])
+        sql = self.by_keys(kind, table, key, cols)
+        for values, keys in groups.values():
+            params = self.d.dump_row(values, "v_")
+            params["keys"] = [self.d.dump(key, k) for k in keys]
+            execute(sql, params)
+        return True
 
 
 def _one(cur: _Cursor, sql: str, params: dict[str, Any]) -> None:

@@ -226,10 +226,11 @@ class PostgresSession(SqlSession):
         return [self._read_ahead_row(row) for row in later.rows or ()]
 
     def _read_ahead_row(self, row: dict[str, Any]) -> dict[str, Any]:
-        """The task's row; its stage's and job's rows kept for their loads."""
+        """The task's row; its stage's and job's rows kept for their loads (a batch's rows
+        carry them, and the summary, with the stage's first task only)."""
         for kind in ("stage", "job"):
             key = row[f"{kind}_id"]
-            if key not in self.loaded and key not in self._fetched:
+            if row[kind] is not None and key not in self.loaded and key not in self._fetched:
                 self._fetched[key] = self.store.parents.row(key, row[f"{kind}_version"], row[kind])
         if row["summary"] is not None and not self._sent_events():
             self._summary_seen.setdefault(row["stage_id"], row["summary"])

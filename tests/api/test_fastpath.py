@@ -4,6 +4,7 @@ falls back to, and the answers compare equal (status, body, content type, which 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -50,10 +51,11 @@ def _answer(r: httpx.Response, same: bool = True) -> tuple[Any, ...]:
     return r.status_code, r.headers.get("content-type"), headers, body
 
 
-def test_the_three_hot_routes_are_served_by_the_fast_path(api: Api) -> None:
+def test_the_hot_routes_are_served_by_the_fast_path(api: Api) -> None:
     assert {r.endpoint.__name__ for r in _fast_routes(api)} == {
         "dequeue_task",
         "update_task_status",
+        "update_task_statuses",
         "heartbeat",
     }
     assert all(isinstance(r.app, FastRoute) for r in _fast_routes(api))
@@ -83,6 +85,23 @@ def test_the_three_hot_routes_are_served_by_the_fast_path(api: Api) -> None:
         ("PATCH", "/v1/stages/{type}/tasks/dequeue?count=0", {}),
         ("PATCH", "/v1/stages/{type}/tasks/dequeue?unknown=1", {}),
         ("PATCH", "/v1/stages/nothing-queued/tasks/dequeue", {}),
+        ("PATCH", "/v1/stages/{type}/tasks/dequeue?count=x", {}),
+        ("PATCH", "/v1/stages/{type}/tasks/dequeue?count=101", {}),
+        ("PATCH", "/v1/stages/{type}/tasks/dequeue?count=2&count=200", {}),
+        ("PATCH", "/v1/stages/{type}/tasks/dequeue?count=2&lease_seconds=0", {}),
+        ("PATCH", "/v1/stages/{type}/tasks/dequeue?lease_seconds=", {}),
+        ("PATCH", "/v1/stages/{long}/tasks/dequeue?count=2", {}),
+        ("PUT", "/v1/tasks/status", {"json": []}),
+        ("PUT", "/v1/tasks/status", {"json": {"id": "{task}"}}),
+        ("PUT", "/v1/tasks/status", {"json": [{"id": "{task}", "status": "COMPLETED"}]}),
+        ("PUT", "/v1/tasks/status", {"json": [{"id": "x", "attempt": 1, "status": "DONE"}]}),
+        ("PUT", "/v1/tasks/status", {}),
+        ("PUT", "/v1/tasks/status?x=1", {"json": [{"id": "{task}", "status": "COMPLETED"}]}),
+        (
+            "PUT",
+            "/v1/tasks/status",
+            {"content": b'[{"status": "COMPLETED"}]', "headers": {"Content-Type": "text/plain"}},
+        ),
     ],
 )
 def test_a_refusal_answers_as_fastapi_does(
@@ -99,6 +118,12 @@ def test_a_refusal_answers_as_fastapi_does(
         long="x" * 51,
         type=stage_type,
     )
+
+    if "json" in kwargs:
+        kwargs = {
+            **kwargs,
+            "json": json.loads(json.dumps(kwargs["json"]).replace("{task}", task["id"])),
+        }
 
     fast = api.http.request(method, target, **kwargs)
     with _fastapi_only(api):
@@ -132,4 +157,42 @@ def test_a_worker_cycle_answers_as_fastapi_does(api: Api) -> None:
         slow = cycle()
     assert [a[0] for a in fast] == [200, 200, 200]
     assert "x-jobnik-position" in fast[2][2]
+    assert fast == slow
+
+
+def test_a_batched_worker_cycle_answers_as_fastapi_does(api: Api) -> None:
+    headers = {"traceparent": TRACE, "X-Request-Id": "the-same-id"}
+
+    def cycle() -> tuple[Any, ...]:
+        stage_type = api.new_type()  # (a failed task fails its job: a job per cycle)
+        stage = api.add_stage(api.create_job()["id"], type=stage_type)
+        api.add_tasks(stage["id"], count=3, maxAttempts=1)
+        dequeued = api.http.patch(
+            f"/v1/stages/{stage_type}/tasks/dequeue",
+            params={"count": 3, "lease_seconds": 60},
+            headers=headers,
+        )
+        # the first completes, the second reports a stale attempt, the third fails its job
+        outcomes = zip(
+            dequeued.json(), (1, 2, 1), ("COMPLETED", "COMPLETED", "FAILED"), strict=True
+        )
+        reported = api.http.put(
+            "/v1/tasks/status",
+            json=[{"id": t["id"], "attempt": n, "status": s} for t, n, s in outcomes],
+            headers=headers,
+        )
+        answers = [
+            {k: v for k, v in a.items() if k not in ("id", "message")} for a in reported.json()
+        ]
+        return (
+            [_answer(r)[:3] for r in (dequeued, reported)],
+            [(t["status"], t["attempt"], t["leaseExpiresAt"] is not None) for t in dequeued.json()],
+            answers,
+        )
+
+    fast = cycle()
+    with _fastapi_only(api):
+        slow = cycle()
+    assert [a[0] for a in fast[0]] == [200, 200]
+    assert [a["ok"] for a in fast[2]] == [True, False, True]
     assert fast == slow

@@ -32,6 +32,7 @@ VALUES = st.one_of(
     st.booleans(),
     st.binary(max_size=300),
     st.datetimes(timezones=st.just(UTC)),
+    st.lists(st.uuids(), min_size=1, max_size=20),  # a batch's keys
 )
 
 

@@ -17,6 +17,7 @@ from jobnik.domain.principals import Principal, Role, token_principal
 from jobnik.domain.statuses import JobStatus, StageStatus, TaskStatus
 from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.written import RecentWrites
 from tests.integration.test_rebuild import snapshot
 
 C, F, D = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.DELEGATED
@@ -55,6 +56,29 @@ def test_a_batched_dequeue_opens_one_attempt_and_one_event_per_task(
     summary = jobnik_summary(store, stage.id)
     assert (summary["pending"], summary["in_progress"]) == (0, 5)
     assert str(stage_status(store, stage.id)) == StageStatus.IN_PROGRESS
+
+
+def test_a_batch_over_several_stages_starts_each_and_counts_on_each(
+    store: SqlStore, jobnik: Jobnik
+) -> None:
+    stages = [stage_of(jobnik, "mixed", n) for n in (2, 3)]  # two jobs, one stage type
+
+    claimed = jobnik.dequeue_batch("mixed", 4)
+
+    assert [t.stage_id for t in claimed] == [stages[0].id] * 2 + [stages[1].id] * 2
+    for stage, in_progress, pending in ((stages[0], 2, 0), (stages[1], 2, 1)):
+        summary = jobnik_summary(store, stage.id)
+        assert (summary["in_progress"], summary["pending"]) == (in_progress, pending)
+        assert str(stage_status(store, stage.id)) == StageStatus.IN_PROGRESS
+        with store.session(write=False) as s:
+            assert str(s.job(stage.job_id).status) == JobStatus.IN_PROGRESS
+    if hasattr(store, "written"):  # as another API process would: the rows read ahead
+        store.written = RecentWrites()
+    outcomes = jobnik.report_batch([Report(t.id, 1, C) for t in claimed])
+
+    assert [o.error for o in outcomes] == [None] * 4
+    assert str(stage_status(store, stages[0].id)) == StageStatus.COMPLETED
+    assert jobnik_summary(store, stages[1].id)["completed"] == 2
 
 
 def jobnik_summary(store: SqlStore, stage_id: Any) -> dict[str, Any]:

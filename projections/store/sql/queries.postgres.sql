@@ -25,13 +25,16 @@ FROM tasks_v1 t JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t
 WHERE t.id = %(v)s::uuid;
 
 -- name: read_ahead_tasks
--- `read_ahead_task` for several tasks (an array of ids).
-SELECT to_jsonb(t) AS task, s.id AS stage_id, s.version AS stage_version,
-    to_jsonb(s)::text AS stage, j.id AS job_id, j.version AS job_version, to_jsonb(j)::text AS job,
-    to_jsonb(sm) AS summary
-FROM tasks_v1 t JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t.job_id
-    LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id
-WHERE t.id = ANY(%(v)s::uuid[]);
+-- `read_ahead_task` for several tasks (an array of ids); the stage's, job's and summary's rows
+-- with one task of each stage only (as `read_ahead_claims`).
+SELECT to_jsonb(t) - 'first' AS task, s.id AS stage_id, s.version AS stage_version,
+    CASE WHEN t.first THEN to_jsonb(s)::text END AS stage, j.id AS job_id,
+    j.version AS job_version, CASE WHEN t.first THEN to_jsonb(j)::text END AS job,
+    CASE WHEN t.first THEN to_jsonb(sm) END AS summary
+FROM (SELECT *, row_number() OVER (PARTITION BY stage_id) = 1 AS first FROM tasks_v1
+    WHERE id = ANY(%(v)s::uuid[])) t
+JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t.job_id
+    LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id;
 
 -- name: read_ahead_claim
 -- `read_ahead_task` for the next dequeueable task of a stage type, its queue row locked.
@@ -43,13 +46,19 @@ FROM tasks_v1 t JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t
 WHERE t.id = ({next_in_queue} FOR UPDATE SKIP LOCKED);
 
 -- name: read_ahead_claims
--- `read_ahead_claim` for the next %(n)s dequeueable tasks of a stage type, in its order.
+-- `read_ahead_claim` for the next %(n)s dequeueable tasks of a stage type, in its order. The
+-- stage's, job's and summary's rows come with the stage's first task only (`first`): they are
+-- the same for its other tasks, and rendering them is most of the statement's cost.
 SELECT to_jsonb(t) AS task, s.id AS stage_id, s.version AS stage_version,
-    to_jsonb(s)::text AS stage, j.id AS job_id, j.version AS job_version, to_jsonb(j)::text AS job,
-    to_jsonb(sm) AS summary
-FROM tasks_v1 t JOIN queue_v1 q ON q.task_id = t.id JOIN stages_v1 s ON s.id = t.stage_id
+    CASE WHEN c.first THEN to_jsonb(s)::text END AS stage, j.id AS job_id,
+    j.version AS job_version, CASE WHEN c.first THEN to_jsonb(j)::text END AS job,
+    CASE WHEN c.first THEN to_jsonb(sm) END AS summary
+FROM (SELECT q.task_id, q.priority_rank, q.seq,
+        row_number() OVER (PARTITION BY q.stage_id ORDER BY q.priority_rank, q.seq) = 1 AS first
+    FROM queue_v1 q WHERE q.task_id IN ({next_batch_in_queue} FOR UPDATE SKIP LOCKED)) c
+JOIN tasks_v1 t ON t.id = c.task_id JOIN stages_v1 s ON s.id = t.stage_id
     JOIN jobs_v1 j ON j.id = t.job_id LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id
-WHERE t.id IN ({next_batch_in_queue} FOR UPDATE SKIP LOCKED) ORDER BY q.priority_rank, q.seq;
+ORDER BY c.priority_rank, c.seq;
 
 -- name: hold_queue
 -- Lock the queue rows of a job and of its child jobs at any depth, in one order.

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 import select
 import socket
 import threading
@@ -12,6 +13,8 @@ from typing import Any
 import pytest
 
 from jobnik.workers import ApiError, JobnikClient, TransportError
+from jobnik.workers.client import encode
+from jobnik.workers.errors import UnsendableBody
 
 from .fake_api import BASE_URL
 
@@ -306,3 +309,32 @@ def test_connections_are_not_kept_once_the_client_is_closed(server: Any) -> None
     client.get("/v1/jobs")  # still answers, on a connection of its own
 
     assert client.transport._idle == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"id": "t", "attempt": 1, "result": {"n": [1, 2.5, None, True], "s": "é"}},
+        {"edge": [2**63 - 1, -(2**63)], "digits": "1234567890123456789012"},
+        {"backslash": "\\u0000 is six characters here"},
+    ],
+)
+def test_a_sendable_body_encodes_as_json_whichever_way_it_is_checked(body: Any) -> None:
+    assert encode(body) == json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ({"a": [1, {"b": 2**63}]}, "body/a/1/b is an integer beyond 64 bits"),
+        ({"a": -(2**63) - 1}, "body/a is an integer beyond 64 bits"),
+        ({"a": ["x\x00"]}, "body/a/0 contains a NUL character"),
+        ({"a\x00": 1}, "body (a key) contains a NUL character"),
+        ({"a": float("-inf")}, "body/a is -inf"),
+        ({"a": "\ud800"}, "lone surrogate"),
+        ({"a": {1, 2}}, "the body is not JSON"),
+    ],
+)
+def test_an_unsendable_body_is_refused_naming_where(body: Any, why: str) -> None:
+    with pytest.raises(UnsendableBody, match=re.escape(why)):
+        encode(body)
