@@ -16,9 +16,9 @@ the stage types, stages and jobs cost, the same at a million tasks as at a hundr
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from datetime import datetime
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -37,6 +37,16 @@ STUCK_KINDS: Final = (
     "JOB_IDLE",
     "QUEUE_NOT_DEQUEUED",
 )
+STAGE_STATUSES: Final = tuple(s.value for s in StageStatus)
+TASK_STATUSES: Final = tuple(s.value for s in TaskStatus)
+# The operations projection's counters of retries and of failures, by cause.
+RETRIES: Final = {"retried_error": "error", "retried_timeout": "timeout"}
+FAILURES: Final = {"failed_error": "error", "failed_timeout": "timeout", "failed_fatal": "fatal"}
+CAUSES: Final = RETRIES | FAILURES
+
+Labels = dict[str, str]
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 
 def db_spelling(value: str) -> str:
@@ -44,11 +54,38 @@ def db_spelling(value: str) -> str:
     return "-".join(word.capitalize() for word in value.split("_"))
 
 
-def _add(family: Metric, labels: dict[str, str], value: float) -> None:
+class Kept(Generic[K, V]):
+    """Label dicts made from their key (a stage type, say), kept from one scrape to the next
+    while the key is scraped: a scrape builds only its samples, with the values it has just
+    read, and a key no longer scraped is let go. (A scrape over a thousand stage types has
+    tens of thousands of samples, whose labels change only when the stage types do.)"""
+
+    def __init__(self, make: Callable[[K], V]) -> None:
+        self.make = make
+        self.kept: dict[K, V] = {}
+
+    def __call__(self, keys: Iterable[K]) -> list[V]:
+        """What `make` makes of each key, in the keys' order."""
+        kept, make = self.kept, self.make
+        now = {k: kept[k] if k in kept else make(k) for k in keys}
+        self.kept = now  # one assignment: a concurrent scrape sees one whole dict or the other
+        return list(now.values())
+
+
+def _add(family: Metric, labels: Labels, value: float) -> None:
     """`family.add_metric(...)` without its per-call label checks: the labels are built here,
-    complete. (A scrape over a thousand stage types adds tens of thousands of samples.)"""
-    name = family.name + "_total" if family.type == "counter" else family.name
-    family.samples.append(Sample(name, labels, float(value)))
+    complete."""
+    family.samples.append(Sample(_sample_name(family), labels, value))
+
+
+def _fill(family: Metric, samples: Iterable[tuple[Labels, float]]) -> None:
+    """`_add` for each (labels, value)."""
+    name = _sample_name(family)
+    family.samples.extend(Sample(name, labels, value) for labels, value in samples)
+
+
+def _sample_name(family: Metric) -> str:
+    return family.name + "_total" if family.type == "counter" else family.name
 
 
 def _guarded(name: str, collect: Callable[[], list[Metric]]) -> list[Metric]:
@@ -68,6 +105,9 @@ class JobnikServiceGauges(Collector):
 
     def __init__(self, views: OperationsViews) -> None:
         self.views = views
+        self.stage_labels = Kept(_by_status("stage_status", STAGE_STATUSES))
+        self.task_labels = Kept(_by_status("task_status", TASK_STATUSES))
+        self.count_labels = Kept(_count_labels)
 
     def collect(self) -> Iterable[Metric]:
         return _guarded("service gauges", self._collect)
@@ -102,24 +142,56 @@ class JobnikServiceGauges(Collector):
     def _collect(self) -> list[Metric]:
         counts = self.views.status_counts()
         jobs, stages, tasks, count = self.families()
-        for s in JobStatus:
-            _add(jobs, {"job_status": s.value}, counts.jobs.get(s.value, 0))
+        for job_status in JobStatus:
+            _add(jobs, {"job_status": job_status.value}, counts.jobs.get(job_status.value, 0))
         types = sorted({t for t, _ in counts.stages})
-        for st in StageStatus:
-            for t in types:
-                n = counts.stages.get((t, st.value), 0)
-                _add(stages, {"stage_status": st.value, "stage_type": t}, n)
         by_status: dict[tuple[str, str], int] = {}
         for (t, _, status), n in counts.tasks.items():
             by_status[t, status] = by_status.get((t, status), 0) + n
-        for ts in TaskStatus:
-            for t in types:
-                n = by_status.get((t, ts.value), 0)
-                _add(tasks, {"task_status": ts.value, "stage_type": t}, n)
-        for (t, priority, status), n in sorted(counts.tasks.items()):
-            labels = {"stage_type": t, "priority": db_spelling(priority)}
-            _add(count, {**labels, "task_status": db_spelling(status)}, n)
+        _matrix(stages, STAGE_STATUSES, types, self.stage_labels(types), counts.stages)
+        _matrix(tasks, TASK_STATUSES, types, self.task_labels(types), by_status)
+        keys = sorted(counts.tasks)
+        count.samples = [
+            Sample(count.name, labels, counts.tasks[key])
+            for key, labels in zip(keys, self.count_labels(keys), strict=True)
+        ]
         return [jobs, stages, tasks, count]
+
+
+def _by_status(label: str, statuses: tuple[str, ...]) -> Callable[[str], tuple[Labels, ...]]:
+    """What makes a stage type's labels under each of `statuses` (`label`: the status label)."""
+
+    def labels(stage_type: str) -> tuple[Labels, ...]:
+        return tuple({label: s, "stage_type": stage_type} for s in statuses)
+
+    return labels
+
+
+def _matrix(
+    family: Metric,
+    statuses: tuple[str, ...],
+    types: list[str],
+    rows: list[tuple[Labels, ...]],
+    counts: dict[tuple[str, str], int],
+) -> None:
+    """`family`'s samples: every status of every stage type, at zero too (`rows`: each type's
+    labels by status; `counts`: by (type, status))."""
+    name, get = family.name, counts.get
+    family.samples = [
+        Sample(name, row[i], get((t, status), 0))
+        for i, status in enumerate(statuses)
+        for t, row in zip(types, rows, strict=True)
+    ]
+
+
+def _count_labels(key: tuple[str, str, str]) -> Labels:
+    """`jobnik_tasks_count`'s labels for (stage type, priority, task status)."""
+    stage_type, priority, status = key
+    return {
+        "stage_type": stage_type,
+        "priority": db_spelling(priority),
+        "task_status": db_spelling(status),
+    }
 
 
 class QueueMetrics(Collector):
@@ -133,6 +205,7 @@ class QueueMetrics(Collector):
         thresholds: Callable[[], Thresholds],
     ) -> None:
         self.views, self.clock, self.thresholds = views, clock, thresholds
+        self.type_labels = Kept(_queue_labels)
 
     def collect(self) -> Iterable[Metric]:
         return _guarded("queue metrics", self._collect)
@@ -222,18 +295,18 @@ class QueueMetrics(Collector):
             lag_seconds,
             stuck,
         ) = families
-        for q in queues:
-            t, c = {"stage_type": q.stage_type}, q.counters
-            _add(queued, t, q.queued)
-            age = (now - q.oldest_queued_at).total_seconds() if q.oldest_queued_at else 0.0
-            _add(oldest, t, max(0.0, age))
-            _add(leased, t, q.in_progress)
-            _add(dequeues, t, c["dequeues"])
-            _add(expired, t, c["leases_expired"])
-            for cause in ("error", "timeout"):
-                _add(retries, {**t, "cause": cause}, c[f"retried_{cause}"])
-            for cause in ("error", "timeout", "fatal"):
-                _add(failures, {**t, "cause": cause}, c[f"failed_{cause}"])
+        rows = self.type_labels(q.stage_type for q in queues)
+        for family, value in (
+            (queued, lambda q: q.queued),
+            (oldest, lambda q: _age(now, q.oldest_queued_at)),
+            (leased, lambda q: q.in_progress),
+            (dequeues, lambda q: q.counters["dequeues"]),
+            (expired, lambda q: q.counters["leases_expired"]),
+        ):
+            _fill(family, ((row[""], value(q)) for q, row in zip(queues, rows, strict=True)))
+        for family, counters in ((retries, RETRIES), (failures, FAILURES)):
+            pairs = zip(queues, rows, strict=True)
+            _fill(family, ((row[c], q.counters[c]) for q, row in pairs for c in counters))
         for name, n in sorted(self.views.events_appended().items()):
             events.add_metric([name], n)
         for lag in self.views.lags(now):
@@ -243,3 +316,14 @@ class QueueMetrics(Collector):
         for kind in STUCK_KINDS:
             stuck.add_metric([kind], sum(1 for s in found if s.kind == kind))
         return list(families)
+
+
+def _queue_labels(stage_type: str) -> dict[str, Labels]:
+    """A stage type's labels in the queue metrics: under "" alone, under a counter of retries
+    or failures with its cause."""
+    by_cause = {c: {"stage_type": stage_type, "cause": cause} for c, cause in CAUSES.items()}
+    return {"": {"stage_type": stage_type}, **by_cause}
+
+
+def _age(now: datetime, since: datetime | None) -> float:
+    return max(0.0, (now - since).total_seconds()) if since else 0.0
