@@ -16,7 +16,7 @@ the stage types, stages and jobs cost, the same at a million tasks as at a hundr
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Set
 from datetime import datetime
 from typing import Final, Generic, TypeVar
 
@@ -39,6 +39,9 @@ STUCK_KINDS: Final = (
 )
 STAGE_STATUSES: Final = tuple(s.value for s in StageStatus)
 TASK_STATUSES: Final = tuple(s.value for s in TaskStatus)
+# Jobnik's manager's task statuses: the ones it serves at zero too. (Jobnik's own, ABORTED and
+# DELEGATED, are served where a stage type has such tasks.)
+MANAGER_TASK_STATUSES: Final = frozenset(TASK_STATUSES) - {"ABORTED", "DELEGATED"}
 # The operations projection's counters of retries and of failures, by cause.
 RETRIES: Final = {"retried_error": "error", "retried_timeout": "timeout"}
 FAILURES: Final = {"failed_error": "error", "failed_timeout": "timeout", "failed_fatal": "fatal"}
@@ -100,8 +103,9 @@ def _guarded(name: str, collect: Callable[[], list[Metric]]) -> list[Metric]:
 
 class JobnikServiceGauges(Collector):
     """`jobnik_jobs_by_status`, `jobnik_stages_by_status`, `jobnik_tasks_by_status`,
-    `jobnik_tasks_count`, as Jobnik's manager serves them. Every status is present (at zero)
-    for every stage type that has a stage; `jobnik_tasks_count` lists non-zero counts only."""
+    `jobnik_tasks_count`, as Jobnik's manager serves them. Every status of the manager's is
+    present (at zero) for every stage type that has a stage, jobnik's own task statuses where
+    they count tasks; `jobnik_tasks_count` lists non-zero counts only."""
 
     def __init__(self, views: OperationsViews) -> None:
         self.views = views
@@ -148,8 +152,9 @@ class JobnikServiceGauges(Collector):
         by_status: dict[tuple[str, str], int] = {}
         for (t, _, status), n in counts.tasks.items():
             by_status[t, status] = by_status.get((t, status), 0) + n
-        _matrix(stages, STAGE_STATUSES, types, self.stage_labels(types), counts.stages)
-        _matrix(tasks, TASK_STATUSES, types, self.task_labels(types), by_status)
+        stage_rows, task_rows = self.stage_labels(types), self.task_labels(types)
+        _matrix(stages, STAGE_STATUSES, types, stage_rows, counts.stages, set(STAGE_STATUSES))
+        _matrix(tasks, TASK_STATUSES, types, task_rows, by_status, MANAGER_TASK_STATUSES)
         keys = sorted(counts.tasks)
         count.samples = [
             Sample(count.name, labels, counts.tasks[key])
@@ -173,14 +178,16 @@ def _matrix(
     types: list[str],
     rows: list[tuple[Labels, ...]],
     counts: dict[tuple[str, str], int],
+    zero_filled: Set[str],
 ) -> None:
-    """`family`'s samples: every status of every stage type, at zero too (`rows`: each type's
-    labels by status; `counts`: by (type, status))."""
+    """`family`'s samples: each status of each stage type, the `zero_filled` ones at zero too
+    (`rows`: each type's labels by status; `counts`: by (type, status))."""
     name, get = family.name, counts.get
     family.samples = [
-        Sample(name, row[i], get((t, status), 0))
+        Sample(name, row[i], n)
         for i, status in enumerate(statuses)
         for t, row in zip(types, rows, strict=True)
+        if (n := get((t, status), 0)) or status in zero_filled
     ]
 
 

@@ -18,6 +18,7 @@ from jobnik.projections.catchup.runner import wait_for
 from .conftest import Api, Json, parse_time
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+JOBNIKS = ("ABORTED", "DELEGATED")  # task statuses Jobnik's manager does not have
 
 
 def samples(text: str) -> Samples:
@@ -110,6 +111,34 @@ def test_service_gauges_equal_the_true_counts(api: Api) -> None:
     )
     # the same gauges are in /metrics
     assert got.items() <= samples(api.http.get("/metrics").text).items()
+
+
+def test_the_managers_task_statuses_are_zero_filled_and_jobniks_own_served_where_they_count(
+    api: Api,
+) -> None:
+    jobs = workload(api)
+    aborted = api.create_job("aborted")
+    api.add_tasks(api.add_stage(aborted["id"], type="index")["id"], 3)
+    api.set_job_status(aborted["id"], "ABORTED")
+    jobs.append(aborted)
+    by_task = true_counts(api, jobs)[2]
+
+    got = samples(api.http.get("/service-metrics").text)
+
+    by_type_and_status = {
+        (dict(labels)["stage_type"], dict(labels)["task_status"]): n
+        for (name, labels), n in got.items()
+        if name == "jobnik_tasks_by_status"
+    }
+    manager = ("CREATED", "PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "RETRIED")
+    statuses = Counter[tuple[str, str]]()
+    for (t, _, status), n in by_task.items():
+        statuses[t, status] += n
+    every = {(t, s): statuses[t, s] for t in ("tiles", "index") for s in (*manager, *JOBNIKS)}
+    assert by_type_and_status == {k: n for k, n in every.items() if n or k[1] in manager}
+    assert by_type_and_status["index", "ABORTED"] == 3
+    assert ("tiles", "ABORTED") not in by_type_and_status
+    assert ("index", "DELEGATED") not in by_type_and_status
 
 
 def test_each_scrape_reads_its_values_afresh_and_drops_the_stage_types_gone(api: Api) -> None:
