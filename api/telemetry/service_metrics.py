@@ -37,6 +37,7 @@ STUCK_KINDS: Final = (
     "JOB_IDLE",
     "QUEUE_NOT_DEQUEUED",
 )
+JOB_STATUSES: Final = tuple(s.value for s in JobStatus)
 STAGE_STATUSES: Final = tuple(s.value for s in StageStatus)
 TASK_STATUSES: Final = tuple(s.value for s in TaskStatus)
 # Jobnik's manager's task statuses: the ones it serves at zero too. (Jobnik's own, ABORTED and
@@ -68,21 +69,16 @@ class Kept(Generic[K, V]):
         self.kept: dict[K, V] = {}
 
     def __call__(self, keys: Iterable[K]) -> list[V]:
-        """What `make` makes of each key, in the keys' order."""
+        """What `make` makes of each key (`keys` are distinct), in the keys' order."""
         kept, make = self.kept, self.make
         now = {k: kept[k] if k in kept else make(k) for k in keys}
         self.kept = now  # one assignment: a concurrent scrape sees one whole dict or the other
         return list(now.values())
 
 
-def _add(family: Metric, labels: Labels, value: float) -> None:
-    """`family.add_metric(...)` without its per-call label checks: the labels are built here,
-    complete."""
-    family.samples.append(Sample(_sample_name(family), labels, value))
-
-
 def _fill(family: Metric, samples: Iterable[tuple[Labels, float]]) -> None:
-    """`_add` for each (labels, value)."""
+    """`family.add_metric(...)` for each (labels, value), without its per-call label checks:
+    the labels are built here, complete."""
     name = _sample_name(family)
     family.samples.extend(Sample(name, labels, value) for labels, value in samples)
 
@@ -146,8 +142,7 @@ class JobnikServiceGauges(Collector):
     def _collect(self) -> list[Metric]:
         counts = self.views.status_counts()
         jobs, stages, tasks, count = self.families()
-        for job_status in JobStatus:
-            _add(jobs, {"job_status": job_status.value}, counts.jobs.get(job_status.value, 0))
+        _fill(jobs, (({"job_status": s}, counts.jobs.get(s, 0)) for s in JOB_STATUSES))
         types = sorted({t for t, _ in counts.stages})
         by_status: dict[tuple[str, str], int] = {}
         for (t, _, status), n in counts.tasks.items():
