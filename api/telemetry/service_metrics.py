@@ -16,9 +16,9 @@ the stage types, stages and jobs cost, the same at a million tasks as at a hundr
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Set
 from datetime import datetime
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -37,6 +37,20 @@ STUCK_KINDS: Final = (
     "JOB_IDLE",
     "QUEUE_NOT_DEQUEUED",
 )
+JOB_STATUSES: Final = tuple(s.value for s in JobStatus)
+STAGE_STATUSES: Final = tuple(s.value for s in StageStatus)
+TASK_STATUSES: Final = tuple(s.value for s in TaskStatus)
+# Jobnik's manager's task statuses: the ones it serves at zero too. (Jobnik's own, ABORTED and
+# DELEGATED, are served where a stage type has such tasks.)
+MANAGER_TASK_STATUSES: Final = frozenset(TASK_STATUSES) - {"ABORTED", "DELEGATED"}
+# The operations projection's counters of retries and of failures, by cause.
+RETRIES: Final = {"retried_error": "error", "retried_timeout": "timeout"}
+FAILURES: Final = {"failed_error": "error", "failed_timeout": "timeout", "failed_fatal": "fatal"}
+CAUSES: Final = RETRIES | FAILURES
+
+Labels = dict[str, str]
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 
 def db_spelling(value: str) -> str:
@@ -44,11 +58,33 @@ def db_spelling(value: str) -> str:
     return "-".join(word.capitalize() for word in value.split("_"))
 
 
-def _add(family: Metric, labels: dict[str, str], value: float) -> None:
-    """`family.add_metric(...)` without its per-call label checks: the labels are built here,
-    complete. (A scrape over a thousand stage types adds tens of thousands of samples.)"""
-    name = family.name + "_total" if family.type == "counter" else family.name
-    family.samples.append(Sample(name, labels, float(value)))
+class Kept(Generic[K, V]):
+    """Label dicts made from their key (a stage type, say), kept from one scrape to the next
+    while the key is scraped: a scrape builds only its samples, with the values it has just
+    read, and a key no longer scraped is let go. (A scrape over a thousand stage types has
+    tens of thousands of samples, whose labels change only when the stage types do.)"""
+
+    def __init__(self, make: Callable[[K], V]) -> None:
+        self.make = make
+        self.kept: dict[K, V] = {}
+
+    def __call__(self, keys: Iterable[K]) -> list[V]:
+        """What `make` makes of each key (`keys` are distinct), in the keys' order."""
+        kept, make = self.kept, self.make
+        now = {k: kept[k] if k in kept else make(k) for k in keys}
+        self.kept = now  # one assignment: a concurrent scrape sees one whole dict or the other
+        return list(now.values())
+
+
+def _fill(family: Metric, samples: Iterable[tuple[Labels, float]]) -> None:
+    """`family.add_metric(...)` for each (labels, value), without its per-call label checks:
+    the labels are built here, complete."""
+    name = _sample_name(family)
+    family.samples.extend(Sample(name, labels, value) for labels, value in samples)
+
+
+def _sample_name(family: Metric) -> str:
+    return family.name + "_total" if family.type == "counter" else family.name
 
 
 def _guarded(name: str, collect: Callable[[], list[Metric]]) -> list[Metric]:
@@ -63,11 +99,15 @@ def _guarded(name: str, collect: Callable[[], list[Metric]]) -> list[Metric]:
 
 class JobnikServiceGauges(Collector):
     """`jobnik_jobs_by_status`, `jobnik_stages_by_status`, `jobnik_tasks_by_status`,
-    `jobnik_tasks_count`, as Jobnik's manager serves them. Every status is present (at zero)
-    for every stage type that has a stage; `jobnik_tasks_count` lists non-zero counts only."""
+    `jobnik_tasks_count`, as Jobnik's manager serves them. Every status of the manager's is
+    present (at zero) for every stage type that has a stage, jobnik's own task statuses where
+    they count tasks; `jobnik_tasks_count` lists non-zero counts only."""
 
     def __init__(self, views: OperationsViews) -> None:
         self.views = views
+        self.stage_labels = Kept(_by_status("stage_status", STAGE_STATUSES))
+        self.task_labels = Kept(_by_status("task_status", TASK_STATUSES))
+        self.count_labels = Kept(_count_labels)
 
     def collect(self) -> Iterable[Metric]:
         return _guarded("service gauges", self._collect)
@@ -102,24 +142,58 @@ class JobnikServiceGauges(Collector):
     def _collect(self) -> list[Metric]:
         counts = self.views.status_counts()
         jobs, stages, tasks, count = self.families()
-        for s in JobStatus:
-            _add(jobs, {"job_status": s.value}, counts.jobs.get(s.value, 0))
+        _fill(jobs, (({"job_status": s}, counts.jobs.get(s, 0)) for s in JOB_STATUSES))
         types = sorted({t for t, _ in counts.stages})
-        for st in StageStatus:
-            for t in types:
-                n = counts.stages.get((t, st.value), 0)
-                _add(stages, {"stage_status": st.value, "stage_type": t}, n)
         by_status: dict[tuple[str, str], int] = {}
         for (t, _, status), n in counts.tasks.items():
             by_status[t, status] = by_status.get((t, status), 0) + n
-        for ts in TaskStatus:
-            for t in types:
-                n = by_status.get((t, ts.value), 0)
-                _add(tasks, {"task_status": ts.value, "stage_type": t}, n)
-        for (t, priority, status), n in sorted(counts.tasks.items()):
-            labels = {"stage_type": t, "priority": db_spelling(priority)}
-            _add(count, {**labels, "task_status": db_spelling(status)}, n)
+        stage_rows, task_rows = self.stage_labels(types), self.task_labels(types)
+        _matrix(stages, STAGE_STATUSES, types, stage_rows, counts.stages, set(STAGE_STATUSES))
+        _matrix(tasks, TASK_STATUSES, types, task_rows, by_status, MANAGER_TASK_STATUSES)
+        keys = sorted(counts.tasks)
+        count.samples = [
+            Sample(count.name, labels, counts.tasks[key])
+            for key, labels in zip(keys, self.count_labels(keys), strict=True)
+        ]
         return [jobs, stages, tasks, count]
+
+
+def _by_status(label: str, statuses: tuple[str, ...]) -> Callable[[str], tuple[Labels, ...]]:
+    """What makes a stage type's labels under each of `statuses` (`label`: the status label)."""
+
+    def labels(stage_type: str) -> tuple[Labels, ...]:
+        return tuple({label: s, "stage_type": stage_type} for s in statuses)
+
+    return labels
+
+
+def _matrix(
+    family: Metric,
+    statuses: tuple[str, ...],
+    types: list[str],
+    rows: list[tuple[Labels, ...]],
+    counts: dict[tuple[str, str], int],
+    zero_filled: Set[str],
+) -> None:
+    """`family`'s samples: each status of each stage type, the `zero_filled` ones at zero too
+    (`rows`: each type's labels by status; `counts`: by (type, status))."""
+    name, get = family.name, counts.get
+    family.samples = [
+        Sample(name, row[i], n)
+        for i, status in enumerate(statuses)
+        for t, row in zip(types, rows, strict=True)
+        if (n := get((t, status), 0)) or status in zero_filled
+    ]
+
+
+def _count_labels(key: tuple[str, str, str]) -> Labels:
+    """`jobnik_tasks_count`'s labels for (stage type, priority, task status)."""
+    stage_type, priority, status = key
+    return {
+        "stage_type": stage_type,
+        "priority": db_spelling(priority),
+        "task_status": db_spelling(status),
+    }
 
 
 class QueueMetrics(Collector):
@@ -133,6 +207,7 @@ class QueueMetrics(Collector):
         thresholds: Callable[[], Thresholds],
     ) -> None:
         self.views, self.clock, self.thresholds = views, clock, thresholds
+        self.type_labels = Kept(_queue_labels)
 
     def collect(self) -> Iterable[Metric]:
         return _guarded("queue metrics", self._collect)
@@ -222,18 +297,18 @@ class QueueMetrics(Collector):
             lag_seconds,
             stuck,
         ) = families
-        for q in queues:
-            t, c = {"stage_type": q.stage_type}, q.counters
-            _add(queued, t, q.queued)
-            age = (now - q.oldest_queued_at).total_seconds() if q.oldest_queued_at else 0.0
-            _add(oldest, t, max(0.0, age))
-            _add(leased, t, q.in_progress)
-            _add(dequeues, t, c["dequeues"])
-            _add(expired, t, c["leases_expired"])
-            for cause in ("error", "timeout"):
-                _add(retries, {**t, "cause": cause}, c[f"retried_{cause}"])
-            for cause in ("error", "timeout", "fatal"):
-                _add(failures, {**t, "cause": cause}, c[f"failed_{cause}"])
+        rows = self.type_labels(q.stage_type for q in queues)
+        for family, value in (
+            (queued, lambda q: q.queued),
+            (oldest, lambda q: _age(now, q.oldest_queued_at)),
+            (leased, lambda q: q.in_progress),
+            (dequeues, lambda q: q.counters["dequeues"]),
+            (expired, lambda q: q.counters["leases_expired"]),
+        ):
+            _fill(family, ((row[""], value(q)) for q, row in zip(queues, rows, strict=True)))
+        for family, counters in ((retries, RETRIES), (failures, FAILURES)):
+            pairs = zip(queues, rows, strict=True)
+            _fill(family, ((row[c], q.counters[c]) for q, row in pairs for c in counters))
         for name, n in sorted(self.views.events_appended().items()):
             events.add_metric([name], n)
         for lag in self.views.lags(now):
@@ -243,3 +318,14 @@ class QueueMetrics(Collector):
         for kind in STUCK_KINDS:
             stuck.add_metric([kind], sum(1 for s in found if s.kind == kind))
         return list(families)
+
+
+def _queue_labels(stage_type: str) -> dict[str, Labels]:
+    """A stage type's labels in the queue metrics: under "" alone, under a counter of retries
+    or failures with its cause."""
+    by_cause = {c: {"stage_type": stage_type, "cause": cause} for c, cause in CAUSES.items()}
+    return {"": {"stage_type": stage_type}, **by_cause}
+
+
+def _age(now: datetime, since: datetime | None) -> float:
+    return max(0.0, (now - since).total_seconds()) if since else 0.0

@@ -18,6 +18,7 @@ from jobnik.projections.catchup.runner import wait_for
 from .conftest import Api, Json, parse_time
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+JOBNIKS = ("ABORTED", "DELEGATED")  # task statuses Jobnik's manager does not have
 
 
 def samples(text: str) -> Samples:
@@ -73,14 +74,9 @@ def true_counts(api: Api, jobs: list[Json]) -> tuple[Counter[Any], Counter[Any],
     return by_job, by_stage, by_task
 
 
-def test_service_gauges_equal_the_true_counts(api: Api) -> None:
-    jobs = workload(api)
+def assert_gauges_are_the_true_counts(api: Api, jobs: list[Json], got: Samples) -> None:
+    """Jobnik's service gauges in `got` are the counts the API shows for `jobs` (every job)."""
     by_job, by_stage, by_task = true_counts(api, jobs)
-
-    r = api.http.get("/service-metrics")
-    assert r.status_code == 200, r.text
-    got = samples(r.text)
-
     for status in ("CREATED", "PENDING", "IN_PROGRESS", "PAUSED", "COMPLETED", "FAILED"):
         assert got["jobnik_jobs_by_status", (("job_status", status),)] == by_job[status]
     for stage_type in ("tiles", "index"):
@@ -96,9 +92,86 @@ def test_service_gauges_equal_the_true_counts(api: Api) -> None:
         (("priority", db_spelling(p)), ("stage_type", t), ("task_status", db_spelling(s))): n
         for (t, p, s), n in by_task.items()
     }
-    assert counts[("priority", "High"), ("stage_type", "tiles"), ("task_status", "Pending")] >= 1
+
+
+def test_service_gauges_equal_the_true_counts(api: Api) -> None:
+    jobs = workload(api)
+
+    r = api.http.get("/service-metrics")
+    assert r.status_code == 200, r.text
+    got = samples(r.text)
+
+    assert_gauges_are_the_true_counts(api, jobs, got)
+    assert (
+        got[
+            "jobnik_tasks_count",
+            (("priority", "High"), ("stage_type", "tiles"), ("task_status", "Pending")),
+        ]
+        >= 1
+    )
     # the same gauges are in /metrics
     assert got.items() <= samples(api.http.get("/metrics").text).items()
+
+
+def test_the_managers_task_statuses_are_zero_filled_and_jobniks_own_served_where_they_count(
+    api: Api,
+) -> None:
+    jobs = workload(api)
+    aborted = api.create_job("aborted")
+    api.add_tasks(api.add_stage(aborted["id"], type="index")["id"], 3)
+    api.set_job_status(aborted["id"], "ABORTED")
+    jobs.append(aborted)
+    by_task = true_counts(api, jobs)[2]
+
+    got = samples(api.http.get("/service-metrics").text)
+
+    by_type_and_status = {
+        (dict(labels)["stage_type"], dict(labels)["task_status"]): n
+        for (name, labels), n in got.items()
+        if name == "jobnik_tasks_by_status"
+    }
+    manager = ("CREATED", "PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "RETRIED")
+    statuses = Counter[tuple[str, str]]()
+    for (t, _, status), n in by_task.items():
+        statuses[t, status] += n
+    every = {(t, s): statuses[t, s] for t in ("tiles", "index") for s in (*manager, *JOBNIKS)}
+    assert by_type_and_status == {k: n for k, n in every.items() if n or k[1] in manager}
+    assert by_type_and_status["index", "ABORTED"] == 3
+    assert ("tiles", "ABORTED") not in by_type_and_status
+    assert ("index", "DELEGATED") not in by_type_and_status
+
+
+def test_each_scrape_reads_its_values_afresh_and_drops_the_stage_types_gone(api: Api) -> None:
+    jobs = workload(api)
+    gone = api.create_job("gone")
+    api.add_tasks(api.add_stage(gone["id"], type="gone")["id"], 2)
+    caught_up(api)
+    before = samples(api.http.get("/metrics").text)
+    assert (
+        before["jobnik_stages_by_status", (("stage_status", "PENDING"), ("stage_type", "gone"))]
+        == 1
+    )
+    assert before["jobnik_queue_tasks", (("stage_type", "gone"),)] == 2
+
+    api.run_task("tiles")
+    api.run_task("tiles", "FAILED")  # retried or failed for good: either way, by error
+    api.set_job_status(gone["id"], "ABORTED")
+    assert api.http.delete(f"/v1/jobs/{gone['id']}").status_code == 200
+    caught_up(api)
+    after = samples(api.http.get("/metrics").text)
+
+    assert not [key for key in after if ("stage_type", "gone") in key[1]]
+    assert_gauges_are_the_true_counts(api, jobs, after)
+    tiles = (("stage_type", "tiles"),)
+    assert (
+        after["jobnik_task_dequeues_total", tiles]
+        == before["jobnik_task_dequeues_total", tiles] + 2
+    )
+    assert after["jobnik_queue_tasks", tiles] == before["jobnik_queue_tasks", tiles] - 2
+    error = (("cause", "error"), ("stage_type", "tiles"))
+    failures = ("jobnik_task_retries_total", "jobnik_task_failures_total")
+    assert sum(after[f, error] for f in failures) == sum(before[f, error] for f in failures) + 1
+    assert samples(api.http.get("/service-metrics").text).items() <= after.items()
 
 
 def test_queues_show_every_stage_type_with_tasks_and_the_oldest_age_moves(api: Api) -> None:
