@@ -194,7 +194,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def crash(request: Request, exc: Exception) -> JSONResponse:
-        # Starlette runs this handler outside every middleware, RequestIds included: the
+        # Starlette runs this handler outside every middleware, RequestMiddleware included: the
         # request's id is read from the scope it left, and set on the response here.
         rid = str(request.scope.get(REQUEST_ID_KEY) or "-")
         log.exception(
