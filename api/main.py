@@ -152,6 +152,7 @@ def create_app(
     fastpath.install(app)
     console.install(app)
     document_errors(app)
+    app.add_middleware(fastpath.HotRoutes, routes=fastpath.hot_routes(app))  # innermost
     app.add_middleware(InputGate, limits=Limits.of(settings))
     app.add_middleware(Authenticate, access=app.state.access)  # before any body is read
     # the request id is set while the others run
