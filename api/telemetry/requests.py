@@ -14,6 +14,7 @@ import logging
 from contextvars import ContextVar
 from typing import Final
 
+from prometheus_client import Histogram
 from starlette.types import Scope
 
 from jobnik.api.permissions import PRINCIPAL_KEY
@@ -31,6 +32,9 @@ ID_PARAMS: Final = {
 QUIET_ROUTES: Final = frozenset({"/metrics"})  # scraped every few seconds: not logged
 REQUEST_ID: ContextVar[str | None] = ContextVar("jobnik_request_id", default=None)
 TOUCHED: ContextVar[dict[str, str] | None] = ContextVar("jobnik_touched", default=None)
+# The duration histogram's child per (method, route, status): `labels` takes a lock and builds
+# its key on every call.
+_DURATIONS: dict[tuple[str, str, int], Histogram] = {}
 
 
 def request_id() -> str | None:
@@ -58,7 +62,11 @@ def record(
     `metrics`) and its access log line."""
     route = getattr(scope.get("route"), "path_format", UNMATCHED)
     if metrics:
-        HTTP_REQUEST_DURATION.labels(scope["method"], route, str(status)).observe(elapsed)
+        key = (scope["method"], route, status)
+        child = _DURATIONS.get(key)
+        if child is None:
+            child = _DURATIONS[key] = HTTP_REQUEST_DURATION.labels(key[0], route, str(status))
+        child.observe(elapsed)
     if route not in QUIET_ROUTES and access_log.isEnabledFor(logging.INFO):
         _log(scope, route, status, elapsed, touched, rid)
 
