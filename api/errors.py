@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import Scope
 
 from jobnik.api.middleware import REQUEST_ID_HEADER, REQUEST_ID_KEY
 from jobnik.api.schemas import ErrorBody
@@ -120,6 +121,13 @@ def unauthenticated(exc: Unauthenticated) -> JSONResponse:
     return error_response(401, exc.message, exc.code, {"WWW-Authenticate": "Bearer"})
 
 
+def domain_response(scope: Scope, exc: JobnikError) -> JSONResponse:
+    """The answer to a domain error raised while serving the route `scope` matched."""
+    if isinstance(exc, Unauthenticated):
+        return unauthenticated(exc)
+    return response_for(exc, getattr(scope.get("route"), "name", None))
+
+
 def _path(loc: Sequence[Any]) -> str:
     parts = [_WHERE.get(str(loc[0]), str(loc[0])) if loc else "body"]
     parts += [str(p) for p in loc[1:]]
@@ -174,9 +182,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(JobnikError)
     async def domain_error(request: Request, exc: JobnikError) -> JSONResponse:
-        if isinstance(exc, Unauthenticated):
-            return unauthenticated(exc)
-        return response_for(exc, getattr(request.scope.get("route"), "name", None))
+        return domain_response(request.scope, exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -194,7 +200,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def crash(request: Request, exc: Exception) -> JSONResponse:
-        # Starlette runs this handler outside every middleware, RequestIds included: the
+        # Starlette runs this handler outside every middleware, RequestMiddleware included: the
         # request's id is read from the scope it left, and set on the response here.
         rid = str(request.scope.get(REQUEST_ID_KEY) or "-")
         log.exception(

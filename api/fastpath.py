@@ -1,20 +1,26 @@
-"""The worker's hot routes (single dequeue, status report, heartbeat) served without FastAPI's
-per-request dependency machinery.
+"""The worker's hot routes (dequeue, alone or batched; status report, alone or batched;
+heartbeat) served without FastAPI's per-request machinery: its exception middleware, router,
+dependency solving and request and response wrappers.
 
-Each stays the FastAPI route it is (its path, method, OpenAPI operation and permission); only its
-ASGI `app` is replaced by one that, for the plain request a worker sends (no query string, a
-JSON body), validates the path parameter and the body with the same pydantic types, checks the
-permission with the same `authorize`, and calls the route's own function in the thread pool
-with them, under Starlette's exception handling (so errors answer as FastAPI's would). Any
-other request (a query string, a body that does not validate, another content type) goes to
-the FastAPI handler unchanged, which answers it as it always has.
+Each stays the FastAPI route it is (its path, method, OpenAPI operation and permission). For the
+plain request a worker sends (the route's own query parameters, a JSON body, no
+`Idempotency-Key` on the batched report), `HotRoutes`, the innermost middleware, matches the
+route as the router would, validates the path and query parameters and the body with the same
+pydantic types, checks the permission with the same `authorize`, and calls the route's own
+function with them in a thread of its own pool (asyncio's executor hand-off, with the request's
+context: half the CPU of AnyIO's); a domain error answers as FastAPI's handler answers it. Any
+other request (an unknown or repeated parameter, a body that does not validate, another content
+type) goes on to the router and the route's FastAPI handler, which answers it as it always has.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qsl
@@ -23,20 +29,22 @@ from uuid import UUID
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from pydantic import TypeAdapter, ValidationError
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import request_response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from jobnik.api import errors
 from jobnik.api.deps import Once
 from jobnik.api.limits import read_body, replay
 from jobnik.api.permissions import authorize
 from jobnik.api.routes import stages, tasks
 from jobnik.api.schemas import AttemptBody, StageType, TaskStatusChange
+from jobnik.domain.errors import JobnikError
 
-_CALL_KEY: Final = "jobnik.fast_call"  # the route's call, validated, for the endpoint
 _JSON_TYPES: Final = frozenset({b"application/json", b"application/json; charset=utf-8"})
+# The hot routes' commands block on the database: as many threads as AnyIO's default limit.
+_THREADS: Final = ThreadPoolExecutor(max_workers=40, thread_name_prefix="jobnik-command")
 
 
 @dataclass(frozen=True)
@@ -70,33 +78,41 @@ SHAPES: Final[dict[Callable[..., Any], Shape]] = {
 }
 
 
+def hot_routes(app: FastAPI) -> list[APIRoute]:
+    """The app's routes `SHAPES` describes."""
+    return [r for r in app.router.routes if isinstance(r, APIRoute) and r.endpoint in SHAPES]
+
+
 def install(app: FastAPI) -> None:
-    """Serve the app's hot routes by `FastRoute`."""
-    for route in app.router.routes:
-        if isinstance(route, APIRoute) and route.endpoint in SHAPES:
-            route.app = FastRoute(route.app, route.endpoint, SHAPES[route.endpoint])
+    """Serve the app's hot routes by `FastRoute` (their plain requests, once `create_app` has
+    added `HotRoutes` as the innermost middleware, are answered there)."""
+    for route in hot_routes(app):
+        route.app = FastRoute(route.app, route.endpoint, SHAPES[route.endpoint])
 
 
 class FastRoute:
-    """A hot route's ASGI app: the plain request served directly, any other by `fallback`."""
+    """A hot route's ASGI app: its FastAPI handler (`fallback`), which serves what reaches it
+    through the router; and the route's function and shape, with which `HotRoutes` serves the
+    route's plain requests before the router."""
 
     def __init__(self, fallback: ASGIApp, function: Callable[..., Any], shape: Shape) -> None:
         self.fallback, self.function, self.shape = fallback, function, shape
-        self.serve = request_response(self._endpoint)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.fallback(scope, receive, send)
+
+    async def prepare(
+        self, scope: Scope, receive: Receive
+    ) -> tuple[Callable[..., Any] | None, Receive]:
+        """The route's function bound to the request's path parameter and body, or None for a
+        request the FastAPI handler must serve; and the `receive` that still gives the body."""
         if self.shape.once and _header(scope, b"idempotency-key") is not None:
-            await self.fallback(scope, receive, send)
-            return
+            return None, receive
         body = b""
         if self.shape.body is not None:
             body = await read_body(receive)
-        call = self._validated(scope, body)
-        if call is None:
-            await self.fallback(scope, replay(body, receive), send)
-            return
-        scope[_CALL_KEY] = call
-        await self.serve(scope, receive, send)
+            receive = replay(body, receive)
+        return self._validated(scope, body), receive
 
     def _validated(self, scope: Scope, body: bytes) -> Callable[..., Any] | None:
         """The route's function with its path parameter, query parameters and body bound, or
@@ -125,13 +141,53 @@ class FastRoute:
             return None
         return functools.partial(self.function, **arguments)
 
-    async def _endpoint(self, request: Request) -> Response:
-        call = request.scope.pop(_CALL_KEY)
-        by = await authorize(request)
-        if self.shape.once:  # (no Idempotency-Key here: the command just runs)
-            call = functools.partial(call, once=Once(request.app.state.idempotency, None, "", 200))
-        response: Response = await run_in_threadpool(call, jobnik=request.app.state.jobnik, by=by)
-        return response
+
+async def answer(request: Request, call: Callable[..., Any], shape: Shape) -> Response:
+    """`call` run with the request's principal (if it may) in a thread of the hot routes' pool,
+    with the request's context (its id, positions and trace)."""
+    if shape.once:  # (no Idempotency-Key here: the command just runs)
+        call = functools.partial(call, once=Once(request.app.state.idempotency, None, "", 200))
+    bound = functools.partial(call, jobnik=request.app.state.jobnik, by=await authorize(request))
+    context = contextvars.copy_context()
+    response: Response = await asyncio.get_running_loop().run_in_executor(
+        _THREADS, context.run, bound
+    )
+    return response
+
+
+class HotRoutes:
+    """ASGI middleware, innermost: a plain request of a hot route (`FastRoute.prepare` binds it)
+    is answered here, before FastAPI's exception middleware, router and request/response
+    wrappers, which it would otherwise pass through for the same answer: the route is matched
+    as the router matches it (the hot routes come first in its list), and a domain error is
+    answered as FastAPI's handler answers it (`errors.domain_response`); any other exception
+    goes on up to the server error handler, as from the route. Every other request (and any of
+    a route whose app is no longer a `FastRoute`) goes on to the app."""
+
+    def __init__(self, app: ASGIApp, routes: Sequence[APIRoute]) -> None:
+        self.app, self.routes = app, list(routes)
+        self.methods = frozenset(m for r in self.routes for m in r.methods or ())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in self.methods:
+            for route in self.routes:
+                fast = route.app
+                if not isinstance(fast, FastRoute):
+                    continue
+                match, child = route.matches(scope)
+                if match is not Match.FULL:
+                    continue
+                scope.update(child)  # in place, as the router does: the middleware read it
+                call, receive = await fast.prepare(scope, receive)
+                if call is not None:
+                    try:
+                        response = await answer(Request(scope, receive), call, fast.shape)
+                    except JobnikError as exc:
+                        response = errors.domain_response(scope, exc)
+                    await response(scope, receive, send)
+                    return
+                break
+        await self.app(scope, receive, send)
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:

@@ -65,6 +65,15 @@ def check_text(where: str, text: str, limits: Limits | None) -> None:
         raise InvalidCharacter(f"{where} contains a lone surrogate (not valid Unicode)")
 
 
+def _acceptable(text: str, limits: Limits) -> bool:
+    """Whether check_text would pass `text` (without building the message it needs when not)."""
+    return (
+        len(text) <= limits.string_length
+        and "\x00" not in text
+        and (text.isascii() or not _SURROGATE.search(text))
+    )
+
+
 def _int(text: str) -> int:
     value = int(text) if len(text) <= 20 else INT64_MAX + 1
     if not INT64_MIN <= value <= INT64_MAX:
@@ -109,12 +118,14 @@ def check_value(value: Any, limits: Limits) -> None:
     while stack:
         item, depth, path = stack.pop()
         if isinstance(item, str):
-            check_text(_where(path), item, limits)
+            if not _acceptable(item, limits):
+                check_text(_where(path), item, limits)
         elif isinstance(item, dict):
             if depth >= limits.depth:
                 raise JsonTooDeep(_too_deep(limits))
             for k, v in item.items():
-                check_text(_where((path, k)) + " (a key)", k, limits)
+                if not _acceptable(k, limits):
+                    check_text(_where((path, k)) + " (a key)", k, limits)
                 stack.append((v, depth + 1, (path, k)))
         elif isinstance(item, list):
             if depth >= limits.depth:

@@ -17,7 +17,7 @@ from jobnik.api import console, errors, fastpath, positions
 from jobnik.api.access import Access, Authenticate, TokenTable
 from jobnik.api.idempotency import IdempotencyKeys
 from jobnik.api.limits import InputGate, Limits
-from jobnik.api.middleware import RequestIds, RequestPositions
+from jobnik.api.middleware import RequestMiddleware
 from jobnik.api.openapi import document_errors
 from jobnik.api.permissions import document_security
 from jobnik.api.routes import (
@@ -36,7 +36,6 @@ from jobnik.api.sweeper import Sweeper
 from jobnik.api.telemetry import Telemetry
 from jobnik.api.telemetry.commands import ObservedCommands
 from jobnik.api.telemetry.metrics import WRITER_LOCK_WAIT, ServerMetrics
-from jobnik.api.telemetry.requests import RequestTelemetry
 from jobnik.api.telemetry.service_metrics import JobnikServiceGauges, QueueMetrics
 from jobnik.api.telemetry.tracing import instrument_app, instrument_database, provider_from
 from jobnik.api.waiters import Waiters
@@ -153,11 +152,11 @@ def create_app(
     fastpath.install(app)
     console.install(app)
     document_errors(app)
+    app.add_middleware(fastpath.HotRoutes, routes=fastpath.hot_routes(app))  # innermost
     app.add_middleware(InputGate, limits=Limits.of(settings))
     app.add_middleware(Authenticate, access=app.state.access)  # before any body is read
-    app.add_middleware(RequestPositions)
-    app.add_middleware(RequestTelemetry, metrics=telemetry.metrics is not None)
-    app.add_middleware(RequestIds)  # the request id is set while the others run
+    # the request id is set while the others run
+    app.add_middleware(RequestMiddleware, metrics=telemetry.metrics is not None)
     if settings.cors_origins:  # outermost: a browser's preflight carries no token
         app.add_middleware(
             CORSMiddleware,

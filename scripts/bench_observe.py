@@ -25,8 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from jobnik.api.main import app_from_env
+from jobnik.api.middleware import RequestMiddleware
 from jobnik.api.telemetry.logs import log_config
-from jobnik.api.telemetry.requests import RequestTelemetry
 from jobnik.domain.application import Jobnik, NewTask
 from jobnik.scripts.bench_context import Ctx, say
 from jobnik.scripts.bench_engine import engine, populate
@@ -166,9 +166,9 @@ def _shared(env: dict[str, str], directory: str | None) -> dict[str, str]:
     return env if directory is None else {**env, "PROMETHEUS_MULTIPROC_DIR": directory}
 
 
-def _request_telemetry(stack: Any) -> RequestTelemetry:
-    """The RequestTelemetry middleware in an app's middleware stack."""
-    while not isinstance(stack, RequestTelemetry):
+def _request_telemetry(stack: Any) -> RequestMiddleware:
+    """The request middleware in an app's middleware stack."""
+    while not isinstance(stack, RequestMiddleware):
         stack = stack.app
     return stack
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal
 
-from jobnik.api.middleware import request_id
+from jobnik.api.telemetry.requests import request_id
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 JSON_FIELDS = "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s"

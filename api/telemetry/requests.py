@@ -1,25 +1,24 @@
-"""One observation and one log line per HTTP request: `RequestTelemetry`, the ASGI middleware.
+"""One observation and one log line per HTTP request, which the request middleware
+(api/middleware.py) records with `record` once the request ended.
 
-It times the request, records it in `http_request_duration_seconds` under its route template
-(and `http_requests_in_flight` while it runs), and logs one line on the `jobnik.access` logger:
-request id, method, route template, status, duration, the token's name when access control is
-on, and the job, stage and task ids the request touched (its path parameters, and the ids of
-what its command returned, which `note_touched` records). Never headers, query strings or
-bodies: tokens and payloads stay out.
+A request is recorded in `http_request_duration_seconds` under its route template, and logged
+in one line on the `jobnik.access` logger: request id, method, route template, status, duration,
+the token's name when access control is on, and the job, stage and task ids the request touched
+(its path parameters, and the ids of what its command returned, which `note_touched` records).
+Never headers, query strings or bodies: tokens and payloads stay out.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from contextvars import ContextVar
 from typing import Final
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from prometheus_client import Histogram
+from starlette.types import Scope
 
-from jobnik.api.middleware import request_id
 from jobnik.api.permissions import PRINCIPAL_KEY
-from jobnik.api.telemetry.metrics import HTTP_REQUEST_DURATION, HTTP_REQUESTS_IN_FLIGHT, UNMATCHED
+from jobnik.api.telemetry.metrics import HTTP_REQUEST_DURATION, UNMATCHED
 
 access_log = logging.getLogger("jobnik.access")
 
@@ -31,57 +30,53 @@ ID_PARAMS: Final = {
     "stageType": "stage_type",
 }
 QUIET_ROUTES: Final = frozenset({"/metrics"})  # scraped every few seconds: not logged
-_TOUCHED: ContextVar[dict[str, str] | None] = ContextVar("jobnik_touched", default=None)
+REQUEST_ID: ContextVar[str | None] = ContextVar("jobnik_request_id", default=None)
+TOUCHED: ContextVar[dict[str, str] | None] = ContextVar("jobnik_touched", default=None)
+# The duration histogram's child per (method, route, status): `labels` takes a lock and builds
+# its key on every call.
+_DURATIONS: dict[tuple[str, str, int], Histogram] = {}
+
+
+def request_id() -> str | None:
+    """The id of the request being served in this context (None outside a request)."""
+    return REQUEST_ID.get()
 
 
 def note_touched(**ids: str) -> None:
     """Record entity ids the current request touched (first one of each kind wins)."""
-    box = _TOUCHED.get()
+    box = TOUCHED.get()
     if box is not None:
         for key, value in ids.items():
             box.setdefault(key, value)
 
 
-class RequestTelemetry:
-    """Metrics and the access log line of every HTTP request; `metrics=False` logs only."""
-
-    def __init__(self, app: ASGIApp, metrics: bool = True) -> None:
-        self.app, self.metrics = app, metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500  # what the client gets if the application raises
-        touched: dict[str, str] = {}
-        token = _TOUCHED.set(touched)
-
-        async def send_observed(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        start = time.perf_counter()
-        if self.metrics:
-            HTTP_REQUESTS_IN_FLIGHT.inc()
-        try:
-            await self.app(scope, receive, send_observed)
-        finally:
-            elapsed = time.perf_counter() - start
-            _TOUCHED.reset(token)
-            route = getattr(scope.get("route"), "path_format", UNMATCHED)
-            if self.metrics:
-                HTTP_REQUESTS_IN_FLIGHT.dec()
-                HTTP_REQUEST_DURATION.labels(scope["method"], route, str(status)).observe(elapsed)
-            if route not in QUIET_ROUTES and access_log.isEnabledFor(logging.INFO):
-                _log(scope, route, status, elapsed, touched)
+def record(
+    scope: Scope,
+    status: int,
+    elapsed: float,
+    touched: dict[str, str],
+    rid: str,
+    metrics: bool,
+) -> None:
+    """A request that ended with `status` after `elapsed` seconds: its duration (with
+    `metrics`) and its access log line."""
+    route = getattr(scope.get("route"), "path_format", UNMATCHED)
+    if metrics:
+        key = (scope["method"], route, status)
+        child = _DURATIONS.get(key)
+        if child is None:
+            child = _DURATIONS[key] = HTTP_REQUEST_DURATION.labels(key[0], route, str(status))
+        child.observe(elapsed)
+    if route not in QUIET_ROUTES and access_log.isEnabledFor(logging.INFO):
+        _log(scope, route, status, elapsed, touched, rid)
 
 
-def _log(scope: Scope, route: str, status: int, elapsed: float, touched: dict[str, str]) -> None:
+def _log(
+    scope: Scope, route: str, status: int, elapsed: float, touched: dict[str, str], rid: str
+) -> None:
     fields: dict[str, object] = {
         "action": "request",
-        "request_id": request_id(),
+        "request_id": rid,
         "method": scope["method"],
         "route": route,
         "status": status,

@@ -133,7 +133,10 @@ class CatchUpRunner:
 
     Wakes on every write this process commits (the store's `on_commit`) and otherwise every
     `interval` seconds (writes from other processes), but starts rounds at most every `min_gap`
-    seconds, so that under load one round applies the events of many commits. With `rebuild`
+    seconds, so that under load one round applies the events of many commits; while commits keep
+    arriving within that gap, the gap doubles up to `max_gap` (a round's statements are paid
+    fewer times, and the lag stays within what other processes' writes have), and it is back to
+    `min_gap` once a gap passes without a commit. With `rebuild`
     (`rebuild.bluegreen.rebuild_outdated`), a projection whose rows an older version of its code
     built is rebuilt blue/green first (the old rows keep serving meanwhile); without, it is caught
     up with the new code as it is. Rows built by a newer version (a rolling deploy's newer
@@ -151,10 +154,12 @@ class CatchUpRunner:
         rebuild: Callable[[CatchUpProjection], None] | None = None,
         follower_interval: float = 2.0,
         min_gap: float = 0.05,
+        max_gap: float = 0.2,
     ) -> None:
         self.store, self.projections, self.lock = store, list(projections), lock
         self.interval, self.batch, self.rebuild = interval, batch, rebuild
         self.min_gap = min(min_gap, interval)  # shortest time between two rounds' starts
+        self.max_gap = max(self.min_gap, min(max_gap, interval))  # ... under steady commits
         self.follower_interval = max(interval, follower_interval)  # how often to try the lock
         self.leading = False
         self._stop = threading.Event()
@@ -163,7 +168,8 @@ class CatchUpRunner:
         self.applied = 0
 
     def _on_commit(self, _: int) -> None:
-        self._wake.set()
+        if not self._wake.is_set():  # (set() takes a lock: commits come hundreds per second)
+            self._wake.set()
 
     def start(self) -> None:
         self.store.on_commit.append(self._on_commit)
@@ -206,6 +212,7 @@ class CatchUpRunner:
 
     def _run(self) -> None:
         failures = 0
+        gap = self.min_gap
         while not self._stop.is_set():
             self._wake.clear()
             started = time.monotonic()
@@ -218,9 +225,14 @@ class CatchUpRunner:
             if not self.leading:
                 self._stop.wait(self.follower_interval)
                 continue
-            if moved < self.batch:  # no backlog: wait for a commit or the interval
+            # Commits arrive hundreds per second under load: rounds at most every `gap` seconds
+            # let each one carry many events instead of one (a round costs about ten statements
+            # whatever it carries).
+            self._stop.wait(max(0.0, started + gap - time.monotonic()))
+            if moved >= self.batch:  # a backlog: its next page at once
+                gap = self.min_gap
+            elif self._wake.is_set():  # committed to during the gap: a steady load
+                gap = min(gap * 2, self.max_gap)
+            else:  # wait for a commit or the interval
+                gap = self.min_gap
                 self._wake.wait(self.interval * (2 ** min(failures, 5)))
-            # Commits arrive hundreds per second under load: rounds at most every `min_gap`
-            # seconds let each one carry many events instead of one (a round costs about ten
-            # statements whatever it carries).
-            self._stop.wait(max(0.0, started + self.min_gap - time.monotonic()))

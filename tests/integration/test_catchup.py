@@ -217,11 +217,11 @@ def test_the_runner_thread_follows_writes_as_they_happen(store: SqlStore, jobnik
     assert verify(store, names=NAMES) == []
 
 
-def test_a_burst_of_commits_shares_rounds_and_is_applied(store: SqlStore, jobnik: Jobnik) -> None:
-    """Every commit wakes the runner, but rounds start at most every `min_gap` seconds: under a
-    burst, one round applies many commits' events (a round costs its statements whatever it
-    carries), and the runner still reaches the head."""
-    runner = CatchUpRunner(store, CATCH_UP, store.leader_lock("catchup"), interval=5, min_gap=0.2)
+def _counted_run(
+    runner: CatchUpRunner, jobnik: Jobnik, store: SqlStore, tasks: int
+) -> tuple[int, float]:
+    """Run `runner` while `tasks` tasks are made (two commits each), until it reaches the head:
+    (how many rounds it ran, seconds the writes took)."""
     rounds = 0
     run_once = runner.run_once
 
@@ -234,14 +234,39 @@ def test_a_burst_of_commits_shares_rounds_and_is_applied(store: SqlStore, jobnik
     runner.start()
     try:
         started = time.monotonic()
-        many_tasks(jobnik, 30)  # about 60 commits, each waking the runner
+        many_tasks(jobnik, tasks)
         elapsed = time.monotonic() - started
         wait_caught_up(store)
     finally:
         runner.stop()
+    return rounds, elapsed
+
+
+def test_a_burst_of_commits_shares_rounds_and_is_applied(store: SqlStore, jobnik: Jobnik) -> None:
+    """Every commit wakes the runner, but rounds start at most every `min_gap` seconds: under a
+    burst, one round applies many commits' events (a round costs its statements whatever it
+    carries), and the runner still reaches the head."""
+    runner = CatchUpRunner(store, CATCH_UP, store.leader_lock("catchup"), interval=5, min_gap=0.2)
+    rounds, elapsed = _counted_run(runner, jobnik, store, 30)  # about 60 commits, each waking it
 
     assert rounds <= elapsed / 0.2 + 3, f"{rounds} rounds in {elapsed:.2f} s: not debounced"
     assert rounds < 60
+    assert verify(store, names=NAMES) == []
+
+
+def test_under_steady_commits_rounds_space_out_to_the_max_gap(
+    store: SqlStore, jobnik: Jobnik
+) -> None:
+    """While commits keep arriving within the gap, it doubles from `min_gap` up to `max_gap`:
+    a steady load is caught up in rounds `max_gap` apart, not `min_gap` apart, and the runner
+    still reaches the head."""
+    runner = CatchUpRunner(
+        store, CATCH_UP, store.leader_lock("catchup"), interval=5, min_gap=0.01, max_gap=0.2
+    )
+    rounds, elapsed = _counted_run(runner, jobnik, store, 40)  # about 80 commits
+
+    # min_gap alone would allow elapsed / 0.01 rounds; doubling reaches 0.2 after 5 of them
+    assert rounds <= elapsed / 0.2 + 8, f"{rounds} rounds in {elapsed:.2f} s: gap not widened"
     assert verify(store, names=NAMES) == []
 
 
