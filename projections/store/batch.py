@@ -28,6 +28,7 @@ from psycopg import generators, pq
 from psycopg.adapt import Transformer
 
 from jobnik.domain.errors import ConcurrencyConflict, DatabaseError
+from jobnik.projections.store import merge
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.dialect import Dialect
 from jobnik.projections.store.shapes import HOT_ROWS, prepared_form, rows_of, values_row
@@ -194,6 +195,18 @@ class BatchCursor(Cursor):
         if name not in self._prepared and name not in self._preparing.values():
             self._preparing[len(self._queue)] = name
             self._queue.append(f"PREPARE {name} AS {text}")
+
+    def execute_writes(self, statements: Sequence[merge.Statement]) -> None:
+        """One-row writes, in order, joined into as few statements as their order allows
+        (merge.py), each prepared as `execute_prepared`."""
+        for run in merge.chunks(statements):
+            if len(run) == 1:
+                self.execute_prepared(*run[0])
+                continue
+            name, text, names = _prepared_form(merge.joined(tuple(sql for sql, _ in run)))
+            self._prepare(name, text)
+            values = (self._literal(run[i][1][key]) for i, key in merge.parts_of(names))
+            self._queue.append(f"EXECUTE {name}({', '.join(values)})")
 
     def executemany(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
         """One statement per set of parameters, prepared (as `execute_prepared`); a statement

@@ -96,16 +96,16 @@ class OpExecutor:
 
     def run(self, cur: _Cursor, runs: Iterable[list[list[Op]]]) -> None:
         """Each run holds the op lists of events whose ops commute; batch them column-wise."""
+        single: list[tuple[str, dict[str, Any]]] = []  # one-row statements, in order
         for run in runs:
             if len(run) == 1 or len({len(ops) for ops in run}) != 1:
-                for ops in run:
-                    for op in ops:
-                        _one(cur, *self.statement(op))
+                single.extend(self.statement(op) for ops in run for op in ops)
                 continue
             for column in zip(*run, strict=True):
-                self._batch(cur, list(column))
+                self._batch(cur, list(column), single)
+        _send(cur, single)
 
-    def _batch(self, cur: _Cursor, ops: list[Op]) -> None:
+    def _batch(self, cur: _Cursor, ops: list[Op], single: list[tuple[str, dict[str, Any]]]) -> None:
         if all(isinstance(op, Add) for op in ops):
             ops = _merge_adds(ops)  # type: ignore[arg-type]
         elif (prepared := getattr(cur, "execute_prepared", None)) and self._by_key_arrays(
@@ -118,8 +118,10 @@ class OpExecutor:
             grouped.setdefault(sql, []).append(params)
         for sql, params_list in grouped.items():
             if len(params_list) == 1:
-                _one(cur, sql, params_list[0])
+                single.append((sql, params_list[0]))
             else:
+                _send(cur, single)
+                single.clear()
                 cur.executemany(sql, params_list)
 
     def _by_key_arrays(self, execute: Callable[[str, dict[str, Any]], None], ops: list[Op]) -> bool:
@@ -160,9 +162,17 @@ class OpExecutor:
         return True
 
 
-def _one(cur: _Cursor, sql: str, params: dict[str, Any]) -> None:
-    """One statement; prepared where the cursor prepares (PostgreSQL write sessions)."""
-    getattr(cur, "execute_prepared", cur.execute)(sql, params)
+def _send(cur: _Cursor, statements: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """One-row statements, in order: as few as the cursor joins them into (PostgreSQL write
+    sessions: store/merge.py), prepared where it prepares, else one by one."""
+    if not statements:
+        return
+    writes = getattr(cur, "execute_writes", None)
+    if writes is not None:
+        writes(statements)
+        return
+    for sql, params in statements:
+        getattr(cur, "execute_prepared", cur.execute)(sql, params)
 
 
 def _merge_adds(ops: list[Add]) -> list[Op]:

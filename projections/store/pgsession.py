@@ -10,6 +10,7 @@ stage summary in one prepared statement, or starts from what this process last c
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -96,18 +97,11 @@ class PostgresSession(SqlSession):
         self.cur.execute(self.d.sql("lock_writers", events=self.store.events_table))
         if not self._seen:
             return
-        by_table: dict[str, list[str]] = {}
         params: dict[str, Any] = {"n": len(self._seen)}
-        for i, (key, (table, version)) in enumerate(self._seen.items()):
-            by_table.setdefault(table, []).append(f"(%(i{i})s::uuid, %(v{i})s::bigint)")
+        for i, (key, (_, version)) in enumerate(self._seen.items()):
             params[f"i{i}"], params[f"v{i}"] = key, version
-        counts = " + ".join(
-            self.d.sql("unchanged", table=table, pairs=", ".join(pairs))
-            for table, pairs in by_table.items()
-        )
-        self.cur.execute_prepared(
-            self.d.sql("assert_fresh", counts=counts), params, rows=len(self._seen)
-        )
+        tables = tuple(table for table, _ in self._seen.values())
+        self.cur.execute_prepared(_assert_fresh(self.d, tables), params, rows=len(tables))
 
     def hold_queue(self, job_id: UUID) -> None:
         """Lock the queue rows of `job_id` and of its child jobs, at any depth (an abort
@@ -270,6 +264,19 @@ class PostgresSession(SqlSession):
         )
         self._ids.append(ids)
         self.store.apply(self.cur, events, positions, self._deltas)
+
+
+@functools.lru_cache(maxsize=256)
+def _assert_fresh(d: Dialect, tables: tuple[str, ...]) -> str:
+    """The check that rows loaded from `tables` (in load order; parameters `i<k>` and `v<k>`,
+    the k-th row's id and version) are unchanged: a few shapes, each built once."""
+    by_table: dict[str, list[str]] = {}
+    for i, table in enumerate(tables):
+        by_table.setdefault(table, []).append(f"(%(i{i})s::uuid, %(v{i})s::bigint)")
+    counts = " + ".join(
+        d.sql("unchanged", table=table, pairs=", ".join(pairs)) for table, pairs in by_table.items()
+    )
+    return d.sql("assert_fresh", counts=counts)
 
 
 def _array(values: set[int]) -> str:

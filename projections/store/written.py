@@ -103,6 +103,7 @@ class RecentWrites:
         leased: list[Snapshot] = []
         parents: list[Snapshot] = []
         done: list[UUID] = []  # tasks no longer leased: no report comes for them
+        used: list[UUID] = []  # stages and jobs held as they are: only their turn moves
         for key, a in loaded.items():
             if isinstance(a, Task):
                 if a.status == TaskStatus.IN_PROGRESS:
@@ -110,11 +111,17 @@ class RecentWrites:
                 else:
                     done.append(key)
             elif isinstance(a, Stage | Job):
-                parents.append(Snapshot.of(a))
+                if self._holds(key, a.version):
+                    used.append(key)
+                else:
+                    parents.append(Snapshot.of(a))
         with self._lock:
             for key in done:
                 self._tasks.pop(key, None)
             _keep_latest(self._tasks, leased)
+            for key in used:  # (the latest used go last, as `_keep_latest` puts them)
+                if key in self._parents:
+                    self._parents[key] = self._parents.pop(key)
             _keep_latest(self._parents, parents)
             for key, counts in summaries.items():
                 self._counts.pop(key, None)
@@ -122,6 +129,12 @@ class RecentWrites:
             for held in (self._tasks, self._parents, self._counts):
                 while len(held) > self.LIMIT:
                     del held[next(iter(held))]
+
+    def _holds(self, key: UUID, version: int) -> bool:
+        """Whether the snapshot held of `key` is at `version` already (most commands leave their
+        stage and job as they found them: no copy of their state to make)."""
+        held = self._parents.get(key)
+        return held is not None and held.version == version
 
     def take(self, task_id: UUID) -> Written | None:
         """The task's entry, removed (a session uses it once); None unless its stage and job
