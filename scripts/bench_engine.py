@@ -99,11 +99,17 @@ class Drain:
     tasks: int = 0
     retries: int = 0
     seconds: float = 0.0
+    cpu: float = 0.0  # seconds of CPU the worker processes spent draining (not the database's)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def rate(self) -> float:
         return self.tasks / self.seconds if self.seconds else 0.0
+
+    @property
+    def cpu_ms(self) -> float:
+        """Worker CPU per task, in ms."""
+        return self.cpu * 1000 / self.tasks if self.tasks else 0.0
 
 
 def work(app: Jobnik, stage_type: str) -> tuple[int, int]:
@@ -148,12 +154,14 @@ def drain(app: Jobnik, stage_type: str, k: int) -> Drain:
 
 def engine_worker(url: str, stage_type: str, start: Any, results: Any) -> None:
     """One worker process (`bench_processes.worker_processes`): its own store on `url`, as a
-    worker opens it, then `work` once released. Puts {"tasks", "retries", "end"}."""
+    worker opens it, then `work` once released. Puts {"tasks", "retries", "cpu", "end"}."""
     with breaking(start), closing(open_store(library_env({"JOBNIK_DATABASE_URL": url}))) as store:
         app = Jobnik(store)
         start.wait()
+        cpu = time.process_time()
         done, retries = work(app, stage_type)
-        results.put({"tasks": done, "retries": retries, "end": time.monotonic()})
+        cpu = time.process_time() - cpu
+        results.put({"tasks": done, "retries": retries, "cpu": cpu, "end": time.monotonic()})
 
 
 def floor_worker(url: str, stage_type: str, start: Any, results: Any) -> None:
@@ -161,15 +169,18 @@ def floor_worker(url: str, stage_type: str, start: Any, results: Any) -> None:
     raw = bench_floor.RawLifecycle(url)
     with breaking(start), raw.connect() as conn:
         start.wait()
+        cpu = time.process_time()
         out = bench_floor.RawResult(0, 0.0)
         raw.work(conn, stage_type, out, threading.Lock())
-        results.put({"tasks": out.tasks, "retries": 0, "end": time.monotonic()})
+        cpu = time.process_time() - cpu
+        results.put({"tasks": out.tasks, "retries": 0, "cpu": cpu, "end": time.monotonic()})
 
 
 def drain_processes(target: Callable[..., None], url: str, stage_type: str, k: int) -> Drain:
     """K processes of `target` (engine_worker, floor_worker) drain the stage type."""
     seconds, outs = worker_processes(k, target, url, stage_type)
-    return Drain(sum(o["tasks"] for o in outs), sum(o["retries"] for o in outs), seconds)
+    total = {key: sum(o[key] for o in outs) for key in ("tasks", "retries", "cpu")}
+    return Drain(int(total["tasks"]), int(total["retries"]), seconds, total["cpu"])
 
 
 # -- engine lifecycle --------------------------------------------------------------------------
@@ -190,13 +201,19 @@ def fig_engine(ctx: Ctx) -> None:
             raw.load(f"floor-k{k}", n)
             got = drain(app, f"life-k{k}", k)
             floor = raw.run(f"floor-k{k}", k)
-            ratios[k, "threads"] = lifecycle(ctx, k, "", n, got, floor.tasks, floor.rate)
+            ratios[k, "threads"] = lifecycle(ctx, f"K={k}", got, floor, f"{k} threads", "")
             populate(app, f"life-p{k}", n)
             raw.load(f"floor-p{k}", n)
             got = drain_processes(engine_worker, url, f"life-p{k}", k)
             floor_p = drain_processes(floor_worker, url, f"floor-p{k}", k)
             ratios[k, "processes"] = lifecycle(
-                ctx, k, " (processes)", n, got, floor_p.tasks, floor_p.rate
+                ctx,
+                f"K={k} (processes)",
+                got,
+                floor_p,
+                f"{k} processes",
+                f", each process its own store; worker CPU {got.cpu_ms:.2f} ms/task "
+                f"(floor's {floor_p.cpu_ms:.2f})",
             )
     k = 4 if 4 in ctx.sizes.ks else max(ctx.sizes.ks)
     ctx.goal(
@@ -208,20 +225,18 @@ def fig_engine(ctx: Ctx) -> None:
 
 
 def lifecycle(
-    ctx: Ctx, k: int, how: str, n: int, got: Drain, floor_tasks: int, floor_rate: float
+    ctx: Ctx, which: str, got: Drain, floor: Drain | bench_floor.RawResult, workers: str, more: str
 ) -> float:
-    """One engine lifecycle line beside its floor, run the same way (`how`: "" for threads);
-    its ratio."""
-    check(got.tasks == n and floor_tasks == n, f"drained {got.tasks}/{floor_tasks} of {n}")
-    workers = f"{k} processes" if how else f"{k} threads"
+    """One engine lifecycle line beside its floor run by the same `workers`; its ratio."""
+    n = ctx.sizes.lifecycle_tasks
+    check(got.tasks == n and floor.tasks == n, f"drained {got.tasks}/{floor.tasks} of {n}")
     f = ctx.add(
-        f"engine lifecycle K={k}{how}",
+        f"engine lifecycle {which}",
         got.rate,
-        floor_rate,
+        floor.rate,
         "tasks/s",
         floor_name=f"raw SQL lifecycle, {workers}",
-        note=f"{n:,} tasks; {got.retries} retries"
-        + (", each process its own store" if how else ""),
+        note=f"{n:,} tasks; {got.retries} retries{more}",
     )
     return f.ratio or 0.0
 
