@@ -2,11 +2,15 @@
 
 Figures (`--only NAME,...`; all by default), per backend:
 
-  engine   Engine lifecycle, in process: one job, one stage of N tasks; K = 1, 2, 4 threads each
-           loop `Jobnik.dequeue(stage_type)` then `Jobnik.report_task(COMPLETED, attempt=...)`
-           until the stage is drained. tasks/s. Floor: the raw SQL lifecycle (scripts/bench_floor:
-           claim with FOR UPDATE SKIP LOCKED + mark IN_PROGRESS + an event row in one
-           transaction, mark COMPLETED + an event row in another), K threads, same database.
+  engine   Engine lifecycle: one job, one stage of N tasks; K = 1, 2, 4 workers each loop
+           `Jobnik.dequeue(stage_type)` then `Jobnik.report_task(COMPLETED, attempt=...)` until
+           the stage is drained, as K threads of one process and (lines "(processes)") as K
+           worker processes, each with its own store, started before the clock starts. tasks/s.
+           Floor: the raw SQL lifecycle (scripts/bench_floor: claim with FOR UPDATE SKIP LOCKED +
+           mark IN_PROGRESS + an event row in one transaction, mark COMPLETED + an event row in
+           another), K threads or K processes alike, same database. The goal is judged on the
+           processes: threads share one interpreter lock, which the engine's Python per task
+           feels far more than the floor's thin loop.
   http     HTTP lifecycle: `uvicorn jobnik.scripts.asgi:create` as a subprocess (one process per
            core, `--api-processes N`; one on SQLite) and K worker
            processes using the SDK (`Consumer.dequeue`, `Consumer.complete`). tasks/s, and p50/p99

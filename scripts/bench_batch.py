@@ -18,7 +18,8 @@ from jobnik.domain.statuses import TaskStatus
 from jobnik.scripts import bench_floor
 from jobnik.scripts.bench_context import Ctx, check
 from jobnik.scripts.bench_engine import engine, populate
-from jobnik.scripts.bench_http import server, worker_processes
+from jobnik.scripts.bench_http import server
+from jobnik.scripts.bench_processes import worker_processes
 from jobnik.scripts.bench_worker import http_batch_worker, plain_worker
 
 BATCH = 10

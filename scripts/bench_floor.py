@@ -2,7 +2,7 @@
 
 Task lifecycle floor (`RawLifecycle`): tables `bench_floor_tasks` (one row per task, a partial
 index on the pending ones, like queue_v1_next) and `bench_floor_events` (append-only, one row per
-transition). Each of K threads, on its own connection, loops:
+transition). Each of K threads (or processes), on its own connection, loops:
 
   1. one transaction: claim the next PENDING task of the stage type (`FOR UPDATE SKIP LOCKED` on
      PostgreSQL; SQLite serialises writers with BEGIN IMMEDIATE instead), mark it IN_PROGRESS,
@@ -146,7 +146,8 @@ class RawLifecycle:
                     )
                     conn.execute("COMMIT")
 
-    def _worker(self, conn: Any, stage_type: str, out: RawResult, lock: threading.Lock) -> None:
+    def work(self, conn: Any, stage_type: str, out: RawResult, lock: threading.Lock) -> None:
+        """One worker on `conn`: claim and complete until `stage_type` has nothing pending."""
         claims: list[float] = []
         dones: list[float] = []
         while True:
@@ -220,7 +221,7 @@ class RawLifecycle:
         lock = threading.Lock()
         with ExitStack() as stack:  # connected before the clock starts
             conns = [stack.enter_context(self.connect()) for _ in range(k)]
-            out.seconds = parallel(k, lambda i: self._worker(conns[i], stage_type, out, lock))
+            out.seconds = parallel(k, lambda i: self.work(conns[i], stage_type, out, lock))
         return out
 
 

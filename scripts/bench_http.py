@@ -1,24 +1,23 @@
-"""The HTTP lifecycle figure of `jobnik bench`, and the server and worker processes it runs."""
+"""The HTTP lifecycle figure of `jobnik bench`, and the server process it runs."""
 
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from jobnik.domain.application import Jobnik
 from jobnik.scripts import bench_floor
 from jobnik.scripts.bench_context import Ctx, check
 from jobnik.scripts.bench_engine import engine, populate
+from jobnik.scripts.bench_processes import worker_processes
 from jobnik.scripts.bench_worker import http_worker
 from jobnik.workers.client import HttpTransport
 from jobnik.workers.errors import TransportError
@@ -105,26 +104,6 @@ def run_http_workers(base: str, stage_type: str, k: int) -> tuple[float, list[fl
     dequeue = [x for o in outs for x in o["dequeue"]]
     complete = [x for o in outs for x in o["complete"]]
     return seconds, dequeue, complete
-
-
-def worker_processes(k: int, target: Callable[..., None], *args: Any) -> tuple[float, list[Any]]:
-    """K processes of `target(*args, start, results)` (scripts/bench_worker.py), released
-    together: (seconds from their common start to the last one's "end", what each put)."""
-    # Workers fork from a single-threaded fork server that imported the SDK once: a spawned
-    # worker would spend seconds importing, and a plain fork of this threaded process is unsafe.
-    mp = multiprocessing.get_context("forkserver")
-    mp.set_forkserver_preload(["jobnik.scripts.bench_worker"])
-    start, results = mp.Barrier(k + 1, timeout=120), mp.Queue()
-    procs = [mp.Process(target=target, args=(*args, start, results)) for _ in range(k)]
-    for p in procs:
-        p.start()
-    start.wait()
-    t0 = time.monotonic()
-    outs = [results.get(timeout=3600) for _ in procs]
-    for p in procs:
-        p.join()
-        check(p.exitcode == 0, f"HTTP worker exited {p.exitcode}")
-    return max(o["end"] for o in outs) - t0, outs
 
 
 def fig_http(ctx: Ctx) -> None:

@@ -5,9 +5,17 @@ from urllib.parse import urlparse, urlunparse
 
 from jobnik.scripts.bench import run_suite
 from jobnik.scripts.bench_context import TINY
+from jobnik.scripts.bench_report import Figure, Goal
 
 IN_DATABASE = ["engine", "http", "bulk", "hot"]
 OWN_DATABASES = ["depth", "scrape", "rebuild"]  # they make their own databases and files
+
+
+def run_figures(database_url: str, names: list[str]) -> tuple[list[Figure], list[Goal]]:
+    """The suite's figures `names` at the test's sizes, in `database_url` (on its backend)."""
+    backend = "sqlite" if database_url.startswith("sqlite") else "postgres"
+    server = urlunparse(urlparse(database_url)._replace(path="/postgres"))
+    return run_suite([backend], names, TINY, server, database_url)
 
 
 def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: str) -> None:
@@ -38,13 +46,28 @@ def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: s
     assert f"{2 if backend == 'postgres' else 1} uvicorn processes" in http.note
 
 
+def test_the_engine_figure_runs_its_workers_as_threads_and_as_processes(
+    database_url: str,
+) -> None:
+    figures, goals = run_figures(database_url, ["engine"])
+
+    assert [(f.name, f.floor_name) for f in figures] == [
+        ("engine lifecycle K=1", "raw SQL lifecycle, 1 threads"),
+        ("engine lifecycle K=1 (processes)", "raw SQL lifecycle, 1 processes"),
+        ("engine lifecycle K=4", "raw SQL lifecycle, 4 threads"),
+        ("engine lifecycle K=4 (processes)", "raw SQL lifecycle, 4 processes"),
+    ]
+    assert all(f.value > 0 and f.floor and f.floor > 0 for f in figures), figures
+    assert all("worker CPU" in f.note for f in figures[1::2]), figures
+    assert [g.name for g in goals] == ["engine lifecycle >= 75% of floor at K=4 (processes)"]
+    assert "with 4 processes" in goals[0].detail
+    assert "with 4 threads" in goals[0].detail
+
+
 def test_the_observe_figure_sets_each_telemetry_variant_beside_telemetry_off(
     database_url: str,
 ) -> None:
-    backend = "sqlite" if database_url.startswith("sqlite") else "postgres"
-    server = urlunparse(urlparse(database_url)._replace(path="/postgres"))
-
-    figures, goals = run_suite([backend], ["observe"], TINY, server, database_url)
+    figures, goals = run_figures(database_url, ["observe"])
 
     cpu, *lifecycle = figures
     assert cpu.name == "server CPU per request, metrics"
@@ -66,10 +89,7 @@ def test_the_observe_figure_sets_each_telemetry_variant_beside_telemetry_off(
 
 
 def test_the_console_figure_times_the_jobs_page_beside_its_statements(database_url: str) -> None:
-    backend = "sqlite" if database_url.startswith("sqlite") else "postgres"
-    server = urlunparse(urlparse(database_url)._replace(path="/postgres"))
-
-    figures, goals = run_suite([backend], ["console"], TINY, server, database_url)
+    figures, goals = run_figures(database_url, ["console"])
 
     assert [f.name for f in figures] == [
         "console jobs page, first of 300 jobs",
@@ -80,10 +100,7 @@ def test_the_console_figure_times_the_jobs_page_beside_its_statements(database_u
 
 
 def test_the_batch_and_plain_client_figures_stand_beside_their_floors(database_url: str) -> None:
-    backend = "sqlite" if database_url.startswith("sqlite") else "postgres"
-    server = urlunparse(urlparse(database_url)._replace(path="/postgres"))
-
-    figures, goals = run_suite([backend], ["batch", "plain"], TINY, server, database_url)
+    figures, goals = run_figures(database_url, ["batch", "plain"])
 
     assert [f.name for f in figures] == [
         "engine lifecycle K=4, batches of 10",
