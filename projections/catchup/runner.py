@@ -129,19 +129,16 @@ def _apply(
     moved = 0
     with store.cursor(write=True, lock=False) as cur:
         now = tracking.locked(cur, [p.name for p, _ in due])
-        advanced = []
-        for projection, entry in due:
-            if now.get(projection.name) != entry.position:
-                continue
-            mine = projection.topic_set
-            batch = [(i, e) for i, t, e in events if t in mine]
-            if batch:
-                with pipelined(cur):
+        current = [(p, e) for p, e in due if now.get(p.name) == e.position]
+        with pipelined(cur):  # (every projection's writes and the positions')
+            for projection, entry in current:
+                topics = projection.topic_set
+                batch = [(i, e) for i, t, e in events if t in topics]
+                if batch:
                     projection.apply(cur, batch, Sql(store.dialect))
-            advanced.append(projection.name)
-            moved += end - entry.position
-        if advanced:
-            tracking.advance(cur, advanced, end)
+                moved += end - entry.position
+            if current:
+                tracking.advance(cur, [p.name for p, _ in current], end)
     return moved
 
 
