@@ -55,13 +55,18 @@ LIBRARY_TRANSCODINGS: Final = {
 }
 
 
+KEPT_UUIDS: Final = 10_000  # UUIDs a decoder keeps to hand out again
+
+
 class Decoder:
     """Stored events to domain events, equal to what the library's mapper makes of them
     (`Mapper.to_domain_event`), for less Python per event.
 
     The JSON decoder's hook turns the stored form of a UUID or a datetime into the object
     itself and hands any other `{"_type_": ..., "_data_": ...}` to the library's transcoder, and
-    an event class (its upcasts, its id's type) is looked up once per topic. A state the
+    an event class (its upcasts, its id's type) is looked up once per topic. A UUID is made once
+    for the events that name it (a stage's id in each of its tasks' events; UUIDs are
+    immutable), which also makes a fold's lookups by that id find the very object. A state the
     decoder does not read whole, and a mapper with a cipher, a compressor or transcodings other
     than the library's own, go through the library's mapper (so do its errors)."""
 
@@ -80,6 +85,7 @@ class Decoder:
             cast(Any, JSONDecoder(object_hook=self._hook))
         )
         self._classes: dict[tuple[str, type], tuple[type, int, Callable[[Any], Any]]] = {}
+        self._uuids: dict[str, UUID] = {}  # by their stored text, the latest ones
 
     def _hook(self, d: dict[str, Any]) -> Any:
         if len(d) != 2:
@@ -87,7 +93,12 @@ class Decoder:
         kind, data = d.get("_type_"), d.get("_data_")
         if type(data) is str:
             if kind == "uuid_hex":
-                return UUID(data)
+                uuid = self._uuids.get(data)
+                if uuid is None:
+                    if len(self._uuids) >= KEPT_UUIDS:
+                        self._uuids.clear()
+                    uuid = self._uuids[data] = UUID(data)
+                return uuid
             if kind == "datetime_iso":
                 return datetime.fromisoformat(data)
         assert self._other is not None

@@ -58,6 +58,7 @@ def test_every_event_of_a_log_decodes_as_the_library_decodes_it(
     [
         b'{"_type_":"unknown","_data_":1}',  # a transcoding nobody registered
         b'{"a":{"_type_":"uuid_hex","_data_":7}}',  # not the text of a UUID
+        b'{"a":{"_type_":"uuid_hex","_data_":"7"}}',
         b'{"timestamp":1} trailing',
         b"[1, 2]",
         b"\xff",
