@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import cache
 from typing import Final
 
 from eventsourcing.persistence import Notification
@@ -30,6 +31,7 @@ from jobnik.projections.catchup import tracking
 from jobnik.projections.catchup.projection import CatchUpProjection, Sql, pipelined
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
+from jobnik.projections.store.dialect import Dialect
 from jobnik.projections.store.leader import LeaderLock
 
 log = logging.getLogger(__name__)
@@ -135,11 +137,17 @@ def _apply(
                 topics = projection.topic_set
                 batch = [(i, e) for i, t, e in events if t in topics]
                 if batch:
-                    projection.apply(cur, batch, Sql(store.dialect))
+                    projection.apply(cur, batch, _live_sql(store.dialect))
                 moved += end - entry.position
             if current:
                 tracking.advance(cur, [p.name for p, _ in current], end)
     return moved
+
+
+@cache
+def _live_sql(dialect: Dialect) -> Sql:
+    """The live tables' SQL in `dialect`, its texts converted once for every round."""
+    return Sql(dialect)
 
 
 def wait_for(
