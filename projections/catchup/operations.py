@@ -179,15 +179,14 @@ INSERT_TYPE: Final = (
 )
 STAGE_TYPE: Final = "(SELECT stage_type FROM operations_v1_stages WHERE stage_id = %(stage_id)s)"
 STAGE_JOB: Final = "(SELECT job_id FROM operations_v1_stages WHERE stage_id = %(stage_id)s)"
-ADD_COUNTERS: Final = (
+# Counters added, and the later of two last dequeues (`t`: none when NULL).
+ADD_TOTALS: Final = (
     "UPDATE operations_v1_types SET "
     + ", ".join(f"{c} = {c} + %({c})s" for c in COUNTERS)
-    + f" WHERE stage_type = {STAGE_TYPE}"
+    + ", last_dequeue_at = CASE WHEN last_dequeue_at IS NULL OR last_dequeue_at < %(t)s "
+    "THEN COALESCE(%(t)s, last_dequeue_at) ELSE last_dequeue_at END WHERE stage_type = {type}"
 )
-SET_LAST_DEQUEUE: Final = (
-    "UPDATE operations_v1_types SET last_dequeue_at = %(t)s "
-    f"WHERE stage_type = {STAGE_TYPE} AND (last_dequeue_at IS NULL OR last_dequeue_at < %(t)s)"
-)
+ADD_STAGE_TOTALS: Final = ADD_TOTALS.format(type=STAGE_TYPE)
 ADD_EVENTS: Final = (
     "INSERT INTO operations_v1_events (event_type, appended) VALUES (%(event_type)s, %(n)s) "
     "ON CONFLICT (event_type) DO UPDATE "
@@ -314,22 +313,18 @@ def _totals(c: Changes) -> list[tuple[str, Rows]]:
     """The statements (and their rows) adding the batch to the totals shared between jobs: per
     stage type (found through each stage's row) and per event type."""
     return [
-        (
-            ADD_COUNTERS,
-            [{"stage_id": s, **{k: n.get(k, 0) for k in COUNTERS}} for s, n in c.counters.items()],
+        (  # (a stage dequeued from has a counter: its dequeues)
+            ADD_STAGE_TOTALS,
+            [
+                {"stage_id": s, "t": c.dequeued_at.get(s), **{k: n.get(k, 0) for k in COUNTERS}}
+                for s, n in c.counters.items()
+            ],
         ),
-        (SET_LAST_DEQUEUE, [{"stage_id": s, "t": t} for s, t in c.dequeued_at.items()]),
         (ADD_EVENTS, [{"event_type": k, "n": n} for k, n in sorted(c.events.items())]),
     ]
 
 
-ADD_TYPE_TOTALS: Final = (
-    "UPDATE operations_v1_types SET "
-    + ", ".join(f"{c} = {c} + %({c})s" for c in COUNTERS)
-    + ", last_dequeue_at = CASE WHEN last_dequeue_at IS NULL OR last_dequeue_at < %(t)s "
-    "THEN COALESCE(%(t)s, last_dequeue_at) ELSE last_dequeue_at END "
-    "WHERE stage_type = %(stage_type)s"
-)
+ADD_TYPE_TOTALS: Final = ADD_TOTALS.format(type="%(stage_type)s")
 TYPE_OF_STAGE: Final = "SELECT stage_type FROM operations_v1_stages WHERE stage_id = %(stage_id)s"
 KNOWN_STAGES: Final = 20_000  # stage types remembered by stage id (the latest stages added)
 

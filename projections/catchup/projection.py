@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from functools import cache
+from functools import cache, cached_property
 from typing import Any, ClassVar
 
 from eventsourcing.utils import get_topic
@@ -53,9 +53,13 @@ class CatchUpProjection(ABC):
     # Indexes a rebuild may build after the bulk of its replay (no replay statement uses them).
     late_indexes: ClassVar[frozenset[str]] = frozenset()
 
-    @property
+    @cached_property
     def topics(self) -> tuple[str, ...]:
         return tuple(get_topic(cls) for cls in self.events)
+
+    @cached_property
+    def topic_set(self) -> frozenset[str]:
+        return frozenset(self.topics)
 
     def create(self, dialect: Dialect) -> list[str]:
         """The statements that create the projection's (live) tables."""

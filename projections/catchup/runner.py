@@ -10,8 +10,9 @@ the catch-up projections however many serve the API).
 Driver: a small runner of ours over the library's notification log, not the library's own
 projection runner, which cannot follow every backend's log, opens an application (and a
 connection pool) of its own, and commits once per event; a round here applies hundreds of events
-per transaction. Taken from the library: the notification log (gapless, commit-ordered ids), the
-mapper (decoding and upcasting), and its discipline: view rows and tracking position in one
+per transaction. Taken from the library: the notification log (gapless, commit-ordered ids), its
+stored form of events and their upcasting (decoded by `eventlog.Decoder`, which makes what the
+library's mapper makes), and its discipline: view rows and tracking position in one
 transaction. The tracking position lives in `jobnik_projections` (tracking.py) beside the
 projection's version.
 """
@@ -22,11 +23,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import cache
 from typing import Final
+
+from eventsourcing.persistence import Notification
 
 from jobnik.projections.catchup import tracking
 from jobnik.projections.catchup.projection import CatchUpProjection, Sql, pipelined
 from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.cursor import Cursor
+from jobnik.projections.store.dialect import Dialect
 from jobnik.projections.store.leader import LeaderLock
 
 log = logging.getLogger(__name__)
@@ -72,6 +78,23 @@ def catch_up_together(
     it the positions are read again under row locks, and a projection whose position someone
     else moved meanwhile is left out.
     """
+    with store.cursor(write=False) as cur:
+        pages = read_pages(store, cur, due, head, limit)
+    return apply_pages(store, pages, head, limit)
+
+
+Page = tuple[Sequence[tuple[CatchUpProjection, tracking.Entry]], Sequence[Notification]]
+
+
+def read_pages(
+    store: SqlStore,
+    cur: Cursor,
+    due: Sequence[tuple[CatchUpProjection, tracking.Entry]],
+    head: int,
+    limit: int,
+) -> list[Page]:
+    """`catch_up_together`'s reads, through `cur`: per position the projections at it and the
+    next events of their topics (up to `limit`, up to `head`)."""
     at: dict[int, list[tuple[CatchUpProjection, tracking.Entry]]] = {}
     for p, e in due:
         if e.position < head:
@@ -79,35 +102,53 @@ def catch_up_together(
     # Projections at the same position (the usual case) share a read; one behind the others
     # (just registered, or after its rebuild) catches up on its own, so that a page that
     # ends short of the others' positions never moves them back.
-    return sum(_catch_up_from(store, start, group, head, limit) for start, group in at.items())
+    return [
+        (group, store.events_after(cur, start, limit, head, _topics(group)))
+        for start, group in at.items()
+    ]
 
 
-def _catch_up_from(
+def apply_pages(store: SqlStore, pages: Sequence[Page], head: int, limit: int) -> int:
+    """`catch_up_together`'s writes: each page decoded, then applied in a transaction of its
+    own; returns how far the positions moved in all."""
+    return sum(_apply(store, group, notes, head, limit) for group, notes in pages)
+
+
+def _topics(due: Sequence[tuple[CatchUpProjection, tracking.Entry]]) -> tuple[str, ...]:
+    return tuple(sorted({t for p, _ in due for t in p.topics}))
+
+
+def _apply(
     store: SqlStore,
-    start: int,
     due: Sequence[tuple[CatchUpProjection, tracking.Entry]],
+    notes: Sequence[Notification],
     head: int,
     limit: int,
 ) -> int:
-    """`catch_up_together` for projections that are all at position `start`."""
-    topics = sorted({t for p, _ in due for t in p.topics})
-    notes = store.notifications(start, limit, stop=head, topics=topics)
+    """One page's events, applied to the projections `due` (all at the page's start)."""
     end = notes[-1].id if len(notes) == limit else head  # the filter may skip the rest to head
-    events = [(n.id, n.topic, store.mapper.to_domain_event(n)) for n in notes]
+    decode = store.decode
+    events = [(n.id, n.topic, decode(n)) for n in notes]
     moved = 0
     with store.cursor(write=True, lock=False) as cur:
         now = tracking.locked(cur, [p.name for p, _ in due])
-        for projection, entry in due:
-            if now.get(projection.name) != entry.position:
-                continue
-            mine = frozenset(projection.topics)
-            batch = [(i, e) for i, t, e in events if t in mine]
-            if batch:
-                with pipelined(cur):
-                    projection.apply(cur, batch, Sql(store.dialect))
-            tracking.advance(cur, projection.name, end)
-            moved += end - entry.position
+        current = [(p, e) for p, e in due if now.get(p.name) == e.position]
+        with pipelined(cur):  # (every projection's writes and the positions')
+            for projection, entry in current:
+                topics = projection.topic_set
+                batch = [(i, e) for i, t, e in events if t in topics]
+                if batch:
+                    projection.apply(cur, batch, _live_sql(store.dialect))
+                moved += end - entry.position
+            if current:
+                tracking.advance(cur, [p.name for p, _ in current], end)
     return moved
+
+
+@cache
+def _live_sql(dialect: Dialect) -> Sql:
+    """The live tables' SQL in `dialect`, its texts converted once for every round."""
+    return Sql(dialect)
 
 
 def wait_for(
@@ -187,28 +228,43 @@ class CatchUpRunner:
     def run_once(self) -> int:
         """One round over the projections (if leader); returns how far their positions moved.
 
-        The registry and the log head are read once per round; a projection already at the head
-        costs nothing more."""
+        The registry, the log head and the next events are read in one transaction per round (a
+        projection to rebuild first: the events after the rebuild), the events applied in another;
+        a projection already at the head costs nothing more."""
         self.leading = self.lock.acquire()
         if not self.leading:
             return 0
         with self.store.cursor(write=False) as cur:
             registry = tracking.entries(cur)
-        head = self.store.head()
-        due = []
+            head = self.store.log_head(cur)
+            due, outdated = self._due(registry)
+            pages = [] if outdated else read_pages(self.store, cur, due, head, self.batch)
+        if outdated and self.rebuild is not None:
+            for projection in outdated:
+                if self._stop.is_set():
+                    return 0
+                self.rebuild(projection)
+            # (the rebuilds took their time: the others' events are read after them)
+            moved = catch_up_together(self.store, due, head, self.batch)
+        else:
+            moved = apply_pages(self.store, pages, head, self.batch)
+        self.applied += moved
+        return moved
+
+    def _due(
+        self, registry: dict[str, tracking.Entry]
+    ) -> tuple[list[tuple[CatchUpProjection, tracking.Entry]], list[CatchUpProjection]]:
+        """The projections to catch up (with their registry entries), and those to rebuild."""
+        due, outdated = [], []
         for projection in self.projections:
-            if self._stop.is_set():
-                return 0
             entry = registry.get(projection.name)
             if entry is None or entry.version > projection.version:
                 continue  # not registered yet, or built by a newer version (rolling deploy)
             if entry.version < projection.version and self.rebuild is not None:
-                self.rebuild(projection)
-                continue
-            due.append((projection, entry))
-        moved = catch_up_together(self.store, due, head, self.batch)
-        self.applied += moved
-        return moved
+                outdated.append(projection)
+            else:
+                due.append((projection, entry))
+        return due, outdated
 
     def _run(self) -> None:
         failures = 0

@@ -51,9 +51,7 @@ def locked(cur: Cursor, names: Sequence[str]) -> dict[str, int]:
     name order (two lockers of the same rows never wait for each other crosswise): how a
     catch-up round and a rebuild's swap take turns."""
     lock = f" ORDER BY name{cur.dialect.for_update}"
-    p = cur.dialect.param
-    params = {f"n{i}": name for i, name in enumerate(names)}
-    listed = ", ".join(p(k) for k in params)
+    listed, params = _listed(cur, names)
     rows = cur.all(
         f"SELECT name, position FROM jobnik_projections WHERE name IN ({listed}){lock}", params
     )
@@ -75,12 +73,20 @@ def register(cur: Cursor, name: str, version: int, position: int) -> None:
     )
 
 
-def advance(cur: Cursor, name: str, position: int) -> None:
-    p = cur.dialect.param
+def advance(cur: Cursor, names: str | Sequence[str], position: int) -> None:
+    """Move the position of `names` (a name, or several: in one statement) to `position`."""
+    listed, params = _listed(cur, [names] if isinstance(names, str) else names)
     cur.execute(
-        f"UPDATE jobnik_projections SET position = {p('p')} WHERE name = {p('n')}",
-        {"n": name, "p": position},
+        f"UPDATE jobnik_projections SET position = {cur.dialect.param('p')} "
+        f"WHERE name IN ({listed})",
+        {**params, "p": position},
     )
+
+
+def _listed(cur: Cursor, names: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    """The parameter marks of an `IN (...)` list of `names`, and their parameters."""
+    params: dict[str, Any] = {f"n{i}": name for i, name in enumerate(names)}
+    return ", ".join(cur.dialect.param(k) for k in params), params
 
 
 def record_rebuild(cur: Cursor, name: str, version: int, position: int, at: datetime) -> None:

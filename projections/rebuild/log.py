@@ -24,7 +24,7 @@ def read_log(
     """Every event after position `after` (up to `stop`), in log order, decoded; streamed."""
     for notes in read_pages(store, after, page, stop, topics):
         for n in notes:
-            yield n.id, store.mapper.to_domain_event(n)
+            yield n.id, store.decode(n)
 
 
 def read_pages(

@@ -242,7 +242,7 @@ class Pass:
     def _decoded(self, pages: Iterable[Sequence[Notification]]) -> Iterator[Page]:
         """Each page decoded, and prepared for each shadow (pure work: on the read-ahead thread
         it runs while the applier works on the page before)."""
-        decode = self.store.mapper.to_domain_event
+        decode = self.store.decode
         for notes in pages:
             batch = [(n.id, decode(n)) for n in notes]
             yield batch, [s.prepare(batch) if s.prepare else None for s in self.shadows]

@@ -77,7 +77,7 @@ def _catch_up_in(store: SqlStore, cur: Cursor, p: CatchUpProjection, head: int) 
         return
     live = applier(store, p, identity)
     for notes in read_pages(store, position, PAGE, head, p.topics, cur):
-        live(cur, [(n.id, store.mapper.to_domain_event(n)) for n in notes])
+        live(cur, [(n.id, store.decode(n)) for n in notes])
     tracking.advance(cur, p.name, head)
 
 

@@ -53,6 +53,7 @@ class SqlStore(ABC):
         self.log_app = log
         self.recorder = recorder
         self.mapper = log.mapper
+        self.decode = eventlog.Decoder(log.mapper)  # stored events to domain events
         self.executor = OpExecutor(self.dialect)
         self.events_table = recorder.events_table_name
         # Called with the log position each write session committed, in the committing thread

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from functools import cached_property
@@ -50,6 +50,12 @@ class Dialect:
 
     def param(self, name: str) -> str:
         return f"%({name})s"
+
+    def one_of(self, column: str, name: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+        """The condition `column` is one of `values`, and its parameters (named after `name`):
+        one array parameter, so that the statement's text and its number of parameters are the
+        same whatever the values (the driver converts such a statement once)."""
+        return f"{column} = ANY({self.param(name)})", {name: list(values)}
 
     def dump(self, column: str, value: Any) -> Any:
         if value is not None and column in JSON_COLUMNS:
@@ -101,6 +107,10 @@ class SQLiteDialect(Dialect):
 
     def param(self, name: str) -> str:
         return f":{name}"
+
+    def one_of(self, column: str, name: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+        names = {f"{name}{i}": v for i, v in enumerate(values)}
+        return f"{column} IN ({', '.join(self.param(n) for n in names)})", names
 
     def dump(self, column: str, value: Any) -> Any:
         if value is None:

@@ -325,13 +325,13 @@ def test_a_projection_ahead_of_the_others_is_never_moved_back(
 
 
 def _counted_reads(store: SqlStore) -> list[int]:
-    """The start positions of the log reads the store's recorder makes from now on."""
+    """The start positions of the log reads the store makes from now on."""
     reads: list[int] = []
-    select = store.recorder.select_notifications
+    select = store.events_after
 
-    def counted(start: int, *args: Any, **kwargs: Any) -> Any:
-        reads.append(start)
-        return select(start, *args, **kwargs)
+    def counted(cur: Any, after: int, *args: Any, **kwargs: Any) -> Any:
+        reads.append(after)
+        return select(cur, after, *args, **kwargs)
 
-    store.recorder.select_notifications = counted  # type: ignore[method-assign]
+    store.events_after = counted  # type: ignore[method-assign]
     return reads

@@ -108,12 +108,14 @@ def test_events_stored_by_the_first_release_upgrade_and_load(database_url: str) 
 
     store = open_store(env)
     applied = migrate(store)  # the later ones, then a rebuild through the upcasters
-    loaded = [store.mapper.to_domain_event(n) for n in store.recorder.select_notifications(1, 100)]
+    notes = store.recorder.select_notifications(1, 100)
+    loaded = [store.mapper.to_domain_event(n) for n in notes]
     with store.session(write=False) as s:
         row = s.task(task.id)
         job, stage = s.job(row.job_id), s.stage(row.stage_id)
 
     assert applied == [m.version for m in MIGRATIONS[1:]]
+    assert [vars(store.decode(n)) for n in notes] == [vars(e) for e in loaded]  # upcast alike
     dequeued = [e for e in loaded if isinstance(e, Task.TaskDequeued)]
     assert [e.lease_seconds for e in dequeued] == [DEFAULT_LEASE_SECONDS] * 2
     assert dequeued[1].lease_expires_at == dequeued[1].timestamp + timedelta(

@@ -1,0 +1,81 @@
+"""The store's decoder makes of every stored event what the library's mapper makes of it."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from eventsourcing.persistence import MapperDeserialisationError, StoredEvent
+
+from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.projections.store.base import SqlStore
+
+from .test_rebuild import random_workload
+
+# User data the library's transcoder reads as objects, or leaves as dicts, all the same.
+SHAPED: dict[str, Any] = {
+    "uuid": {"_type_": "uuid_hex", "_data_": uuid4().hex},
+    "uuid_with_dashes": {"_type_": "uuid_hex", "_data_": str(uuid4())},
+    "time": {"_type_": "datetime_iso", "_data_": "2024-02-03T04:05:06.789+02:00"},
+    "naive_time": {"_type_": "datetime_iso", "_data_": "2024-02-03"},
+    "decimal": {"_type_": "decimal_str", "_data_": "1.50"},
+    "three_keys": {"_type_": "uuid_hex", "_data_": uuid4().hex, "x": 1},
+    "type_only": {"_type_": "uuid_hex"},
+    "no_data": {"_type_": "uuid_hex", "other": "x"},
+    "no_type": {"_data_": "x", "other": 1},
+    "nested": [{"deeper": {"_type_": "datetime_iso", "_data_": "2020-01-01T00:00:00+00:00"}}],
+}
+
+
+def described(event: Any) -> tuple[type, dict[str, tuple[type, Any]]]:
+    """An event's class and its attributes with their types (a UUID never equals its text)."""
+    return type(event), {k: (type(v), v) for k, v in vars(event).items()}
+
+
+def test_every_event_of_a_log_decodes_as_the_library_decodes_it(
+    store: SqlStore, jobnik: Jobnik
+) -> None:
+    random_workload(jobnik, random.Random(7), 300)
+    job = jobnik.create_job(NewJob(name="shaped", data=SHAPED))
+    stage = jobnik.add_stage(job.id, NewStage(type="shaped", data=SHAPED))
+    jobnik.add_tasks(stage.id, [NewTask(data=SHAPED)])
+    notes = store.notifications(0, 100_000)
+
+    decoded = [described(store.decode(n)) for n in notes]
+
+    assert store.decode.own
+    assert decoded == [described(store.mapper.to_domain_event(n)) for n in notes]
+    assert len({t for t, _ in decoded}) >= 15  # many event classes, not a few
+    [created] = [e for t, e in decoded if t.__name__ == "JobCreated" and e["name"][1] == "shaped"]
+    assert created["data"][1]["uuid"] != SHAPED["uuid"]  # read as a UUID, as the library does
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        b'{"_type_":"unknown","_data_":1}',  # a transcoding nobody registered
+        b'{"a":{"_type_":"uuid_hex","_data_":7}}',  # not the text of a UUID
+        b'{"a":{"_type_":"uuid_hex","_data_":"7"}}',
+        b'{"timestamp":1} trailing',
+        b"[1, 2]",
+        b"\xff",
+    ],
+)
+def test_a_state_the_library_cannot_decode_raises_its_error(store: SqlStore, state: bytes) -> None:
+    stored = StoredEvent(uuid4(), 1, "jobnik.domain.jobs:Job.JobCreated", state)
+
+    library = error_of(store.mapper.to_domain_event, stored)
+
+    assert error_of(store.decode, stored) is library
+    assert library in (MapperDeserialisationError, TypeError)
+
+
+def error_of(decode: Callable[[StoredEvent], Any], stored: StoredEvent) -> type[Exception] | None:
+    try:
+        decode(stored)
+    except Exception as e:  # noqa: BLE001 - which error it is, is what the test compares
+        return type(e)
+    return None
