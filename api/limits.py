@@ -5,8 +5,10 @@ could render back: NUL characters and lone surrogates (PostgreSQL's text and jso
 SQLite keeps them), NaN, Infinity and numbers that overflow a double (PostgreSQL refuses them,
 SQLite's JSON turns them into null), integers beyond 64 bits (stored exactly by one backend,
 rounded by the other and by most JSON clients), bodies nested deeper than a response can be
-serialised, and strings and bodies over their limits. Each refusal is a 400 (413 for the body
-size) with its own code, and nothing after the gate runs, so nothing is written.
+serialised, strings and bodies over their limits, and objects of only the keys `_type_` and
+`_data_` (the event log's encoding of its own values, which it would read back as another value,
+or fail to read). Each refusal is a 400 (413 for the body size) with its own code, and nothing
+after the gate runs, so nothing is written.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from jobnik.domain.errors import (
     JsonTooDeep,
     NumberOutOfRange,
     PayloadTooLarge,
+    ReservedObject,
     StringTooLong,
 )
 
@@ -123,6 +126,11 @@ def check_value(value: Any, limits: Limits) -> None:
         elif isinstance(item, dict):
             if depth >= limits.depth:
                 raise JsonTooDeep(_too_deep(limits))
+            if len(item) == 2 and "_type_" in item and "_data_" in item:
+                raise ReservedObject(
+                    f"{_where(path)} is an object of only the keys _type_ and _data_, a shape"
+                    " the event log reserves for its own values"
+                )
             for k, v in item.items():
                 if not _acceptable(k, limits):
                     check_text(_where((path, k)) + " (a key)", k, limits)

@@ -22,6 +22,7 @@ ERROR_REF: Final = {"$ref": "#/components/schemas/ErrorBody"}
 STATUSES: Final[dict[int, str]] = {
     400: "refused: VALIDATION_ERROR (a value out of the contract, an unknown query parameter), "
     "JSON_TOO_DEEP, STRING_TOO_LONG, INVALID_CHARACTER (NUL or a lone surrogate), "
+    "RESERVED_OBJECT (an object of only the keys `_type_` and `_data_`), "
     "NUMBER_OUT_OF_RANGE (NaN, Infinity, beyond a double or 64-bit integers), TOO_MANY_TASKS, "
     "INVALID_FAILURE_PATTERN, or a state rule of the operation (e.g. "
     "ILLEGAL_*_STATUS_TRANSITION, JOB_NOT_IN_FINITE_STATE); nothing was written",

@@ -146,6 +146,13 @@ class InvalidCharacter(UnsafeInput):
     code = "INVALID_CHARACTER"
 
 
+class ReservedObject(UnsafeInput):
+    """an object whose only keys are `_type_` and `_data_` (the event log's own encoding of a
+    value, which it would read back as another value, or not at all)"""
+
+    code = "RESERVED_OBJECT"
+
+
 class NumberOutOfRange(UnsafeInput):
     """numbers must be finite and integers must fit in 64 bits"""
 

@@ -19,6 +19,7 @@ def job_body(data: str) -> bytes:
     return ('{"name": "hostile", "data": ' + data + "}").encode()
 
 
+UUID_HEX = "0" * 31 + "1"
 HOSTILE_BODIES = [
     ("deep-300", job_body(nested(300)), "JSON_TOO_DEEP"),
     ("deep-2000", job_body(nested(2000)), "JSON_TOO_DEEP"),
@@ -28,6 +29,13 @@ HOSTILE_BODIES = [
     ("nul-name", b'{"name": "ab\\u0000", "data": {}}', "INVALID_CHARACTER"),
     ("lone-low-surrogate", job_body('{"k": "\\udc00"}'), "INVALID_CHARACTER"),
     ("lone-high-surrogate", job_body('{"k": "x\\ud800y"}'), "INVALID_CHARACTER"),
+    ("reserved-object", job_body('{"x": {"_type_": "unknown", "_data_": 1}}'), "RESERVED_OBJECT"),
+    (
+        "reserved-uuid",
+        job_body(f'{{"_type_": "uuid_hex", "_data_": "{UUID_HEX}"}}'),
+        "RESERVED_OBJECT",
+    ),
+    ("reserved-escaped", job_body('{"y": [{"\\u005ftype_": 1, "_data_": 2}]}'), "RESERVED_OBJECT"),
     ("nan", job_body('{"k": NaN}'), "NUMBER_OUT_OF_RANGE"),
     ("infinity", job_body('{"k": Infinity}'), "NUMBER_OUT_OF_RANGE"),
     ("minus-infinity", job_body('{"k": -Infinity}'), "NUMBER_OUT_OF_RANGE"),
@@ -47,6 +55,34 @@ def test_a_hostile_job_body_is_refused_and_writes_nothing(api: Api, body: bytes,
 
     assert (r.status_code, r.json()["code"]) == (400, code), r.text
     assert set(r.json()) == {"message", "code"}
+
+
+def test_objects_near_the_reserved_shape_are_kept_as_they_are(api: Api) -> None:
+    data = {
+        "only-type": {"_type_": "uuid_hex"},
+        "three-keys": {"_type_": "uuid_hex", "_data_": UUID_HEX, "more": 1},
+        "only-data": {"_data_": UUID_HEX},
+    }
+    job = api.create_job(data=data)
+
+    history = api.http.get(f"/v1/jobs/{job['id']}/history").json()
+
+    assert api.job(job["id"])["data"] == data
+    assert history["items"][0]["payload"]["data"] == data
+
+
+def test_a_reserved_object_in_a_report_is_refused(api: Api) -> None:
+    job = api.create_job()
+    stage = api.add_stage(job["id"])
+    (task,) = api.add_tasks(stage["id"])
+    api.dequeue(stage["type"])
+    reserved = {"status": "COMPLETED", "result": {"_type_": "decimal_str", "_data_": "1"}}
+
+    r = api.http.put(f"/v1/tasks/{task['id']}/status", json=reserved)
+
+    assert (r.status_code, r.json()["code"]) == (400, "RESERVED_OBJECT"), r.text
+    assert r.json()["message"].startswith("request/body/result is an object of only the keys")
+    assert api.http.get(f"/v1/tasks/{task['id']}").json()["status"] == "IN_PROGRESS"
 
 
 def test_the_limits_name_themselves(api: Api) -> None:
