@@ -203,7 +203,7 @@ class BatchCursor(Cursor):
             if len(run) == 1:
                 self.execute_prepared(*run[0])
                 continue
-            name, text, names = _prepared_form(merge.joined(tuple(sql for sql, _ in run)))
+            name, text, names = prepared_form(merge.joined(tuple(sql for sql, _ in run)))
             self._prepare(name, text)
             values = (self._literal(run[i][1][key]) for i, key in merge.parts_of(names))
             self._queue.append(f"EXECUTE {name}({', '.join(values)})")
