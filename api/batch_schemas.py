@@ -47,7 +47,7 @@ class TaskReport(TaskStatusChange):
         return Report(
             self.id,
             self.attempt,
-            TaskStatus(self.status),
+            self.status,
             reason=self.reason,
             fatal=self.fatal,
             result=self.result,
@@ -89,6 +89,6 @@ class ReportAnswer(OutModel):
             "id": t.id,
             "ok": True,
             "httpStatus": 200,
-            "status": TaskStatus(t.status),
+            "status": t.status,
             "attempt": t.attempt,
         }

@@ -277,7 +277,7 @@ class TaskOut(OutModel):
             "stageId": t.stage_id,
             "data": t.data,
             "userMetadata": t.user_metadata,
-            "status": TaskStatus(t.status),
+            "status": t.status,
             "attempts": t.attempts,
             "maxAttempts": t.max_attempts,
             "creationTime": t.created_on,
