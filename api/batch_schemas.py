@@ -32,14 +32,8 @@ BATCH_ANSWER: Final[dict[str, Any]] = {
 }
 
 
-def models_response(models: Sequence[OutModel]) -> Response:
-    """The models as a JSON array, each serialised once (as `OutModel.response`)."""
-    body = ",".join(m.model_dump_json(by_alias=True) for m in models)
-    return Response(f"[{body}]", media_type="application/json")
-
-
 def tasks_response(tasks: Sequence[Task]) -> Response:
-    return models_response([TaskOut.of(t) for t in tasks])
+    return TaskOut.rendered([TaskOut.row(t) for t in tasks])
 
 
 class TaskReport(TaskStatusChange):
@@ -53,7 +47,7 @@ class TaskReport(TaskStatusChange):
         return Report(
             self.id,
             self.attempt,
-            TaskStatus(self.status),
+            self.status,
             reason=self.reason,
             fatal=self.fatal,
             result=self.result,
@@ -74,15 +68,27 @@ class ReportAnswer(OutModel):
 
     @classmethod
     def of(cls, outcome: Outcome) -> ReportAnswer:
-        """The item's answer; an error's HTTP status is the single report's."""
+        return cls.model_validate(cls.row(outcome))
+
+    @staticmethod
+    def row(outcome: Outcome) -> dict[str, Any]:
+        """The item's answer as `rendered` takes it; an error's HTTP status is the single
+        report's."""
         if outcome.error is not None:
             e = outcome.error
-            http_status = status_for("update_task_status", e)
-            return cls(
-                id=outcome.task_id, ok=False, http_status=http_status, code=e.code, message=str(e)
-            )
+            return {
+                "id": outcome.task_id,
+                "ok": False,
+                "httpStatus": status_for("update_task_status", e),
+                "code": e.code,
+                "message": str(e),
+            }
         t = outcome.task
         assert t is not None
-        return cls(
-            id=t.id, ok=True, http_status=200, status=TaskStatus(t.status), attempt=t.attempt
-        )
+        return {
+            "id": t.id,
+            "ok": True,
+            "httpStatus": 200,
+            "status": t.status,
+            "attempt": t.attempt,
+        }

@@ -6,7 +6,7 @@ pool, a thread hop (about 0.2 ms of CPU here) per dependency per request for a l
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Final
 
 from fastapi import Depends, Header, Query, Request, Response
@@ -117,7 +117,9 @@ class Once:
     ) -> None:
         self.keys, self.key, self.fingerprint, self.status = keys, key, fingerprint, status
 
-    def __call__(self, command: Callable[[], BaseModel | Sequence[BaseModel]]) -> Any:
+    def __call__(
+        self, command: Callable[[], BaseModel | Sequence[BaseModel | Mapping[str, Any]]]
+    ) -> Any:
         if self.key is None:
             return command()
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from jobnik.api import errors
 from jobnik.api.deps import Once
-from jobnik.api.limits import read_body, replay
+from jobnik.api.limits import parsed_body, read_body, replay
 from jobnik.api.permissions import authorize
 from jobnik.api.routes import stages, tasks
 from jobnik.api.schemas import AttemptBody, StageType, TaskStatusChange
@@ -136,7 +135,7 @@ class FastRoute:
             if shape.body is not None:
                 if not body or not _is_json(scope):
                     return None
-                arguments["body"] = shape.body.validate_python(json.loads(body))
+                arguments["body"] = shape.body.validate_python(parsed_body(scope, body))
         except (ValidationError, ValueError, KeyError):
             return None
         return functools.partial(self.function, **arguments)

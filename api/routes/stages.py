@@ -219,5 +219,5 @@ def dequeue_task(
     """Claim the highest-priority, longest-waiting eligible task of this stage type; with
     `count`, up to that many of them."""
     if count is None:
-        return TaskOut.of(jobnik.dequeue(stage_type, lease_seconds, by=by)).response()
+        return TaskOut.response_of(jobnik.dequeue(stage_type, lease_seconds, by=by))
     return tasks_response(jobnik.dequeue_batch(stage_type, count, lease_seconds, by=by))

@@ -7,7 +7,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 
-from jobnik.api.batch_schemas import ReportAnswer, TaskReport, models_response
+from jobnik.api.batch_schemas import ReportAnswer, TaskReport
 from jobnik.api.deps import (
     AsOfQuery,
     JobnikDep,
@@ -110,7 +110,7 @@ def update_task_status(
         result=body.result,
         by=by,
     )
-    return TaskOut.of(task).response()
+    return TaskOut.response_of(task)
 
 
 @router.put(
@@ -131,9 +131,11 @@ def update_task_statuses(
     request's order. At most JOBNIK_MAX_BATCH_SIZE (default 100) items: 400 BATCH_TOO_LARGE
     beyond."""
     answer = once(
-        lambda: [ReportAnswer.of(o) for o in jobnik.report_batch([r.report() for r in body], by=by)]
+        lambda: [
+            ReportAnswer.row(o) for o in jobnik.report_batch([r.report() for r in body], by=by)
+        ]
     )
-    return answer if isinstance(answer, Response) else models_response(answer)
+    return answer if isinstance(answer, Response) else ReportAnswer.rendered(answer)
 
 
 @router.get("/tasks/{taskId}/children", openapi_extra=needs(P.READ))

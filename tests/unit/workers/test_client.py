@@ -121,6 +121,34 @@ def test_a_read_is_retried_on_a_503_and_a_write_is_not() -> None:
     assert [c[0] for c in fake.calls] == ["GET"] * 3 + ["POST"]
 
 
+def test_a_request_is_observed_as_retried_only_when_it_was() -> None:
+    answers: list[tuple[int, Any] | Exception] = [
+        (200, {"n": 1}),
+        TransportError("refused", sent=False),
+        (200, {"n": 2}),
+        TransportError("lost", sent=True),
+        (200, {"n": 3}),
+    ]
+    fake = Fake((200, None))
+    observed: list[tuple[str, str, bool]] = []
+
+    def send(method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
+        fake.answer = answers.pop(0)
+        return fake(method, path, body)
+
+    client = JobnikClient(BASE_URL, transport=send, retries=2)  # type: ignore[arg-type]
+    client.observe = lambda method, status, retried, _: observed.append((method, status, retried))
+
+    first, second = client.put("/v1/tasks/status", []), client.put("/v1/tasks/status", [])
+    with pytest.raises(TransportError):
+        client.put("/v1/tasks/status", [])
+
+    assert (first, second) == ({"n": 1}, {"n": 2})
+    assert observed == [("PUT", "200", False), ("PUT", "200", True), ("PUT", "error", False)]
+    assert len(fake.calls) == 4
+    assert answers == [(200, {"n": 3})]
+
+
 # -- the default transport (http.client, pooled) over real sockets ------------------------------
 
 

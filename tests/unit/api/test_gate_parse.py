@@ -1,0 +1,71 @@
+"""The input gate parses a plain body with orjson, unwalked (api/limits.py): for any body, what
+it answers (the value, or the error and its message) is what the json module's walked parse
+answers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobnik.api.limits import Limits, parse_json, parse_json_strictly
+from jobnik.domain.errors import JobnikError
+
+LIMITS = [Limits(), Limits(body_bytes=1 << 20, depth=3, string_length=8)]
+
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=2**63 - 3, max_value=2**64 + 3)
+    | st.integers(min_value=-(2**64) - 3, max_value=-(2**63) + 3)
+    | st.floats()
+    | st.text()
+    | st.sampled_from(["\x00", "a\ud800", "\udc00b", "\u2028", "é😀"])
+)
+
+
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def _json(value: Any) -> bytes:
+    # (NaN and the infinities as the json module writes them; lone surrogates as escapes)
+    return json.dumps(value).encode()
+
+
+BODIES = (
+    VALUES.map(_json)
+    | st.binary(max_size=40)
+    | st.integers(0, 80).map(lambda n: b'{"a":' * n + b"1" + b"}" * n)
+    | st.sampled_from([b"[1e400]", b"[-1e-400]", b"NaN", b'"\\u0000"', b'["\\ud83d\\ude00"]'])
+    | st.tuples(VALUES.map(_json), st.binary(max_size=3), st.integers(0, 30)).map(
+        lambda t: t[0][: t[2]] + t[1] + t[0][t[2] :]
+    )
+)
+
+
+def _answer(parse: Any, body: bytes, limits: Limits) -> Any:
+    try:
+        value = parse(body, limits)
+    except JobnikError as e:
+        return type(e), str(e)
+    return "value", repr(value)
+
+
+@settings(max_examples=600, deadline=None)
+@given(BODIES, st.sampled_from(LIMITS))
+def test_the_gate_answers_any_body_as_its_walked_parse_does(body: bytes, limits: Limits) -> None:
+    assert _answer(parse_json, body, limits) == _answer(parse_json_strictly, body, limits)
+
+
+def test_a_plain_body_is_parsed_whole() -> None:
+    body = b'[{"id": "x", "attempt": 1, "result": {"f": 0.5, "n": null, "s": "\\u00e9"}}]'
+    assert parse_json(body, Limits()) == [
+        {"id": "x", "attempt": 1, "result": {"f": 0.5, "n": None, "s": "é"}}
+    ]
