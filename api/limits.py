@@ -47,7 +47,8 @@ FORM_PATHS: Final = frozenset({"/ui/login", "/ui/logout"})
 # digit is one (a translation and a substring search: a tenth of a regular expression's time).
 _DIGITS_AS_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
 _LONG_DIGITS: Final = b"0" * 19
-_NUL_ESCAPE: Final = b"\\u0000"
+_ESCAPE: Final = b"\\u"  # (an escaped NUL, or a key spelled with escapes)
+_RESERVED_KEY: Final = b'"_type_"'
 PARSED_BODY: Final = "jobnik.parsed_body"  # the gate's (body, value), in the ASGI scope
 
 
@@ -133,11 +134,13 @@ def _plain(body: bytes, limits: Limits) -> bool:
     surrogate, NaN, Infinity and a number that overflows a double. What it takes and the gate
     would not is ruled out here: a string longer than the limit (none is longer than the body),
     an escaped NUL, a nesting deeper than the limit (as deep as there are brackets, at most),
-    an integer beyond 64 bits (nineteen digits at least)."""
+    an integer beyond 64 bits (nineteen digits at least), an object of only `_type_` and
+    `_data_` (no `\\u` escape, which may spell a key, and no `"_type_"` as it is)."""
     return (
         len(body) <= limits.string_length
         and body.count(b"[") + body.count(b"{") <= limits.depth
-        and _NUL_ESCAPE not in body
+        and _ESCAPE not in body
+        and _RESERVED_KEY not in body
         and _LONG_DIGITS not in body.translate(_DIGITS_AS_ZERO)
     )
 

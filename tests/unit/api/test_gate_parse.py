@@ -44,6 +44,8 @@ BODIES = (
     | st.binary(max_size=40)
     | st.integers(0, 80).map(lambda n: b'{"a":' * n + b"1" + b"}" * n)
     | st.sampled_from([b"[1e400]", b"[-1e-400]", b"NaN", b'"\\u0000"', b'["\\ud83d\\ude00"]'])
+    | st.sampled_from([b'{"_type_":"x","_data_":1}', b'[{"\\u005ftype_":1,"_data_":2}]'])
+    | st.sampled_from([b'{"_data_":1,"_type_":"a","b":2}', b'{"_type_":"uuid_hex"}'])
     | st.tuples(VALUES.map(_json), st.binary(max_size=3), st.integers(0, 30)).map(
         lambda t: t[0][: t[2]] + t[1] + t[0][t[2] :]
     )
