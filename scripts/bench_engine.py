@@ -28,7 +28,7 @@ from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
 from jobnik.scripts import bench_floor
 from jobnik.scripts.bench_context import Ctx, check
-from jobnik.scripts.bench_processes import breaking, worker_processes
+from jobnik.scripts.bench_processes import breaking, released, worker_processes
 
 BATCH = 1_000
 GOAL = 0.75  # the engine lifecycle with K=4 worker processes, as a share of the raw SQL floor
@@ -154,26 +154,28 @@ def drain(app: Jobnik, stage_type: str, k: int) -> Drain:
 
 def engine_worker(url: str, stage_type: str, start: Any, results: Any) -> None:
     """One worker process (`bench_processes.worker_processes`): its own store on `url`, as a
-    worker opens it, then `work` once released. Puts {"tasks", "retries", "cpu", "end"}."""
+    worker opens it, then `work` once released. Puts {"tasks", "retries", "cpu", "begin", "end"}."""
     with breaking(start), closing(open_store(library_env({"JOBNIK_DATABASE_URL": url}))) as store:
         app = Jobnik(store)
-        start.wait()
+        begin = released(start)
         cpu = time.process_time()
         done, retries = work(app, stage_type)
         cpu = time.process_time() - cpu
-        results.put({"tasks": done, "retries": retries, "cpu": cpu, "end": time.monotonic()})
+        end = time.monotonic()
+        results.put({"tasks": done, "retries": retries, "cpu": cpu, "begin": begin, "end": end})
 
 
 def floor_worker(url: str, stage_type: str, start: Any, results: Any) -> None:
     """One process of the raw SQL lifecycle on its own connection, connected before `start`."""
     raw = bench_floor.RawLifecycle(url)
     with breaking(start), raw.connect() as conn:
-        start.wait()
+        begin = released(start)
         cpu = time.process_time()
         out = bench_floor.RawResult(0, 0.0)
         raw.work(conn, stage_type, out, threading.Lock())
         cpu = time.process_time() - cpu
-        results.put({"tasks": out.tasks, "retries": 0, "cpu": cpu, "end": time.monotonic()})
+        end = time.monotonic()
+        results.put({"tasks": out.tasks, "retries": 0, "cpu": cpu, "begin": begin, "end": end})
 
 
 def drain_processes(target: Callable[..., None], url: str, stage_type: str, k: int) -> Drain:

@@ -13,10 +13,12 @@ from jobnik.scripts.bench_context import check
 
 
 def worker_processes(k: int, target: Callable[..., None], *args: Any) -> tuple[float, list[Any]]:
-    """K processes of `target(*args, start, results)`, each putting one dict with its "end"
-    (`time.monotonic()`) on `results` and exiting 0: (seconds from their common start to the
-    last one's "end", what each put). The clock starts once every process has started, imported
-    what it needs and connected (it waits on `start` then); a process that dies is reported."""
+    """K processes of `target(*args, start, results)`, each putting one dict with its "begin"
+    (`released(start)`) and "end" (`time.monotonic()`) on `results` and exiting 0: (seconds from
+    their common start to the last one's "end", what each put). The clock starts once every
+    process has started, imported what it needs and connected (it waits on `start` then), at the
+    earliest "begin": a worker may run before this process is scheduled again after the release.
+    A process that dies is reported."""
     # Workers fork from a single-threaded fork server that imported the SDK once: a spawned
     # worker would spend seconds importing, and a plain fork of this threaded process is unsafe.
     mp = multiprocessing.get_context("forkserver")
@@ -43,7 +45,14 @@ def worker_processes(k: int, target: Callable[..., None], *args: Any) -> tuple[f
             if p.is_alive():
                 p.kill()
                 p.join()
+    t0 = min(t0, *(o["begin"] for o in outs))
     return max(o["end"] for o in outs) - t0, outs
+
+
+def released(start: Any) -> float:
+    """A worker's wait on `start` with the others: the time (`time.monotonic()`) it went on."""
+    start.wait()
+    return time.monotonic()
 
 
 @contextmanager

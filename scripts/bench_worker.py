@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from jobnik.scripts.bench_processes import released
+
 
 def http_worker(base: str, stage_type: str, start: Any, results: Any) -> None:
     """One worker process: the SDK's dequeue and complete until the queue is empty.
@@ -16,7 +18,7 @@ def http_worker(base: str, stage_type: str, start: Any, results: Any) -> None:
 
     consumer = Consumer(JobnikClient(base))
     consumer.client.get("/liveness")  # connected before the clock starts
-    start.wait()
+    begin = released(start)
     dequeue: list[float] = []
     complete: list[float] = []
     while True:
@@ -28,7 +30,7 @@ def http_worker(base: str, stage_type: str, start: Any, results: Any) -> None:
         consumer.complete(task)
         dequeue.append(t1 - t0)
         complete.append(time.monotonic() - t1)
-    results.put({"dequeue": dequeue, "complete": complete, "end": t0})
+    results.put({"dequeue": dequeue, "complete": complete, "begin": begin, "end": t0})
     consumer.client.close()
 
 
@@ -41,7 +43,7 @@ def http_batch_worker(base: str, stage_type: str, count: int, start: Any, result
 
     consumer = Consumer(JobnikClient(base))
     consumer.client.get("/liveness")
-    start.wait()
+    begin = released(start)
     done = 0
     while True:
         t0 = time.monotonic()
@@ -52,7 +54,7 @@ def http_batch_worker(base: str, stage_type: str, count: int, start: Any, result
         if not all(a.ok for a in answers):
             raise RuntimeError(f"refused: {[a for a in answers if not a.ok]}")
         done += len(tasks)
-    results.put({"tasks": done, "end": t0})
+    results.put({"tasks": done, "begin": begin, "end": t0})
     consumer.client.close()
 
 
@@ -97,12 +99,12 @@ def plain_worker(base: str, stage_type: str, threads: int, start: Any, results: 
     for conn in conns:  # connected before the clock starts
         conn.request("GET", "/liveness")
         conn.getresponse().read()
-    start.wait()
+    begin = released(start)
     workers = [threading.Thread(target=loop, args=(c,)) for c in conns]
     for w in workers:
         w.start()
     for w in workers:
         w.join()
-    results.put({"tasks": sum(counts), "end": max(ends)})
+    results.put({"tasks": sum(counts), "begin": begin, "end": max(ends)})
     for conn in conns:
         conn.close()
