@@ -96,7 +96,7 @@ class OpExecutor:
 
     def run(self, cur: _Cursor, runs: Iterable[list[list[Op]]]) -> None:
         """Each run holds the op lists of events whose ops commute; batch them column-wise."""
-        single: list[tuple[str, dict[str, Any]]] = []  # one-row statements, in order
+        single: list[tuple[str, dict[str, Any]]] = []  # statements not yet sent, in order
         for run in runs:
             if len(run) == 1 or len({len(ops) for ops in run}) != 1:
                 single.extend(self.statement(op) for ops in run for op in ops)
@@ -108,9 +108,7 @@ class OpExecutor:
     def _batch(self, cur: _Cursor, ops: list[Op], single: list[tuple[str, dict[str, Any]]]) -> None:
         if all(isinstance(op, Add) for op in ops):
             ops = _merge_adds(ops)  # type: ignore[arg-type]
-        elif (prepared := getattr(cur, "execute_prepared", None)) and self._by_key_arrays(
-            prepared, ops
-        ):
+        elif hasattr(cur, "execute_prepared") and self._by_key_arrays(single.append, ops):
             return
         grouped: dict[str, list[dict[str, Any]]] = {}
         for op in ops:
@@ -124,9 +122,12 @@ class OpExecutor:
                 single.clear()
                 cur.executemany(sql, params_list)
 
-    def _by_key_arrays(self, execute: Callable[[str, dict[str, Any]], None], ops: list[Op]) -> bool:
-        """Run `ops`, Updates or Deletes of one table by one key column, as one statement per
-        distinct set of values (`_by_keys`); False, running nothing, when they are not."""
+    def _by_key_arrays(
+        self, add: Callable[[tuple[str, dict[str, Any]]], None], ops: list[Op]
+    ) -> bool:
+        """`ops`, Updates or Deletes of one table by one key column, as one statement per
+        distinct set of values (`_by_keys`), each passed to `add` (the one-row statements, whose
+        order it keeps); False, adding nothing, when they are not."""
         first = ops[0]
         if len(ops) < 2 or not isinstance(first, Update | Delete) or len(first.key) != 1:
             return False
@@ -158,7 +159,7 @@ class OpExecutor:
         for values, keys in groups.values():
             params = self.d.dump_row(values, "v_")
             params["keys"] = [self.d.dump(key, k) for k in keys]
-            execute(sql, params)
+            add((sql, params))
         return True
 
 

@@ -10,8 +10,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from jobnik.projections.inline.ops import Insert, Update
 from jobnik.projections.store.batch import batch_transaction
 from jobnik.projections.store.dialect import Dialect
+from jobnik.projections.store.executor import OpExecutor
 
 TABLES = """
 CREATE TEMP TABLE jw_tasks (id int PRIMARY KEY, status text);
@@ -74,3 +76,16 @@ def test_a_write_reading_an_earlier_write_s_table_sees_its_row(
 
     assert rows(conn, "jw_index") == [(70, 3)]
     assert rows(conn, "jw_tasks") == [(1, "DONE")]
+
+
+def test_a_batch_of_updates_by_key_runs_after_the_writes_before_it(
+    conn: psycopg.Connection[Any],
+) -> None:
+    # a task created (its own run), then it and another dequeued together (a batch by keys):
+    # the batch's UPDATE must see the row the INSERT before it wrote
+    insert = Insert("jw_tasks", {"id": 3, "status": "PENDING"})
+    batch = [[Update("jw_tasks", {"id": i}, {"status": "RUNNING"})] for i in (1, 3)]
+    with batch_transaction(conn, Dialect()) as cur:
+        OpExecutor(Dialect()).run(cur, [[[insert]], batch])
+
+    assert rows(conn, "jw_tasks") == [(1, "RUNNING"), (2, "PENDING"), (3, "RUNNING")]
