@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from jobnik.api import errors
 from jobnik.api.settings import Settings
 from jobnik.domain.errors import (
+    HostNotAllowed,
     InvalidCharacter,
     InvalidRequest,
     JobnikError,
@@ -54,15 +55,22 @@ PARSED_BODY: Final = "jobnik.parsed_body"  # the gate's (body, value), in the AS
 
 @dataclass(frozen=True)
 class Limits:
-    """The gate's limits (JOBNIK_MAX_BODY_BYTES, _MAX_JSON_DEPTH, _MAX_STRING_LENGTH)."""
+    """The gate's limits (JOBNIK_MAX_BODY_BYTES, _MAX_JSON_DEPTH, _MAX_STRING_LENGTH) and the
+    hosts it answers to (JOBNIK_ALLOWED_HOSTS, in lower case; none: any)."""
 
     body_bytes: int = 1024 * 1024
     depth: int = 64
     string_length: int = 1024 * 1024
+    hosts: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, settings: Settings) -> Limits:
-        return cls(settings.max_body_bytes, settings.max_json_depth, settings.max_string_length)
+        return cls(
+            settings.max_body_bytes,
+            settings.max_json_depth,
+            settings.max_string_length,
+            tuple(h.lower() for h in settings.allowed_hosts),
+        )
 
 
 def check_text(where: str, text: str, limits: Limits | None) -> None:
@@ -193,6 +201,24 @@ def _quoted(text: str) -> str:
     )
 
 
+def check_host(scope: Scope, hosts: tuple[str, ...]) -> None:
+    """The Host header names one of `hosts` (or, for `*.example.com`, a name under example.com),
+    its port aside; any host when there are none. What a DNS-rebinding page cannot fake: its
+    browser sends the attacker's host name, whatever address that name resolves to."""
+    if not hosts:
+        return
+    header = next((v for k, v in scope.get("headers") or () if k == b"host"), b"")
+    host = header.decode("latin-1").strip().lower()
+    name = host[: host.index("]") + 1] if host.startswith("[") and "]" in host else host
+    name = name if name.startswith("[") else name.partition(":")[0]
+    for allowed in hosts:
+        if name == allowed or (allowed.startswith("*.") and name.endswith(allowed[1:])):
+            return
+    raise HostNotAllowed(
+        f"request/headers/host {_quoted(host)!r} is not a host this server answers to"
+    )
+
+
 def check_target(scope: Scope, limits: Limits) -> None:
     """The path and the query's names and values pass check_text."""
     check_text("request/path", scope.get("path", ""), None)
@@ -216,8 +242,8 @@ def check_form(body: bytes, limits: Limits) -> None:
 
 
 class InputGate:
-    """ASGI middleware: check_target on every request; a body is read whole (up to the body
-    limit), checked as JSON when there is one, and handed on unchanged."""
+    """ASGI middleware: check_host and check_target on every request; a body is read whole (up
+    to the body limit), checked as JSON when there is one, and handed on unchanged."""
 
     def __init__(self, app: ASGIApp, limits: Limits) -> None:
         self.app, self.limits = app, limits
@@ -227,6 +253,7 @@ class InputGate:
             await self.app(scope, receive, send)
             return
         try:
+            check_host(scope, self.limits.hosts)
             check_target(scope, self.limits)
             if scope["method"] not in _BODY_METHODS:
                 await self.app(scope, receive, send)

@@ -66,6 +66,11 @@ class Settings(BaseSettings):
         description="access control: tokens (a bearer token on every request), off (none); "
         "unset: tokens once any token has been issued, open before that (docs/security.md)",
     )
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="host names the server answers to (its requests' Host header, the port aside),"
+        " comma-separated; `*.example.com` matches the names under example.com; none: any host",
+    )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="origins browsers may call the API from, comma-separated (none by default)",
@@ -160,7 +165,7 @@ class Settings(BaseSettings):
         "(Jobnik 1.x) or plain arrays (SDK 0.3.x)",
     )
 
-    @field_validator("cors_origins", mode="before")
+    @field_validator("cors_origins", "allowed_hosts", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -116,6 +116,12 @@ class InvalidRequest(JobnikError):
     code = "VALIDATION_ERROR"
 
 
+class HostNotAllowed(InvalidRequest):
+    """the Host header names a host this server does not answer to (JOBNIK_ALLOWED_HOSTS)"""
+
+    code = "HOST_NOT_ALLOWED"
+
+
 class PayloadTooLarge(InvalidRequest):
     """request body is larger than 1 MB"""
 

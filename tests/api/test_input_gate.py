@@ -148,6 +148,31 @@ def test_a_hostile_report_leaves_the_task_as_it_was(api: Api, body: dict[str, An
     assert api.task(task["id"])["status"] == "IN_PROGRESS"
 
 
+def test_only_the_allowed_hosts_are_answered(database_url: str) -> None:
+    env = {
+        "JOBNIK_DATABASE_URL": database_url,
+        "JOBNIK_ALLOWED_HOSTS": "jobnik.example, *.corp.example, [::1]",
+    }
+    allowed = ["jobnik.example", "JOBNIK.example:8080", "ci.corp.example", "[::1]:8080"]
+    refused = ["evil.example", "corp.example", "jobnik.example.evil", "", "[::2]:8080"]
+    with TestClient(app_from_env(env)) as http:
+        answered = [http.get("/v1/jobs", headers={"host": h}).status_code for h in allowed]
+        refusals = [
+            http.post("/v1/jobs", headers={"host": h}, json={"name": "ab", "data": {}})
+            for h in refused
+        ]
+        total = http.get("/v1/jobs", headers={"host": "jobnik.example"}).json()["total"]
+
+    assert answered == [200] * len(allowed)
+    assert {(r.status_code, r.json()["code"]) for r in refusals} == {(400, "HOST_NOT_ALLOWED")}
+    assert "evil.example" in refusals[0].json()["message"]
+    assert total == 0  # nothing a refused request sent was written
+
+
+def test_any_host_is_answered_without_the_setting(api: Api) -> None:
+    assert api.http.get("/v1/jobs", headers={"host": "anything.example"}).status_code == 200
+
+
 def test_the_limits_are_settings(database_url: str) -> None:
     env = {
         "JOBNIK_DATABASE_URL": database_url,
