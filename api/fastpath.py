@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from jobnik.api import errors
 from jobnik.api.deps import Once
-from jobnik.api.limits import parsed_body, read_body, replay
+from jobnik.api.limits import header, parsed_body, read_body, replay
 from jobnik.api.permissions import authorize
 from jobnik.api.routes import stages, tasks
 from jobnik.api.schemas import AttemptBody, StageType, TaskStatusChange
@@ -105,7 +105,7 @@ class FastRoute:
     ) -> tuple[Callable[..., Any] | None, Receive]:
         """The route's function bound to the request's path parameter and body, or None for a
         request the FastAPI handler must serve; and the `receive` that still gives the body."""
-        if self.shape.once and _header(scope, b"idempotency-key") is not None:
+        if self.shape.once and header(scope, b"idempotency-key") is not None:
             return None, receive
         body = b""
         if self.shape.body is not None:
@@ -189,14 +189,7 @@ class HotRoutes:
         await self.app(scope, receive, send)
 
 
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope.get("headers") or ():
-        if key == name:
-            return bytes(value)
-    return None
-
-
 def _is_json(scope: Scope) -> bool:
     """The content type is JSON's, or absent (FastAPI then parses the body as JSON too)."""
-    kind = _header(scope, b"content-type")
+    kind = header(scope, b"content-type")
     return kind is None or kind.lower() in _JSON_TYPES

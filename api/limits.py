@@ -201,14 +201,21 @@ def _quoted(text: str) -> str:
     )
 
 
+def header(scope: Scope, name: bytes) -> bytes | None:
+    """The request's first header `name` (lower case), or None."""
+    for key, value in scope.get("headers") or ():
+        if key == name:
+            return bytes(value)
+    return None
+
+
 def check_host(scope: Scope, hosts: tuple[str, ...]) -> None:
     """The Host header names one of `hosts` (or, for `*.example.com`, a name under example.com),
     its port aside; any host when there are none. What a DNS-rebinding page cannot fake: its
     browser sends the attacker's host name, whatever address that name resolves to."""
     if not hosts:
         return
-    header = next((v for k, v in scope.get("headers") or () if k == b"host"), b"")
-    host = header.decode("latin-1").strip().lower()
+    host = (header(scope, b"host") or b"").decode("latin-1").strip().lower()
     name = host[: host.index("]") + 1] if host.startswith("[") and "]" in host else host
     name = name if name.startswith("[") else name.partition(":")[0]
     for allowed in hosts:
