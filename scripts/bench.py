@@ -22,6 +22,10 @@ Figures (`--only NAME,...`; all by default), per backend:
   plain    A plain keep-alive client (scripts/bench_batch.py): 4 processes x 2 threads, each on
            its own `http.client` connection, looping dequeue + COMPLETED one task at a time: the
            server alone, without the SDK. tasks/s. Floor: the raw lifecycle with 8 threads.
+  cpu      The plain figure's drain against one uvicorn process (scripts/bench_cpu.py): the API
+           server's CPU time per task (utime + stime of its /proc/PID/stat, read right before
+           and right after the drain), the client processes' CPU per task and, on PostgreSQL,
+           that of the bench database's backends (from /proc, when it shows them). ms, no floor.
   observe  The HTTP lifecycle at the largest K with telemetry off, with metrics, with metrics and
            request logs, and with metrics and traces (scripts/bench_observe.py). tasks/s of each
            against telemetry off; and a request's server CPU with metrics off and on, in
@@ -85,10 +89,16 @@ from jobnik.scripts.bench_report import Figure, Goal, print_figures, print_goals
 from jobnik.scripts.bench_volume import fig_bulk, fig_depth, fig_rebuild
 
 NAMES = (
-    "engine", "http", "batch", "plain", "observe", "bulk", "depth", "scrape", "rebuild", "hot",
-    "console",
+    "engine", "http", "batch", "plain", "cpu", "observe", "bulk", "depth", "scrape", "rebuild",
+    "hot", "console",
 )  # fmt: skip
 PG_URL = "postgresql://postgres@127.0.0.1:5432"
+
+
+def fig_cpu(ctx: Ctx) -> None:
+    from jobnik.scripts.bench_cpu import fig_cpu as cpu
+
+    cpu(ctx)
 
 
 def fig_observe(ctx: Ctx) -> None:
@@ -126,6 +136,7 @@ FIGURES: dict[str, Callable[[Ctx], None]] = {
     "http": fig_http,
     "batch": fig_batch,
     "plain": fig_plain,
+    "cpu": fig_cpu,
     "observe": fig_observe,
     "bulk": fig_bulk,
     "depth": fig_depth,

@@ -40,6 +40,19 @@ def server(
     """`uvicorn jobnik.scripts.asgi:create` on a free port (`processes` worker processes, as
     `jobnik serve --workers`); its base URL once every process has started. `env` adds to
     the server's environment, `args` to its command line."""
+    with server_process(url, log, processes, env, args) as (base, _):
+        yield base
+
+
+@contextmanager
+def server_process(
+    url: str,
+    log: Path,
+    processes: int = 1,
+    env: dict[str, str] | None = None,
+    args: Sequence[str] = (),
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`server`'s base URL and its process: with one process, the one that serves."""
     port = free_port()
     env = {**os.environ, "JOBNIK_DATABASE_URL": url, **(env or {})}
     cmd = [sys.executable, "-m", "uvicorn", "jobnik.scripts.asgi:create", "--factory"]
@@ -60,7 +73,7 @@ def server(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"server not ready:\n{log.read_text()[-3000:]}")
             time.sleep(0.05)
-        yield base
+        yield base, proc
     finally:
         stop_group(proc)
 

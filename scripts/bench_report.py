@@ -6,7 +6,8 @@ Shared by the benchmark scripts so that every figure prints (and serialises) the
 
 `ratio` is value / floor. For throughput (`higher_is_better`) it is the share of the floor jobnik
 reaches (higher is better, 1.0 = as fast as the bare SQL); for latency and memory it is how many
-times the floor jobnik costs (lower is better). A figure without a floor (a count) has no ratio.
+times the floor jobnik costs (lower is better). A figure without a floor (a count, a CPU time per
+task) has no ratio; its orientation says only which way is better.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class Figure:
     @property
     def orientation(self) -> str:
         if self.floor is None:
-            return "count" if not self.higher_is_better else ""
+            return "lower=better" if not self.higher_is_better else ""
         return "share of floor, higher=better" if self.higher_is_better else "x floor, lower=better"
 
     def as_dict(self) -> dict[str, Any]:

@@ -61,7 +61,8 @@ def http_batch_worker(base: str, stage_type: str, count: int, start: Any, result
 def plain_worker(base: str, stage_type: str, threads: int, start: Any, results: Any) -> None:
     """One process of `threads` threads, each on its own keep-alive `http.client` connection,
     looping PATCH dequeue + PUT COMPLETED (with the attempt) until the queue is empty: the
-    server alone, without the SDK. Puts {"tasks": n, "end": time}."""
+    server alone, without the SDK. Puts {"tasks": n, "cpu": this process's CPU seconds from its
+    release, "end": time}."""
     import http.client
     import json
     import threading
@@ -100,11 +101,13 @@ def plain_worker(base: str, stage_type: str, threads: int, start: Any, results: 
         conn.request("GET", "/liveness")
         conn.getresponse().read()
     begin = released(start)
+    cpu = time.process_time()
     workers = [threading.Thread(target=loop, args=(c,)) for c in conns]
     for w in workers:
         w.start()
     for w in workers:
         w.join()
-    results.put({"tasks": sum(counts), "begin": begin, "end": max(ends)})
+    cpu = time.process_time() - cpu
+    results.put({"tasks": sum(counts), "cpu": cpu, "begin": begin, "end": max(ends)})
     for conn in conns:
         conn.close()

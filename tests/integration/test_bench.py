@@ -110,3 +110,20 @@ def test_the_batch_and_plain_client_figures_stand_beside_their_floors(database_u
     assert all(f.value > 0 and f.floor and f.floor > 0 for f in figures)
     assert figures[-1].floor_name == "raw SQL lifecycle, 8 threads"
     assert [g.name for g in goals] == ["HTTP batches of 10 >= 2x the floor at K=4"]
+
+
+def test_the_cpu_figure_reads_the_server_the_clients_and_the_database_per_task(
+    database_url: str,
+) -> None:
+    figures, goals = run_figures(database_url, ["cpu"])
+
+    server, clients, *database = figures
+    assert server.name == "API server CPU per task (plain client)"
+    assert "one uvicorn process" in server.note
+    assert clients.name == "client CPU per task (plain client)"
+    if database_url.startswith("sqlite"):
+        assert database == []
+    else:  # when this machine's /proc shows PostgreSQL's backends
+        assert [f.name for f in database] in ([], ["PostgreSQL CPU per task (plain client)"])
+    assert all(f.floor is None and f.unit == "ms" and f.value >= 0 for f in figures), figures
+    assert goals == []
