@@ -35,7 +35,7 @@ from jobnik.api.settings import Settings
 from jobnik.api.sweeper import Sweeper
 from jobnik.api.telemetry import Telemetry
 from jobnik.api.telemetry.commands import ObservedCommands
-from jobnik.api.telemetry.metrics import WRITER_LOCK_WAIT, ServerMetrics
+from jobnik.api.telemetry.metrics import GROUP_COMMANDS, WRITER_LOCK_WAIT, ServerMetrics
 from jobnik.api.telemetry.service_metrics import JobnikServiceGauges, QueueMetrics
 from jobnik.api.telemetry.tracing import instrument_app, instrument_database, provider_from
 from jobnik.api.waiters import Waiters
@@ -128,6 +128,8 @@ def create_app(
     )
     if positions.note_written not in views.store.on_commit:  # a write's X-Jobnik-Position
         views.store.on_commit.append(positions.note_written)
+    if GROUP_COMMANDS.observe not in jobnik.on_group:
+        jobnik.on_group.append(GROUP_COMMANDS.observe)
     app.state.idempotency = idempotency if idempotency is not None else IdempotencyKeys(views.store)
     app.state.token_views = TokenViews(views.store)
     app.state.access = (
@@ -267,7 +269,12 @@ def app_from_settings(settings: Settings) -> FastAPI:
         store.close()
         raise
     migrate(store, settings.rebuild_processes)
-    jobnik = Jobnik(store, lease_seconds=settings.lease_seconds, max_batch=settings.max_batch_size)
+    jobnik = Jobnik(
+        store,
+        lease_seconds=settings.lease_seconds,
+        max_batch=settings.max_batch_size,
+        group_commit=settings.group_commit,
+    )
     keys = IdempotencyKeys(store, settings.idempotency_ttl)
     interval = settings.sweep_interval
     sweeper = (

@@ -151,6 +151,11 @@ class Settings(BaseSettings):
         description="tasks one batched dequeue (`count`) claims or one PUT /v1/tasks/status "
         "reports (400 BATCH_TOO_LARGE)",
     )
+    group_commit: bool = Field(
+        True,
+        description="worker dequeues and reports that arrive while another is being written "
+        "share the next transaction (off: one transaction each)",
+    )
     max_page_size: int = Field(
         100, ge=1, description="the largest page_size of a paged list (400 VALIDATION_ERROR)"
     )

@@ -9,12 +9,14 @@ on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from jobnik.domain.base import Entity
+from jobnik.domain.base import REQUEST_TRACE, Entity
 from jobnik.domain.commands import command
 from jobnik.domain.errors import (
     BatchTooLarge,
@@ -24,6 +26,7 @@ from jobnik.domain.errors import (
     JobnikError,
     NotFound,
     StaleAttempt,
+    TaskStatusUpdateFailed,
 )
 from jobnik.domain.ports import Session
 from jobnik.domain.principals import Actor, Principal
@@ -33,7 +36,14 @@ from jobnik.domain.work import WorkCommands
 
 # What refuses one item of a batched report without touching the others: each is raised
 # before the item changes anything.
-ITEM_ERRORS = (NotFound, IllegalTransition, InvalidRequest, Forbidden, StaleAttempt)
+ITEM_ERRORS = (
+    NotFound,
+    IllegalTransition,
+    InvalidRequest,
+    Forbidden,
+    StaleAttempt,
+    TaskStatusUpdateFailed,
+)
 
 
 @dataclass(frozen=True)
@@ -41,11 +51,37 @@ class Report:
     """One item of a batched report: a task's outcome, from the attempt that ran it."""
 
     task_id: UUID
-    attempt: int
+    attempt: int | None  # None: a report without attempt (Jobnik's SDK), fenced by version
     status: TaskStatus
     reason: str | None = None
     fatal: bool = False
     result: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Reporting:
+    """A report with who sends it: `seen`, for a report without attempt, is the task's version
+    its request first read (the report is refused if the task changed since); `trace`, the
+    trace id its events carry when its principal names none."""
+
+    report: Report
+    by: Principal
+    seen: int | None = None
+    trace: str | None = None
+
+
+@contextmanager
+def traced(trace: str | None) -> Iterator[None]:
+    """Events made meanwhile carry `trace` (when their actor names none), as the events of a
+    command run for that request would; None keeps the command's."""
+    if trace is None:
+        yield
+        return
+    token = REQUEST_TRACE.set(trace)
+    try:
+        yield
+    finally:
+        REQUEST_TRACE.reset(token)
 
 
 @dataclass(frozen=True)
@@ -79,15 +115,26 @@ class BatchCommands(WorkCommands):
         now = self.clock()
         with self._write() as s:
             tasks = s.claim_batch(stage_type, count)
-            order: list[Entity] = []
-            for task in tasks:
-                stage, job = s.stage(task.stage_id), s.job(task.job_id)
+            self._dequeue_each(s, [(task, by, lease_seconds, None) for task in tasks], now)
+        return tasks
+
+    def _dequeue_each(
+        self,
+        s: Session,
+        claims: Sequence[tuple[Task, Principal, int | None, str | None]],
+        now: datetime,
+    ) -> None:
+        """Dequeue each claimed task for its principal, with its lease (None: the default)
+        and trace (as `traced`), and save them together."""
+        order: list[Entity] = []
+        for task, by, lease_seconds, trace in claims:
+            stage, job = s.stage(task.stage_id), s.job(task.job_id)
+            with traced(trace):
                 task.dequeue(now, by, lease_seconds or self.lease_seconds)
                 if stage.start(now, Actor.SYSTEM):
                     job.start(now, Actor.SYSTEM)
-                order += (task, stage, job)  # the events in a single dequeue's order
-            s.save(*order)
-        return tasks
+            order += (task, stage, job)  # the events in a single dequeue's order
+        s.save(*order)
 
     @command
     def report_batch(
@@ -99,30 +146,57 @@ class BatchCommands(WorkCommands):
         changes nothing."""
         self._check_batch(len(reports))
         now = self.clock()
+        items = [Reporting(r, by) for r in reports]
         with self._write() as s:
-            s.read_ahead([r.task_id for r in reports])  # before the first write: one lock turn
-            for job_id in self._may_fail(s, reports):
-                s.hold_queue(job_id)  # before the first write, as a single failing report does
-            outcomes = []
-            later: list[Task] = []  # outcomes saved together, then cascaded
-            for r in reports:
-                task: Task | None = None
-                version = None
-                try:
+            self._before_reports(s, items)
+            return self._report_each(s, items, now)
+
+    def _before_reports(self, s: Session, items: Sequence[Reporting]) -> None:
+        """Before the first write (one lock turn): read the tasks ahead, and hold the queue
+        rows of the jobs whose stage a report may fail, as a single failing report does."""
+        s.read_ahead([i.report.task_id for i in items])
+        for job_id in self._may_fail(s, [i.report for i in items]):
+            s.hold_queue(job_id)
+
+    def _report_each(self, s: Session, items: Sequence[Reporting], now: datetime) -> list[Outcome]:
+        """Report each item (`_before_reports` first): the outcomes are saved together, then
+        cascaded; an item's refusal is its outcome."""
+        outcomes = []
+        later: list[Task] = []  # outcomes saved together, then cascaded
+        traces: dict[UUID, str | None] = {}
+        for item in items:
+            r = item.report
+            task: Task | None = None
+            version = None
+            try:
+                with traced(item.trace):
                     task = s.task(r.task_id)
                     version = task.version
-                    by.check_stage_type(task.stage_type)
+                    item.by.check_stage_type(task.stage_type)
+                    if item.seen is not None and version != item.seen:
+                        raise TaskStatusUpdateFailed
                     refused = self._fenced_report(
-                        s, task, r.status, r.attempt, now, r.reason, r.fatal, r.result, by, later
+                        s,
+                        task,
+                        r.status,
+                        r.attempt,
+                        now,
+                        r.reason,
+                        r.fatal,
+                        r.result,
+                        item.by,
+                        later,
                     )
-                except ITEM_ERRORS as exc:
-                    if task is not None and task.version != version:
-                        raise  # the item changed something already: all or nothing
-                    outcomes.append(Outcome(r.task_id, error=exc))
-                    continue
-                outcomes.append(Outcome(r.task_id, task=task, error=refused))
-            s.save(*later)
-            for task in {t.id: t for t in later}.values():
+            except ITEM_ERRORS as exc:
+                if task is not None and task.version != version:
+                    raise  # the item changed something already: all or nothing
+                outcomes.append(Outcome(r.task_id, error=exc))
+                continue
+            traces.setdefault(task.id, item.by.trace_id or item.trace)
+            outcomes.append(Outcome(r.task_id, task=task, error=refused))
+        s.save(*later)
+        for task in {t.id: t for t in later}.values():
+            with traced(traces.get(task.id)):
                 self._cascade(s, task, s.stage(task.stage_id), s.job(task.job_id), now)
         return outcomes
 

@@ -32,6 +32,11 @@ def conflicts_retried() -> int:
     return _retried[0]
 
 
+def running() -> bool:
+    """Whether this context is inside a command (a command called now joins its transaction)."""
+    return _RUNNING.get()
+
+
 def run_retrying(call: Callable[[], T]) -> T:
     """`call()`, run again on ConcurrencyConflict (a read went stale before the writer lock,
     or the database broke a deadlock). Only the outermost caller retries: a command running

@@ -118,6 +118,16 @@ class Store(Protocol):
 
     def session(self, *, write: bool) -> AbstractContextManager[Session]: ...
 
+    def in_write_session(self) -> bool:
+        """Whether this context has a write session open (a session opened now joins it)."""
+        ...
+
+    def committed_elsewhere(self, position: int) -> None:
+        """This context's command was committed, up to log position `position`, by a session
+        of another thread (a group commit): what listens to commits hears of it here, as it
+        would have from this context's own session."""
+        ...
+
 
 def each(aggregates: Sequence[Entity | None]) -> Iterator[Entity]:
     """The aggregates that are there."""

@@ -81,7 +81,6 @@ class WorkCommands:
             s.save(task, stage, job)
         return task
 
-    @command
     def report_task(
         self,
         task_id: UUID,
@@ -101,12 +100,33 @@ class WorkCommands:
         since this request first read it (TaskStatusUpdateFailed, 409). A worker
         token must name its attempt (AttemptRequired).
         """
+        seen = self._seen(task_id, attempt, by)
+        return self._report_one(task_id, status, attempt, reason, fatal, result, seen, by=by)
+
+    def _seen(self, task_id: UUID, attempt: int | None, by: Principal) -> int | None:
+        """For a report without attempt, the task's version now (the report is refused if the
+        task changes before it is written); None for a report with its attempt."""
         if attempt is None and by.role is Role.WORKER:
             raise AttemptRequired
-        seen = None
-        if attempt is None:
-            with self.store.session(write=False) as r:
-                seen = r.task(task_id).version
+        if attempt is not None:
+            return None
+        with self.store.session(write=False) as r:
+            return r.task(task_id).version
+
+    @command
+    def _report_one(
+        self,
+        task_id: UUID,
+        status: TaskStatus,
+        attempt: int | None,
+        reason: str | None,
+        fatal: bool,
+        result: dict[str, Any] | None,
+        seen: int | None,
+        *,
+        by: Principal,
+    ) -> Task:
+        """`report_task`, once `_seen` read what it needs."""
         now = self.clock()
         with self._write() as s:
             task = s.task(task_id)

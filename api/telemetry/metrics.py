@@ -80,11 +80,20 @@ WRITER_LOCK_WAIT: Final = Histogram(
     registry=None,
 )
 
+GROUP_COMMANDS: Final = Histogram(
+    "jobnik_group_commit_commands",
+    "How many worker commands (dequeues and status reports) each group commit ran in one "
+    "transaction: 1 when a command found no other under way (JOBNIK_GROUP_COMMIT)",
+    buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 100),
+    registry=None,
+)
+
 OWN: Final[tuple[Collector, ...]] = (
     HTTP_REQUEST_DURATION,
     HTTP_REQUESTS_IN_FLIGHT,
     IDEMPOTENT_REPLAYS,
     WRITER_LOCK_WAIT,
+    GROUP_COMMANDS,
 )
 
 

@@ -157,13 +157,23 @@ class SqlStore(ABC):
                 if token is not None:
                     _AMBIENT.reset(token)
         self._committed(session)
+        self._tell(session.position)
         waited = session.cur.lock_wait
         if waited is not None:
             for observe in self.on_lock_wait:
                 observe(waited)
-        if session.position is not None:
+
+    def _tell(self, position: int | None) -> None:
+        if position is not None:
             for listener in self.on_commit:
-                listener(session.position)
+                listener(position)
+
+    def in_write_session(self) -> bool:
+        ambient = _AMBIENT.get()
+        return ambient is not None and ambient.store is self
+
+    def committed_elsewhere(self, position: int) -> None:
+        self._tell(position)
 
     @abstractmethod
     def _open(self, write: bool) -> AbstractContextManager[SqlSession]:

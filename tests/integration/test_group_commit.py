@@ -1,0 +1,246 @@
+"""Group commit on each backend: worker commands that arrive while another is being written share
+the next transaction, and each caller still gets exactly the answer, events and trace its own
+command would have given it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from fastapi.testclient import TestClient
+
+from jobnik.api.main import app_from_env, app_from_settings
+from jobnik.api.settings import Settings
+from jobnik.domain.application import Jobnik
+from jobnik.domain.errors import DatabaseError, StaleAttempt, TaskNotFound
+from jobnik.domain.groups import GroupCommands
+from jobnik.domain.principals import Actor, Principal
+from jobnik.domain.statuses import JobStatus, StageStatus, TaskStatus
+from jobnik.projections.store.base import SqlStore
+from tests.integration.test_batches import events_of, jobnik_summary, stage_of, stage_status
+
+C, F = TaskStatus.COMPLETED, TaskStatus.FAILED
+
+
+@pytest.fixture
+def grouped(store: SqlStore) -> Jobnik:
+    return Jobnik(store, group_commit=True)
+
+
+def traced(name: str) -> Principal:
+    return Principal(Actor.WORKER.name, trace_id=f"{name:0>32}")
+
+
+def together(jobnik: Jobnik, calls: list[Callable[[], Any]]) -> tuple[list[Any], list[int]]:
+    """Run `calls[0]`, holding its group until every other call waits, so that those run as
+    the next group. Each call's result (or the exception it raised), and the group sizes."""
+    sizes: list[int] = []
+
+    def observe(n: int) -> None:
+        sizes.append(n)
+        if len(sizes) == 1:
+            deadline = time.monotonic() + 10
+            while jobnik.grouper.waiting < len(calls) - 1:
+                assert time.monotonic() < deadline, "the calls did not arrive"
+                time.sleep(0.001)
+
+    results: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except Exception as exc:  # noqa: BLE001 - each call's answer, compared below
+            results[i] = exc
+
+    jobnik.on_group.append(observe)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    threads[0].start()
+    deadline = time.monotonic() + 10
+    while not sizes:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    for t in threads[1:]:
+        t.start()
+    for t in threads:
+        t.join(30)
+    jobnik.on_group.remove(observe)
+    return results, sizes
+
+
+def trace_of(store: SqlStore, task_id: Any, kind: str) -> str | None:
+    for stored in reversed(store.recorder.select_events(task_id)):
+        event = store.mapper.to_domain_event(stored)
+        if type(event).__name__ == kind:
+            return getattr(event, "trace_id", None)
+    raise AssertionError(f"no {kind} for {task_id}")
+
+
+def test_calls_made_together_share_a_transaction_and_each_gets_its_own_answer(
+    store: SqlStore, grouped: Jobnik
+) -> None:
+    stage_of(grouped, "g-lead", 1)
+    stage = stage_of(grouped, "g-work", 4)
+    failing = stage_of(grouped, "g-fail", 1, max_attempts=1)
+    done, stale = grouped.dequeue("g-work"), grouped.dequeue("g-work")
+    doomed = grouped.dequeue("g-fail")
+    missing = uuid4()
+
+    results, sizes = together(
+        grouped,
+        [
+            lambda: grouped.dequeue("g-lead"),
+            lambda: grouped.dequeue("g-work", by=traced("a")),
+            lambda: grouped.dequeue("g-work", 90, by=traced("b")),
+            lambda: grouped.dequeue("g-work"),  # two were left: this one finds none
+            lambda: grouped.report_task(done.id, C, attempt=done.attempt, by=traced("c")),
+            lambda: grouped.report_task(stale.id, C, attempt=stale.attempt + 1),
+            lambda: grouped.report_task(missing, C, attempt=1),
+            lambda: grouped.report_task(doomed.id, F, attempt=doomed.attempt, reason="boom"),
+        ],
+    )
+
+    assert sizes == [1, 7]
+    lead, a, b, none, completed, refused, unknown, failed = results
+    assert (lead.stage_type, lead.status) == ("g-lead", TaskStatus.IN_PROGRESS)
+    assert {a.stage_id, b.stage_id} == {stage.id}
+    assert a.id != b.id
+    assert (b.lease_expires_at - b.start_time).total_seconds() == 90
+    assert isinstance(none, TaskNotFound)
+    assert (completed.id, completed.status) == (done.id, C)
+    assert isinstance(refused, StaleAttempt)
+    assert isinstance(unknown, TaskNotFound)
+    assert failed.status == F
+    assert events_of(store, a.id).count("TaskDequeued") == 1
+    assert events_of(store, stale.id)[-1] == "TaskAttemptRefused"
+    assert trace_of(store, a.id, "TaskDequeued") == f"{'a':0>32}"
+    assert trace_of(store, b.id, "TaskDequeued") == f"{'b':0>32}"
+    assert trace_of(store, done.id, "TaskCompleted") == f"{'c':0>32}"
+    summary = jobnik_summary(store, stage.id)
+    assert (summary["completed"], summary["in_progress"], summary["pending"]) == (1, 3, 0)
+    assert stage_status(store, failing.id) == StageStatus.FAILED
+    with store.session(write=False) as s:
+        assert s.job(failing.job_id).status == JobStatus.FAILED
+
+
+def test_a_report_without_attempt_in_a_group_is_fenced_by_the_version_it_read(
+    store: SqlStore, grouped: Jobnik
+) -> None:
+    stage_of(grouped, "g-lead", 1)
+    stage_of(grouped, "g-sdk", 1)
+    task = grouped.dequeue("g-sdk")
+
+    results, sizes = together(
+        grouped,
+        [
+            lambda: grouped.dequeue("g-lead"),
+            lambda: grouped.report_task(task.id, C, by=Actor.API),
+        ],
+    )
+
+    assert sizes == [1, 1]  # a group of one runs as its own command
+    assert results[1].status == C
+    assert events_of(store, task.id)[-1] == "TaskCompleted"
+
+
+def test_when_the_shared_transaction_fails_each_call_runs_on_its_own(
+    store: SqlStore, grouped: Jobnik, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stage_of(grouped, "g-lead", 1)
+    stage = stage_of(grouped, "g-again", 3)
+    first = grouped.dequeue("g-again")
+    failures: list[int] = []
+
+    def broken(self: GroupCommands, calls: Any) -> None:
+        failures.append(len(calls))
+        raise DatabaseError("the database went away")
+
+    monkeypatch.setattr(GroupCommands, "_together", broken)
+    results, sizes = together(
+        grouped,
+        [
+            lambda: grouped.dequeue("g-lead"),
+            lambda: grouped.dequeue("g-again"),
+            lambda: grouped.dequeue("g-again"),
+            lambda: grouped.report_task(first.id, C, attempt=first.attempt),
+        ],
+    )
+
+    assert (sizes, failures) == ([1, 3], [3])
+    assert [r.status for r in results] == [TaskStatus.IN_PROGRESS] * 3 + [C]
+    summary = jobnik_summary(store, stage.id)
+    assert (summary["completed"], summary["in_progress"]) == (1, 2)
+
+
+def test_many_workers_through_group_commit_complete_every_task_once(
+    store: SqlStore, grouped: Jobnik
+) -> None:
+    stage = stage_of(grouped, "g-many", 120)
+    sizes: list[int] = []
+    grouped.on_group.append(sizes.append)
+    completed: list[Any] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            try:
+                task = grouped.dequeue("g-many")
+            except TaskNotFound:
+                return
+            grouped.report_task(task.id, C, attempt=task.attempt)
+            with lock:
+                completed.append(task.id)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+    assert len(completed) == len(set(completed)) == 120
+    assert sum(sizes) == 240 + 6  # every call went through a group, each last dequeue too
+    assert stage_status(store, stage.id) == StageStatus.COMPLETED
+    assert all(events_of(store, t).count("TaskCompleted") == 1 for t in completed)
+
+
+def test_the_api_server_groups_worker_commands_and_counts_them_in_its_metrics(
+    database_url: str,
+) -> None:
+    app = app_from_env({"JOBNIK_DATABASE_URL": database_url})
+    with TestClient(app) as http:
+        jobnik = app.state.jobnik
+        stage_of(jobnik, "g-http", 2)
+        before = _groups_counted(http)
+        for _ in range(2):
+            task = http.patch("/v1/stages/g-http/tasks/dequeue").json()
+            answer = http.put(
+                f"/v1/tasks/{task['id']}/status",
+                json={"status": "COMPLETED", "attempt": task["attempt"]},
+            )
+            assert answer.status_code == 200
+        assert http.patch("/v1/stages/g-http/tasks/dequeue").status_code == 404
+
+        assert _groups_counted(http) - before == 5  # 2 dequeues, 2 reports, the last dequeue
+
+
+def test_group_commit_can_be_turned_off(database_url: str) -> None:
+    on = Settings.from_env({"JOBNIK_DATABASE_URL": database_url})
+    off = Settings.from_env({"JOBNIK_DATABASE_URL": database_url, "JOBNIK_GROUP_COMMIT": "false"})
+    assert (on.group_commit, off.group_commit) == (True, False)
+    app = app_from_settings(off)
+    with TestClient(app) as http:
+        assert app.state.jobnik.group_commit is False
+        stage_of(app.state.jobnik, "g-off", 1)
+        before = _groups_counted(http)
+        assert http.patch("/v1/stages/g-off/tasks/dequeue").status_code == 200
+        assert _groups_counted(http) == before
+
+
+def _groups_counted(http: TestClient) -> float:
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith("jobnik_group_commit_commands_sum "):
+            return float(line.split()[1])
+    raise AssertionError("no jobnik_group_commit_commands in /metrics")

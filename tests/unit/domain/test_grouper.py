@@ -1,0 +1,109 @@
+"""The group commit's turn-taking (domain/groups.py), without a database: who leads, who waits,
+what a group holds, and what a failed group leaves its callers to do."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from jobnik.domain.groups import Call, Grouper
+from jobnik.domain.principals import Actor
+
+
+def call(name: str) -> Call:
+    return Call(Actor.WORKER, None, stage_type=name)
+
+
+def wait_for(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+class Held:
+    """A `run` whose first group waits until `release` is set; records every group."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.groups: list[list[str]] = []
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.fail = fail
+
+    def __call__(self, calls: list[Call]) -> None:
+        self.groups.append([c.stage_type for c in calls])
+        if len(self.groups) == 1:
+            self.started.set()
+            assert self.release.wait(10)
+        if self.fail and len(self.groups) == 2:
+            raise RuntimeError("the shared transaction failed")
+        for c in calls:
+            c.answer = f"answer of {c.stage_type}"  # type: ignore[assignment]
+
+
+def submit_all(grouper: Grouper, calls: list[Call]) -> list[threading.Thread]:
+    threads = [threading.Thread(target=grouper.submit, args=(c,)) for c in calls]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def held(limit: int, later: str) -> list[list[str]]:
+    """Call "a"; while its group runs, the calls named in `later` arrive; then let all run.
+    The groups, in the order they ran."""
+    run = Held()
+    grouper = Grouper(run, limit=limit)
+    first = submit_all(grouper, [call("a")])
+    assert run.started.wait(10)
+    rest = submit_all(grouper, [call(n) for n in later])
+    wait_for(lambda: grouper.waiting == len(later))
+    run.release.set()
+    for t in [*first, *rest]:
+        t.join(10)
+    assert grouper.waiting == 0
+    return run.groups
+
+
+def test_calls_that_arrive_while_a_group_runs_wait_and_run_together_next() -> None:
+    groups = held(10, "bcd")
+
+    assert [groups[0], sorted(groups[1])] == [["a"], ["b", "c", "d"]]
+    assert len(groups) == 2
+
+
+def test_a_group_takes_at_most_its_limit_and_the_rest_follow() -> None:
+    groups = held(2, "bcde")
+
+    assert [len(g) for g in groups] == [1, 2, 2]
+    assert sorted(n for g in groups for n in g) == list("abcde")
+
+
+def test_the_callers_of_a_failed_group_are_told_to_run_alone() -> None:
+    run = Held(fail=True)
+    grouper = Grouper(run, limit=10)
+    first = submit_all(grouper, [call("a")])
+    assert run.started.wait(10)
+    calls = [call(n) for n in "bc"]
+    errors: list[BaseException] = []
+
+    def submit(c: Call) -> None:
+        try:
+            grouper.submit(c)
+        except RuntimeError as exc:  # the leader sees the failure; every caller is `alone`
+            errors.append(exc)
+
+    rest = [threading.Thread(target=submit, args=(c,)) for c in calls]
+    for t in rest:
+        t.start()
+    wait_for(lambda: grouper.waiting == 2)
+    run.release.set()
+    for t in [*first, *rest]:
+        t.join(10)
+
+    assert [c.alone for c in calls] == [True, True]
+    assert [c.answer for c in calls] == [None, None]
+    assert len(errors) == 1  # raised in the thread that led the failed group
+    after = call("z")
+    grouper.submit(after)  # the grouper is free again: the next call leads at once
+    assert after.answer == "answer of z"
