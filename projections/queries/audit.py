@@ -70,7 +70,7 @@ class Audit:
         for r in rows:
             stored = stored_event(r)
             entity_id = UUID(str(stored.originator_id))
-            event: Any = self.store.mapper.to_domain_event(stored)
+            event: Any = self.store.decode(stored)
             qualname = r["topic"].split(":", 1)[1]
             out.append(
                 Entry(

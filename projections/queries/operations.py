@@ -159,7 +159,7 @@ class OperationsViews:
             if s.lag:
                 unapplied = self.store.notifications(s.position, 1)
                 if unapplied:
-                    event: Any = self.store.mapper.to_domain_event(unapplied[0])
+                    event: Any = self.store.decode(unapplied[0])
                     seconds = max(0.0, (now - event.timestamp).total_seconds())
             out.append(Lag(s.name, s.lag, seconds))
         return out

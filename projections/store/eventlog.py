@@ -29,6 +29,7 @@ from eventsourcing.persistence import (
     Mapper,
     Notification,
     StoredEvent,
+    TranscodingNotRegisteredError,
     UUIDAsHex,
     find_id_convertor,
 )
@@ -68,7 +69,12 @@ class Decoder:
     for the events that name it (a stage's id in each of its tasks' events; UUIDs are
     immutable), which also makes a fold's lookups by that id find the very object. A state the
     decoder does not read whole, and a mapper with a cipher, a compressor or transcodings other
-    than the library's own, go through the library's mapper (so do its errors)."""
+    than the library's own, go through the library's mapper (so do its errors).
+
+    Where the library would fail on one value, the decoder keeps it as the object it is: a
+    `{"_type_": ..., "_data_": ...}` naming a type nobody registered, or data that is not that
+    type's text. Only user data can hold such an object (the API refuses it since), and one such
+    event must not stop a catch-up projection for good, nor a job's history."""
 
     def __init__(self, mapper: Mapper[UUID]) -> None:
         self.mapper = mapper
@@ -79,7 +85,9 @@ class Decoder:
             and type(t) is JSONTranscoder
             and {n: type(c) for n, c in t.names.items()} == LIBRARY_TRANSCODINGS
         )
-        self._other = t._decode_obj if isinstance(t, JSONTranscoder) else None
+        self._decode_other: Callable[[dict[str, Any]], Any] = (
+            t._decode_obj if isinstance(t, JSONTranscoder) else lambda d: d
+        )
         # (the scanner behind `JSONDecoder.decode`, called without its Python wrappers)
         self._scan: Callable[[str, int], tuple[Any, int]] = make_scanner(
             cast(Any, JSONDecoder(object_hook=self._hook))
@@ -91,18 +99,21 @@ class Decoder:
         if len(d) != 2:
             return d
         kind, data = d.get("_type_"), d.get("_data_")
-        if type(data) is str:
-            if kind == "uuid_hex":
-                uuid = self._uuids.get(data)
-                if uuid is None:
-                    if len(self._uuids) >= KEPT_UUIDS:
-                        self._uuids.clear()
-                    uuid = self._uuids[data] = UUID(data)
-                return uuid
-            if kind == "datetime_iso":
-                return datetime.fromisoformat(data)
-        assert self._other is not None
-        return self._other(d)
+        try:
+            if type(data) is str:
+                if kind == "uuid_hex":
+                    uuid = self._uuids.get(data)
+                    if uuid is None:
+                        if len(self._uuids) >= KEPT_UUIDS:
+                            self._uuids.clear()
+                        uuid = self._uuids[data] = UUID(data)
+                    return uuid
+                if kind == "datetime_iso":
+                    return datetime.fromisoformat(data)
+            return self._decode_other(d)
+        # (the library's transcodings check their data with `assert`)
+        except (TranscodingNotRegisteredError, TypeError, ValueError, AssertionError):
+            return d  # user data shaped like an encoding it is not (the class docstring)
 
     def __call__(self, stored: StoredEvent) -> Any:
         if not self.own:

@@ -20,6 +20,7 @@ from jobnik.projections.catchup import operations, tracking
 from jobnik.projections.catchup.projection import CatchUpProjection
 from jobnik.projections.catchup.registry import CATCH_UP
 from jobnik.projections.catchup.runner import CatchUpRunner, catch_up
+from jobnik.projections.queries.audit import Audit
 from jobnik.projections.rebuild import passes
 from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.rebuild.verify import verify
@@ -335,3 +336,23 @@ def _counted_reads(store: SqlStore) -> list[int]:
 
     store.events_after = counted  # type: ignore[method-assign]
     return reads
+
+
+def test_an_event_holding_a_value_the_library_cannot_decode_stops_no_reader(
+    store: SqlStore, jobnik: Jobnik
+) -> None:
+    # A log written before the API refused such objects: the command layer does not check.
+    odd = {"_type_": "not-registered", "_data_": 1}
+    job = jobnik.create_job(NewJob(name="old log", data={"odd": odd}))
+    stage = jobnik.add_stage(job.id, NewStage(type="old-log", data={}))
+    jobnik.add_tasks(stage.id, [NewTask(data={})])
+
+    runner = CatchUpRunner(store, CATCH_UP, store.leader_lock("catchup"), interval=0.01)
+    while runner.run_once():
+        pass
+    runner.stop()
+
+    assert {n: tracking.position_of(store, n) for n in NAMES} == dict.fromkeys(NAMES, head(store))
+    [created, *_] = Audit(store).job_history(job.id).items
+    assert created.payload["data"] == {"odd": odd}
+    assert verify(store, names=NAMES) == []
