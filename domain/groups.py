@@ -80,7 +80,11 @@ class Grouper:
             else:
                 self._waiting.append(call)
         if not lead:
-            call.done.wait()
+            try:
+                call.done.wait()
+            except BaseException:
+                self._leave(call)
+                raise
             if not call.lead:
                 return
         with self._lock:
@@ -96,12 +100,26 @@ class Grouper:
             for c in group[1:]:
                 c.done.set()
             with self._lock:
-                if self._waiting:
-                    after = self._waiting.pop(0)
-                    after.lead = True
-                    after.done.set()
-                else:
-                    self._busy = False
+                self._hand_over()
+
+    def _hand_over(self) -> None:
+        """(Holding the lock.) The lead to the first call waiting, or the grouper free."""
+        if self._waiting:
+            after = self._waiting.pop(0)
+            after.lead = True
+            after.done.set()
+        else:
+            self._busy = False
+
+    def _leave(self, call: Call) -> None:
+        """`call`'s caller stopped waiting (interrupted): it leaves the line, and hands on the
+        lead if it was handed it. A call already in a running group is answered to no one."""
+        with self._lock:
+            if call in self._waiting:
+                self._waiting.remove(call)
+            elif call.lead:
+                call.lead = False
+                self._hand_over()
 
 
 class GroupCommands(BatchCommands):

@@ -7,6 +7,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import pytest
+
 from jobnik.domain.groups import Call, Grouper
 from jobnik.domain.principals import Actor
 
@@ -106,4 +108,74 @@ def test_the_callers_of_a_failed_group_are_told_to_run_alone() -> None:
     assert len(errors) == 1  # raised in the thread that led the failed group
     after = call("z")
     grouper.submit(after)  # the grouper is free again: the next call leads at once
+    assert after.answer == "answer of z"
+
+
+class Interrupted(threading.Event):
+    """An Event whose wait is interrupted (a KeyboardInterrupt in the main thread)."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        raise KeyboardInterrupt
+
+
+def test_a_caller_interrupted_while_it_waits_leaves_the_grouper_to_the_others() -> None:
+    run = Held()
+    grouper = Grouper(run, limit=1)  # one call per group: the interrupted one would lead next
+    first = submit_all(grouper, [call("a")])
+    assert run.started.wait(10)
+    gone = call("gone")
+    gone.done = Interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        grouper.submit(gone)
+    later = call("b")
+    rest = submit_all(grouper, [later])
+    wait_for(lambda: grouper.waiting >= 1)
+    run.release.set()
+    for t in [*first, *rest]:
+        t.join(10)
+
+    assert later.answer == "answer of b"  # not left waiting for a leader that is gone
+    assert "gone" not in [n for g in run.groups for n in g]
+    assert grouper.waiting == 0
+
+
+def test_a_caller_interrupted_after_it_was_handed_the_lead_hands_it_on() -> None:
+    run = Held()
+    grouper = Grouper(run, limit=1)
+    first = submit_all(grouper, [call("a")])
+    assert run.started.wait(10)
+    handed = threading.Event()
+
+    class LeadThenInterrupt(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            super().wait(10)  # handed the lead...
+            handed.set()
+            raise KeyboardInterrupt  # ...and interrupted before it could use it
+
+    gone = call("gone")
+    gone.done = LeadThenInterrupt()
+    interrupted: list[BaseException] = []
+
+    def submit_gone() -> None:
+        try:
+            grouper.submit(gone)
+        except KeyboardInterrupt as exc:
+            interrupted.append(exc)
+
+    t_gone = threading.Thread(target=submit_gone)
+    t_gone.start()
+    wait_for(lambda: grouper.waiting == 1)
+    later = call("b")
+    rest = submit_all(grouper, [later])
+    wait_for(lambda: grouper.waiting == 2)
+    run.release.set()
+    for t in [*first, t_gone, *rest]:
+        t.join(10)
+
+    assert handed.is_set()
+    assert len(interrupted) == 1
+    assert later.answer == "answer of b"
+    assert grouper.waiting == 0
+    after = call("z")
+    grouper.submit(after)  # not busy for ever
     assert after.answer == "answer of z"
