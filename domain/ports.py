@@ -122,10 +122,16 @@ class Store(Protocol):
         """Whether this context has a write session open (a session opened now joins it)."""
         ...
 
+    def commits_untold(self) -> AbstractContextManager[None]:
+        """Meanwhile, the write sessions this context opens tell no commit listener of their
+        commit: a group commit's session, which tells each of its commands apart
+        (`committed_elsewhere`), those that wrote nothing not at all."""
+        ...
+
     def committed_elsewhere(self, position: int) -> None:
         """This context's command was committed, up to log position `position`, by a session
-        of another thread (a group commit): what listens to commits hears of it here, as it
-        would have from this context's own session."""
+        that told no one (`commits_untold`, a group commit's): what listens to commits hears
+        of it here, as it would have from this context's own session."""
         ...
 
 
