@@ -18,6 +18,7 @@ from jobnik.domain.errors import TaskNotFound
 from jobnik.domain.statuses import TaskStatus
 from jobnik.projections.store.base import SqlStore
 from tests.integration.test_batches import stage_of
+from tests.integration.test_group_commit import traced
 
 C = TaskStatus.COMPLETED
 
@@ -133,3 +134,33 @@ def test_a_leader_that_wrote_is_told_its_group_position(
 
     assert sizes == [1, 2]
     assert boxes[1][positions.WRITTEN] == boxes[2][positions.WRITTEN] > boxes[0][positions.WRITTEN]
+
+
+def stage_trace(store: SqlStore, stage_id: Any, kind: str) -> str | None:
+    for stored in store.recorder.select_events(stage_id):
+        event = store.mapper.to_domain_event(stored)
+        if type(event).__name__ == kind:
+            return getattr(event, "trace_id", None)
+    raise AssertionError(f"no {kind} for {stage_id}")
+
+
+def test_the_stage_a_group_completes_carries_the_trace_of_its_last_report(
+    store: SqlStore, grouped: Jobnik
+) -> None:
+    stage_of(grouped, "p-lead", 1)
+    stage = stage_of(grouped, "p-two", 2)
+    first, second = grouped.dequeue("p-two"), grouped.dequeue("p-two")
+
+    results, _, sizes = in_order(
+        grouped,
+        [
+            lambda: grouped.dequeue("p-lead"),
+            lambda: grouped.report_task(first.id, C, attempt=first.attempt, by=traced("a")),
+            lambda: grouped.report_task(second.id, C, attempt=second.attempt, by=traced("b")),
+        ],
+    )
+
+    assert sizes == [1, 2]
+    assert [r.status for r in results[1:]] == [C, C]
+    # One by one, in the group's order, the second report completes the stage: its trace.
+    assert stage_trace(store, stage.id, "StageCompleted") == f"{'b':0>32}"
