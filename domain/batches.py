@@ -155,8 +155,7 @@ class BatchCommands(WorkCommands):
         """Before the first write (one lock turn): read the tasks ahead, and hold the queue
         rows of the jobs whose stage a report may fail, as a single failing report does."""
         s.read_ahead([i.report.task_id for i in items])
-        for job_id in self._may_fail(s, [i.report for i in items]):
-            s.hold_queue(job_id)
+        s.hold_queue(*self._may_fail(s, [i.report for i in items]))
 
     def _report_each(self, s: Session, items: Sequence[Reporting], now: datetime) -> list[Outcome]:
         """Report each item (`_before_reports` first): the outcomes are saved together, then

@@ -88,11 +88,11 @@ class Session(Protocol):
 
     def summary(self, stage_id: UUID) -> Summary: ...
 
-    def hold_queue(self, job_id: UUID) -> None:
-        """Before a command changes or removes the queued tasks of `job_id` or of its child
+    def hold_queue(self, *job_ids: UUID) -> None:
+        """Before a command changes or removes the queued tasks of `job_ids` or of their child
         jobs: wait for dequeues under way that claimed some of them, and keep new ones off
-        them. Called before anything else the command writes (see SqlSession.hold_queue); a
-        no-op where writers never overlap."""
+        them. Called once, with every job, before anything else the command writes (see
+        SqlSession.hold_queue); a no-op where writers never overlap."""
         ...
 
     def all_completed(self, stage_id: UUID) -> bool:
