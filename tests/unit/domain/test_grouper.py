@@ -3,6 +3,7 @@ what a group holds, and what a failed group leaves its callers to do."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -179,3 +180,45 @@ def test_a_caller_interrupted_after_it_was_handed_the_lead_hands_it_on() -> None
     after = call("z")
     grouper.submit(after)  # not busy for ever
     assert after.answer == "answer of z"
+
+
+def test_many_callers_each_get_an_answer_or_run_alone_and_none_is_left_waiting() -> None:
+    lock = threading.Lock()
+    runs: list[int] = []
+    rng = random.Random(3)
+
+    def run(calls: list[Call]) -> None:
+        with lock:
+            runs.append(len(calls))
+            fail = rng.random() < 0.2
+        time.sleep(0.0002)  # (a transaction's time: callers arrive meanwhile)
+        if fail:
+            raise RuntimeError("the group failed")
+        for c in calls:
+            c.answer = c.stage_type  # type: ignore[assignment]
+
+    grouper = Grouper(run, limit=4)
+    outcomes: list[str] = []
+
+    def caller(n: int) -> None:
+        for i in range(200):
+            c = call(f"{n}-{i}")
+            try:
+                grouper.submit(c)
+            except RuntimeError:
+                assert c.alone
+            with lock:
+                outcomes.append("alone" if c.alone else str(c.answer == c.stage_type))
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+    assert not any(t.is_alive() for t in threads)
+    assert len(outcomes) == 12 * 200
+    assert set(outcomes) <= {"alone", "True"}
+    assert sum(runs) == 12 * 200  # each call ran in exactly one group
+    assert max(runs) == 4
+    assert grouper.waiting == 0
