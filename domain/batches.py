@@ -155,15 +155,14 @@ class BatchCommands(WorkCommands):
         """Before the first write (one lock turn): read the tasks ahead, and hold the queue
         rows of the jobs whose stage a report may fail, as a single failing report does."""
         s.read_ahead([i.report.task_id for i in items])
-        for job_id in self._may_fail(s, [i.report for i in items]):
-            s.hold_queue(job_id)
+        s.hold_queue(*self._may_fail(s, [i.report for i in items]))
 
     def _report_each(self, s: Session, items: Sequence[Reporting], now: datetime) -> list[Outcome]:
         """Report each item (`_before_reports` first): the outcomes are saved together, then
         cascaded; an item's refusal is its outcome."""
         outcomes = []
         later: list[Task] = []  # outcomes saved together, then cascaded
-        traces: dict[UUID, str | None] = {}
+        accepted: dict[UUID, str | None] = {}  # the tasks a report changed, with its trace
         for item in items:
             r = item.report
             task: Task | None = None
@@ -192,11 +191,19 @@ class BatchCommands(WorkCommands):
                     raise  # the item changed something already: all or nothing
                 outcomes.append(Outcome(r.task_id, error=exc))
                 continue
-            traces.setdefault(task.id, item.by.trace_id or item.trace)
+            if refused is None:
+                accepted.setdefault(task.id, item.by.trace_id or item.trace)
             outcomes.append(Outcome(r.task_id, task=task, error=refused))
         s.save(*later)
-        for task in {t.id: t for t in later}.values():
-            with traced(traces.get(task.id)):
+        # Cascaded as one by one: a refused report cascades nothing, and a stage whose last
+        # tasks complete together completes at the turn of the last of them.
+        saved = {t.id: t for t in later}
+        cascading = [saved[i] for i in accepted if i in saved]
+        last_completed = {t.stage_id: t.id for t in cascading if t.status == TaskStatus.COMPLETED}
+        for task in cascading:
+            if task.status == TaskStatus.COMPLETED and last_completed[task.stage_id] != task.id:
+                continue
+            with traced(accepted[task.id]):
                 self._cascade(s, task, s.stage(task.stage_id), s.job(task.job_id), now)
         return outcomes
 

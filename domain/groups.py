@@ -49,7 +49,7 @@ class Call:
     lease_seconds: int | None = None
     reporting: Reporting | None = None
     answer: Task | Exception | None = None
-    position: int | None = None  # where its group committed, when it wrote and did not lead
+    position: int | None = None  # where its group committed, when it wrote
     lead: bool = False  # woken to run the next group
     alone: bool = False  # woken to run on its own: its group failed
     done: threading.Event = field(default_factory=threading.Event)
@@ -80,7 +80,11 @@ class Grouper:
             else:
                 self._waiting.append(call)
         if not lead:
-            call.done.wait()
+            try:
+                call.done.wait()
+            except BaseException:
+                self._leave(call)
+                raise
             if not call.lead:
                 return
         with self._lock:
@@ -96,12 +100,26 @@ class Grouper:
             for c in group[1:]:
                 c.done.set()
             with self._lock:
-                if self._waiting:
-                    after = self._waiting.pop(0)
-                    after.lead = True
-                    after.done.set()
-                else:
-                    self._busy = False
+                self._hand_over()
+
+    def _hand_over(self) -> None:
+        """(Holding the lock.) The lead to the first call waiting, or the grouper free."""
+        if self._waiting:
+            after = self._waiting.pop(0)
+            after.lead = True
+            after.done.set()
+        else:
+            self._busy = False
+
+    def _leave(self, call: Call) -> None:
+        """`call`'s caller stopped waiting (interrupted): it leaves the line, and hands on the
+        lead if it was handed it. A call already in a running group is answered to no one."""
+        with self._lock:
+            if call in self._waiting:
+                self._waiting.remove(call)
+            elif call.lead:
+                call.lead = False
+                self._hand_over()
 
 
 class GroupCommands(BatchCommands):
@@ -206,7 +224,7 @@ class GroupCommands(BatchCommands):
         dequeues = [c for c in calls if c.reporting is None]
         reports = [c for c in calls if c.reporting is not None]
         items = [c.reporting for c in reports if c.reporting is not None]
-        with self._write() as s:
+        with self.store.commits_untold(), self._write() as s:  # each call's context is told
             self._before_reports(s, items)  # (row locks that wait come before the claims)
             wrote = self._claim_each(s, dequeues, now)
             outcomes = self._report_each(s, items, now)
@@ -217,7 +235,6 @@ class GroupCommands(BatchCommands):
             c.answer = outcome.error if outcome.error is not None else outcome.task
             if outcome.task is not None:  # it wrote (a refusal is recorded too)
                 c.position = position
-        calls[0].position = None  # the leader's own session told its context
 
     def _claim_each(self, s: Session, calls: Sequence[Call], now: datetime) -> list[Call]:
         """Claim a task for each dequeue (by stage type, in arrival order) and dequeue it; a

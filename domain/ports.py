@@ -88,11 +88,11 @@ class Session(Protocol):
 
     def summary(self, stage_id: UUID) -> Summary: ...
 
-    def hold_queue(self, job_id: UUID) -> None:
-        """Before a command changes or removes the queued tasks of `job_id` or of its child
+    def hold_queue(self, *job_ids: UUID) -> None:
+        """Before a command changes or removes the queued tasks of `job_ids` or of their child
         jobs: wait for dequeues under way that claimed some of them, and keep new ones off
-        them. Called before anything else the command writes (see SqlSession.hold_queue); a
-        no-op where writers never overlap."""
+        them. Called once, with every job, before anything else the command writes (see
+        SqlSession.hold_queue); a no-op where writers never overlap."""
         ...
 
     def all_completed(self, stage_id: UUID) -> bool:
@@ -122,10 +122,16 @@ class Store(Protocol):
         """Whether this context has a write session open (a session opened now joins it)."""
         ...
 
+    def commits_untold(self) -> AbstractContextManager[None]:
+        """Meanwhile, the write sessions this context opens tell no commit listener of their
+        commit: a group commit's session, which tells each of its commands apart
+        (`committed_elsewhere`), those that wrote nothing not at all."""
+        ...
+
     def committed_elsewhere(self, position: int) -> None:
         """This context's command was committed, up to log position `position`, by a session
-        of another thread (a group commit): what listens to commits hears of it here, as it
-        would have from this context's own session."""
+        that told no one (`commits_untold`, a group commit's): what listens to commits hears
+        of it here, as it would have from this context's own session."""
         ...
 
 

@@ -43,8 +43,8 @@ class SweepCommands(WorkCommands):
         if not seen:
             return 0
         with self._write() as s:
-            for job_id in {t.job_id for t in seen if t.attempts + 1 >= t.max_attempts}:
-                s.hold_queue(job_id)  # its last attempt times out: the job may fail
+            # (the jobs whose last attempt timed out: they may fail)
+            s.hold_queue(*{t.job_id for t in seen if t.attempts + 1 >= t.max_attempts})
             expired = s.expired_leases(now, limit)
             for task in expired:
                 stage, job = s.stage(task.stage_id), s.job(task.job_id)

@@ -36,6 +36,8 @@ from jobnik.projections.store.session import SqlSession
 # opening a second transaction, so a caller can wrap a command and its own rows (an
 # Idempotency-Key, api/idempotency.py) in one all-or-nothing transaction.
 _AMBIENT: ContextVar[SqlSession | None] = ContextVar("jobnik_write_session", default=None)
+# Set while this context's write sessions tell no commit listener (`SqlStore.commits_untold`).
+_UNTOLD: ContextVar[bool] = ContextVar("jobnik_commits_untold", default=False)
 Recorder = PostgresApplicationRecorder | SQLiteApplicationRecorder
 
 
@@ -157,7 +159,8 @@ class SqlStore(ABC):
                 if token is not None:
                     _AMBIENT.reset(token)
         self._committed(session)
-        self._tell(session.position)
+        if not _UNTOLD.get():
+            self._tell(session.position)
         waited = session.cur.lock_wait
         if waited is not None:
             for observe in self.on_lock_wait:
@@ -171,6 +174,14 @@ class SqlStore(ABC):
     def in_write_session(self) -> bool:
         ambient = _AMBIENT.get()
         return ambient is not None and ambient.store is self
+
+    @contextmanager
+    def commits_untold(self) -> Iterator[None]:
+        token = _UNTOLD.set(True)
+        try:
+            yield
+        finally:
+            _UNTOLD.reset(token)
 
     def committed_elsewhere(self, position: int) -> None:
         self._tell(position)

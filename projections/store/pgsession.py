@@ -103,9 +103,10 @@ class PostgresSession(SqlSession):
         tables = tuple(table for table, _ in self._seen.values())
         self.cur.execute_prepared(_assert_fresh(self.d, tables), params, rows=len(tables))
 
-    def hold_queue(self, job_id: UUID) -> None:
-        """Lock the queue rows of `job_id` and of its child jobs, at any depth (an abort
-        cascades to them), before the writer lock.
+    def hold_queue(self, *job_ids: UUID) -> None:
+        """Lock the queue rows of `job_ids` and of their child jobs, at any depth (an abort
+        cascades to them), before the writer lock; in one statement, so in one order with any
+        other command's (a hold per job, in each command's order of jobs, could deadlock).
 
         A dequeue holds the queue row it claimed (FOR UPDATE SKIP LOCKED) while it waits for
         the event table's lock. A command that changes the job's queue rows under that lock
@@ -114,8 +115,8 @@ class PostgresSession(SqlSession):
         then table: the command waits for the claims under way (which can take the table lock
         meanwhile), and dequeues skip the rows it holds. Queued, not sent: it travels at the
         head of the command's write string."""
-        if not self.locked:
-            self.cur.execute_prepared(self.d.sql("hold_queue"), {"j": job_id})
+        if job_ids and not self.locked:
+            self.cur.execute_prepared(self.d.sql("hold_queue"), {"j": list(job_ids)})
 
     def _sent_events(self) -> bool:
         return any(ids.rows is not None for ids in self._ids)

@@ -65,7 +65,7 @@ class SqlSession:
     def lock(self) -> None:
         """Take the writer lock (here: held from the start, if the session writes)."""
 
-    def hold_queue(self, job_id: UUID) -> None:
+    def hold_queue(self, *job_ids: UUID) -> None:
         """Nothing to wait for: the writer lock, held from the start, keeps every other command
         off the job's queue rows."""
 

@@ -217,7 +217,7 @@ class MemorySession:
     def claim_batch(self, stage_type: str, count: int) -> list[Task]:
         return [self.task(t) for t in self.tables.dequeueable(stage_type)[:count]]
 
-    def hold_queue(self, job_id: UUID) -> None:
+    def hold_queue(self, *job_ids: UUID) -> None:
         """Nothing to wait for: this store's sessions never overlap."""
 
     def summary(self, stage_id: UUID) -> Summary:

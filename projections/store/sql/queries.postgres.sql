@@ -61,9 +61,10 @@ JOIN tasks_v1 t ON t.id = c.task_id JOIN stages_v1 s ON s.id = t.stage_id
 ORDER BY c.priority_rank, c.seq;
 
 -- name: hold_queue
--- Lock the queue rows of a job and of its child jobs at any depth, in one order.
+-- Lock the queue rows of jobs and of their child jobs at any depth, in one order: two commands
+-- holding some of the same rows take them in the same order, whatever jobs they name.
 WITH RECURSIVE tree(id) AS (
-    SELECT %(j)s::uuid UNION ALL SELECT c.id FROM jobs_v1 c JOIN tree ON c.parent_job_id = tree.id
+    SELECT unnest(%(j)s::uuid[]) UNION ALL SELECT c.id FROM jobs_v1 c JOIN tree ON c.parent_job_id = tree.id
 )
 SELECT count(*) FROM (
     SELECT 1 FROM queue_v1 WHERE job_id IN (SELECT id FROM tree) ORDER BY task_id FOR UPDATE

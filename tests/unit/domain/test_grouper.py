@@ -3,9 +3,12 @@ what a group holds, and what a failed group leaves its callers to do."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
+
+import pytest
 
 from jobnik.domain.groups import Call, Grouper
 from jobnik.domain.principals import Actor
@@ -107,3 +110,115 @@ def test_the_callers_of_a_failed_group_are_told_to_run_alone() -> None:
     after = call("z")
     grouper.submit(after)  # the grouper is free again: the next call leads at once
     assert after.answer == "answer of z"
+
+
+class Interrupted(threading.Event):
+    """An Event whose wait is interrupted (a KeyboardInterrupt in the main thread)."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        raise KeyboardInterrupt
+
+
+def test_a_caller_interrupted_while_it_waits_leaves_the_grouper_to_the_others() -> None:
+    run = Held()
+    grouper = Grouper(run, limit=1)  # one call per group: the interrupted one would lead next
+    first = submit_all(grouper, [call("a")])
+    assert run.started.wait(10)
+    gone = call("gone")
+    gone.done = Interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        grouper.submit(gone)
+    later = call("b")
+    rest = submit_all(grouper, [later])
+    wait_for(lambda: grouper.waiting >= 1)
+    run.release.set()
+    for t in [*first, *rest]:
+        t.join(10)
+
+    assert later.answer == "answer of b"  # not left waiting for a leader that is gone
+    assert "gone" not in [n for g in run.groups for n in g]
+    assert grouper.waiting == 0
+
+
+def test_a_caller_interrupted_after_it_was_handed_the_lead_hands_it_on() -> None:
+    run = Held()
+    grouper = Grouper(run, limit=1)
+    first = submit_all(grouper, [call("a")])
+    assert run.started.wait(10)
+    handed = threading.Event()
+
+    class LeadThenInterrupt(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            super().wait(10)  # handed the lead...
+            handed.set()
+            raise KeyboardInterrupt  # ...and interrupted before it could use it
+
+    gone = call("gone")
+    gone.done = LeadThenInterrupt()
+    interrupted: list[BaseException] = []
+
+    def submit_gone() -> None:
+        try:
+            grouper.submit(gone)
+        except KeyboardInterrupt as exc:
+            interrupted.append(exc)
+
+    t_gone = threading.Thread(target=submit_gone)
+    t_gone.start()
+    wait_for(lambda: grouper.waiting == 1)
+    later = call("b")
+    rest = submit_all(grouper, [later])
+    wait_for(lambda: grouper.waiting == 2)
+    run.release.set()
+    for t in [*first, t_gone, *rest]:
+        t.join(10)
+
+    assert handed.is_set()
+    assert len(interrupted) == 1
+    assert later.answer == "answer of b"
+    assert grouper.waiting == 0
+    after = call("z")
+    grouper.submit(after)  # not busy for ever
+    assert after.answer == "answer of z"
+
+
+def test_many_callers_each_get_an_answer_or_run_alone_and_none_is_left_waiting() -> None:
+    lock = threading.Lock()
+    runs: list[int] = []
+    rng = random.Random(3)
+
+    def run(calls: list[Call]) -> None:
+        with lock:
+            runs.append(len(calls))
+            fail = rng.random() < 0.2
+        time.sleep(0.0002)  # (a transaction's time: callers arrive meanwhile)
+        if fail:
+            raise RuntimeError("the group failed")
+        for c in calls:
+            c.answer = c.stage_type  # type: ignore[assignment]
+
+    grouper = Grouper(run, limit=4)
+    outcomes: list[str] = []
+
+    def caller(n: int) -> None:
+        for i in range(200):
+            c = call(f"{n}-{i}")
+            try:
+                grouper.submit(c)
+            except RuntimeError:
+                assert c.alone
+            with lock:
+                outcomes.append("alone" if c.alone else str(c.answer == c.stage_type))
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+    assert not any(t.is_alive() for t in threads)
+    assert len(outcomes) == 12 * 200
+    assert set(outcomes) <= {"alone", "True"}
+    assert sum(runs) == 12 * 200  # each call ran in exactly one group
+    assert max(runs) == 4
+    assert grouper.waiting == 0
