@@ -39,7 +39,11 @@ class ParentRows:
     costs the client nothing to receive), and only a new version is decoded. The rows are
     shared, read-only: aggregates restored from them replace attributes, never mutate them.
     Bounded by rows and by the size of their text (a job's data may be large): when either
-    is reached, everything kept is dropped and the hot rows come back with the next commands."""
+    is reached, everything kept is dropped and the hot rows come back with the next commands.
+
+    A claim names the stage and job it found last for its stage type (`hint`): when the task
+    it claims is of those, at those versions, the server leaves their rows out (rendering them
+    was a third of the claim's cost) and they come from here (`cached`)."""
 
     ROWS: Final = 1024
     CHARS: Final = 16 * 1024 * 1024
@@ -48,6 +52,31 @@ class ParentRows:
         self.dialect = dialect
         self._rows: dict[UUID, tuple[int, dict[str, Any]]] = {}
         self._chars = 0
+        self._last: dict[str, tuple[UUID, int, UUID, int]] = {}  # by stage type
+
+    def hint(self, stage_type: str) -> dict[str, Any]:
+        """The stage's and job's ids and versions last claimed for `stage_type`, if kept (the
+        claim's parameters s, sv, j and jv; NULLs otherwise)."""
+        last = self._last.get(stage_type)
+        if last is None or not (self.cached(last[0], last[1]) and self.cached(last[2], last[3])):
+            return {"s": None, "sv": None, "j": None, "jv": None}
+        return {"s": last[0], "sv": last[1], "j": last[2], "jv": last[3]}
+
+    def claimed(self, stage_type: str, row: dict[str, Any]) -> None:
+        """Note the stage and job of a claim's `row` for the next claim of `stage_type`."""
+        if len(self._last) >= self.ROWS:
+            self._last = {}
+        self._last[stage_type] = (
+            row["stage_id"],
+            row["stage_version"],
+            row["job_id"],
+            row["job_version"],
+        )
+
+    def cached(self, key: UUID, version: int) -> dict[str, Any] | None:
+        """The row kept of `key` at `version`, if any."""
+        kept = self._rows.get(key)
+        return kept[1] if kept is not None and kept[0] == version else None
 
     def row(self, key: UUID, version: int, text: str) -> dict[str, Any]:
         cached = self._rows.get(key)
@@ -203,30 +232,45 @@ class PostgresSession(SqlSession):
                 self._fetched.setdefault(row["id"], row)
 
     def _next_in_queue(self, stage_type: str) -> dict[str, Any] | None:
-        rows = self._read_ahead("read_ahead_claim", {"v": stage_type})
+        parents = self.store.parents
+        rows = self._read_ahead(
+            "read_ahead_claim", {"v": stage_type, **parents.hint(stage_type)}, stage_type
+        )
         return rows[0] if rows else None
 
     def _next_batch_in_queue(self, stage_type: str, count: int) -> list[dict[str, Any]]:
         return self._read_ahead("read_ahead_claims", {"v": stage_type, "n": int(count)})
 
-    def _read_ahead(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    def _read_ahead(
+        self, name: str, params: dict[str, Any], claimed: str | None = None
+    ) -> list[dict[str, Any]]:
         """Tasks' rows (`read_ahead_task`, or the next queued of a stage type, locked:
         `read_ahead_claim(s)`), each with its stage's, job's and stage summary's rows, prepared:
-        every worker command uses them."""
+        every worker command uses them. `claimed`: the stage type a claim's hint is for."""
         later = self.cur.queued_prepared(self.d.sql(name), params)
         self.cur.flush()
         # (A prepared statement that waited for a rebuild's swap, DROP TABLE then RENAME, would
         # find nothing rather than re-resolve the names; it cannot wait for one: the session's
         # first statement, `writing`, waits for a swap under way and holds the next one off.)
-        return [self._read_ahead_row(row) for row in later.rows or ()]
+        rows = later.rows or ()
+        if claimed is not None and rows:
+            self.store.parents.claimed(claimed, rows[0])
+        return [self._read_ahead_row(row) for row in rows]
 
     def _read_ahead_row(self, row: dict[str, Any]) -> dict[str, Any]:
         """The task's row; its stage's and job's rows kept for their loads (a batch's rows
-        carry them, and the summary, with the stage's first task only)."""
+        carry them, and the summary, with the stage's first task only; a claim's, unless they
+        are those its hint named). A row left out and no longer kept is loaded when needed."""
+        parents = self.store.parents
         for kind in ("stage", "job"):
-            key = row[f"{kind}_id"]
-            if row[kind] is not None and key not in self.loaded and key not in self._fetched:
-                self._fetched[key] = self.store.parents.row(key, row[f"{kind}_version"], row[kind])
+            key, version = row[f"{kind}_id"], row[f"{kind}_version"]
+            if key in self.loaded or key in self._fetched:
+                continue
+            held = parents.cached(key, version) if row[kind] is None else None
+            if row[kind] is not None:
+                self._fetched[key] = parents.row(key, version, row[kind])
+            elif held is not None:
+                self._fetched[key] = held
         if row["summary"] is not None and not self._sent_events():
             self._summary_seen.setdefault(row["stage_id"], row["summary"])
         return self.d.load_jsonb(row["task"])

@@ -405,6 +405,44 @@ def test_a_parent_row_read_ahead_is_decoded_once_per_version(pg: SqlStore) -> No
         rows.row(key, 4, "")
 
 
+def test_a_claim_leaves_out_the_stage_and_job_rows_the_process_holds(
+    pg: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim names the stage and job it found last for its stage type; the server leaves
+    their rows out while they are unchanged, and the kept rows stand in. A kept row dropped
+    meanwhile is loaded instead."""
+    jobnik = Jobnik(pg)
+    job, stage = one_task_job(jobnik)
+    jobnik.add_tasks(stage.id, [NewTask(data={}) for _ in range(3)])
+    sent: list[tuple[bool, bool]] = []
+    read = PostgresSession._read_ahead_row
+
+    def spy(self: PostgresSession, row: dict[str, Any]) -> dict[str, Any]:
+        sent.append((row["stage"] is not None, row["job"] is not None))
+        return read(self, row)
+
+    monkeypatch.setattr(PostgresSession, "_read_ahead_row", spy)
+    first = jobnik.dequeue("opt")  # starts the stage and job: new versions
+    jobnik.dequeue("opt")  # those versions, sent once more, and kept
+    second = jobnik.dequeue("opt")
+    assert sent == [(True, True), (True, True), (False, False)]
+    assert second.stage_id == first.stage_id
+    hint = pg.parents.hint
+
+    def dropping(stage_type: str) -> dict[str, Any]:
+        out = hint(stage_type)
+        pg.parents.row(uuid4(), 1, json.dumps({"data": "x" * pg.parents.CHARS}))  # drops all
+        return out
+
+    monkeypatch.setattr(pg.parents, "hint", dropping)
+    third = jobnik.dequeue("opt")
+    assert sent[-1] == (False, False)
+    assert third.status == TaskStatus.IN_PROGRESS
+    with pg.session(write=False) as r:
+        assert r.stage(stage.id).status == StageStatus.IN_PROGRESS
+        assert r.job(job.id).status == JobStatus.IN_PROGRESS
+
+
 def test_a_command_after_a_jobs_change_sees_the_new_job_not_the_kept_row(pg: SqlStore) -> None:
     jobnik = Jobnik(pg)
     job, stage = one_task_job(jobnik)

@@ -37,9 +37,15 @@ JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t.job_id
     LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id;
 
 -- name: read_ahead_claim
--- `read_ahead_task` for the next dequeueable task of a stage type, its queue row locked.
+-- `read_ahead_task` for the next dequeueable task of a stage type, its queue row locked; the
+-- stage's and job's rows left out when they are those the client holds (%(s)s at version
+-- %(sv)s, %(j)s at %(jv)s: the last claim's, or NULLs).
 SELECT to_jsonb(t) AS task, s.id AS stage_id, s.version AS stage_version,
-    to_jsonb(s)::text AS stage, j.id AS job_id, j.version AS job_version, to_jsonb(j)::text AS job,
+    CASE WHEN s.id = %(s)s::uuid AND s.version = %(sv)s::bigint THEN NULL
+        ELSE to_jsonb(s)::text END AS stage,
+    j.id AS job_id, j.version AS job_version,
+    CASE WHEN j.id = %(j)s::uuid AND j.version = %(jv)s::bigint THEN NULL
+        ELSE to_jsonb(j)::text END AS job,
     to_jsonb(sm) AS summary
 FROM tasks_v1 t JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t.job_id
     LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id
