@@ -315,11 +315,14 @@ class PostgresSession(SqlSession):
 def _assert_fresh(d: Dialect, tables: tuple[str, ...]) -> str:
     """The check that rows loaded from `tables` (in load order; parameters `i<k>` and `v<k>`,
     the k-th row's id and version) are unchanged: a few shapes, each built once."""
-    by_table: dict[str, list[str]] = {}
+    by_table: dict[str, list[tuple[str, str]]] = {}
     for i, table in enumerate(tables):
-        by_table.setdefault(table, []).append(f"(%(i{i})s::uuid, %(v{i})s::bigint)")
+        by_table.setdefault(table, []).append((f"%(i{i})s::uuid", f"%(v{i})s::bigint"))
     counts = " + ".join(
-        d.sql("unchanged", table=table, pairs=", ".join(pairs)) for table, pairs in by_table.items()
+        d.sql("unchanged_one", table=table, id=pairs[0][0], version=pairs[0][1])
+        if len(pairs) == 1
+        else d.sql("unchanged", table=table, pairs=", ".join(f"({i}, {v})" for i, v in pairs))
+        for table, pairs in by_table.items()
     )
     return d.sql("assert_fresh", counts=counts)
 

@@ -84,13 +84,17 @@ SELECT jobnik_assert_fresh({counts}, %(n)s::bigint);
 -- {pairs}: (id, version) pairs of rows loaded before the writer lock.
 (SELECT count(*) FROM {table} WHERE (id, version) IN ({pairs}));
 
+-- name: unchanged_one
+-- `unchanged` for one row: about half its cost (no aggregate, no row comparison).
+(EXISTS (SELECT FROM {table} WHERE id = {id} AND version = {version}))::int;
+
 -- name: assert_summary_fresh
 -- Stage completions predicted before the writer lock still hold: completed - total equals
 -- each of %(yes)s (predicted complete) and none of %(no)s (predicted not), each offset being
 -- what the session's saves after that prediction added to completed - total.
-SELECT jobnik_assert_fresh((SELECT count(*) FROM summaries_v1 WHERE stage_id = %(s)s::uuid
+SELECT jobnik_assert_fresh((EXISTS (SELECT FROM summaries_v1 WHERE stage_id = %(s)s::uuid
     AND completed - total <> ALL(%(no)s::bigint[])
-    AND completed - total = ALL(%(yes)s::bigint[])), 1);
+    AND completed - total = ALL(%(yes)s::bigint[])))::int, 1);
 
 -- name: notification_sequence
 SELECT pg_get_serial_sequence(%(t)s, 'notification_id') AS seq;
