@@ -139,7 +139,7 @@ def work(app: Jobnik, stage_type: str) -> tuple[int, int]:
 
 
 def drain(app: Jobnik, stage_type: str, k: int) -> Drain:
-    """K threads of `work` drain the stage type."""
+    """K threads of `work` drain the stage type (`cpu`: the whole process's)."""
     out = Drain()
 
     def one(_: int) -> None:
@@ -148,7 +148,9 @@ def drain(app: Jobnik, stage_type: str, k: int) -> Drain:
             out.tasks += done
             out.retries += retries
 
+    cpu = time.process_time()
     out.seconds = bench_floor.parallel(k, one)
+    out.cpu = time.process_time() - cpu
     return out
 
 
@@ -190,8 +192,9 @@ def drain_processes(target: Callable[..., None], url: str, stage_type: str, k: i
 
 def fig_engine(ctx: Ctx) -> None:
     """At each K: K threads of one process, then K worker processes (each its own store, as
-    real workers), each beside the raw SQL lifecycle run the same way. The goal is judged on
-    the processes; in one process the engine's Python is serialised by the GIL."""
+    real workers), each beside the raw SQL lifecycle run the same way; at the largest K, the
+    threads again with group commit. The goal is judged on the processes; in one process the
+    engine's Python is serialised by the GIL."""
     n = ctx.sizes.lifecycle_tasks
     with ctx.database("engine") as url, engine(url) as store:
         app = Jobnik(store)
@@ -203,7 +206,20 @@ def fig_engine(ctx: Ctx) -> None:
             raw.load(f"floor-k{k}", n)
             got = drain(app, f"life-k{k}", k)
             floor = raw.run(f"floor-k{k}", k)
-            ratios[k, "threads"] = lifecycle(ctx, f"K={k}", got, floor, f"{k} threads", "")
+            ratios[k, "threads"] = lifecycle(
+                ctx, f"K={k}", got, floor, f"{k} threads", f"; worker CPU {got.cpu_ms:.2f} ms/task"
+            )
+            if k == max(ctx.sizes.ks):  # the same threads with group commit (domain/groups.py)
+                populate(app, f"life-g{k}", n)
+                grouped = drain(Jobnik(store, group_commit=True), f"life-g{k}", k)
+                lifecycle(
+                    ctx,
+                    f"K={k} (threads, group commit)",
+                    grouped,
+                    floor,
+                    f"{k} threads",
+                    f"; worker CPU {grouped.cpu_ms:.2f} ms/task",
+                )
             populate(app, f"life-p{k}", n)
             raw.load(f"floor-p{k}", n)
             got = drain_processes(engine_worker, url, f"life-p{k}", k)
