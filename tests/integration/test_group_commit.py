@@ -13,6 +13,7 @@ from uuid import uuid4
 import pytest
 from fastapi.testclient import TestClient
 
+from jobnik.api import positions
 from jobnik.api.main import app_from_env, app_from_settings
 from jobnik.api.settings import Settings
 from jobnik.domain.application import Jobnik
@@ -35,22 +36,25 @@ def traced(name: str) -> Principal:
     return Principal(Actor.WORKER.name, trace_id=f"{name:0>32}")
 
 
-def together(jobnik: Jobnik, calls: list[Callable[[], Any]]) -> tuple[list[Any], list[int]]:
-    """Run `calls[0]`, holding its group until every other call waits, so that those run as
-    the next group. Each call's result (or the exception it raised), and the group sizes."""
+def in_order(
+    jobnik: Jobnik, calls: list[Callable[[], Any]]
+) -> tuple[list[Any], list[dict[str, int]], list[int]]:
+    """Run `calls[0]` and hold its group until `calls[1:]` wait for it, arriving in their
+    order (so `calls[1]` leads the next group). Each call runs as a request would: with its own
+    positions box. Each call's result (or exception), its box, and the group sizes."""
     sizes: list[int] = []
+    release = threading.Event()
 
     def observe(n: int) -> None:
         sizes.append(n)
         if len(sizes) == 1:
-            deadline = time.monotonic() + 10
-            while jobnik.grouper.waiting < len(calls) - 1:
-                assert time.monotonic() < deadline, "the calls did not arrive"
-                time.sleep(0.001)
+            assert release.wait(10)
 
     results: list[Any] = [None] * len(calls)
+    boxes: list[dict[str, int]] = [{} for _ in calls]
 
     def run(i: int) -> None:
+        positions.REQUEST_POSITIONS.set(boxes[i])
         try:
             results[i] = calls[i]()
         except Exception as exc:  # noqa: BLE001 - each call's answer, compared below
@@ -59,16 +63,22 @@ def together(jobnik: Jobnik, calls: list[Callable[[], Any]]) -> tuple[list[Any],
     jobnik.on_group.append(observe)
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
     threads[0].start()
-    deadline = time.monotonic() + 10
-    while not sizes:
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
-    for t in threads[1:]:
+    _until(lambda: bool(sizes))
+    for n, t in enumerate(threads[1:], start=1):
         t.start()
+        _until(lambda n=n: jobnik.grouper.waiting == n)  # type: ignore[misc]
+    release.set()
     for t in threads:
         t.join(30)
     jobnik.on_group.remove(observe)
-    return results, sizes
+    return results, boxes, sizes
+
+
+def _until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
 
 
 def trace_of(store: SqlStore, task_id: Any, kind: str) -> str | None:
@@ -89,7 +99,7 @@ def test_calls_made_together_share_a_transaction_and_each_gets_its_own_answer(
     doomed = grouped.dequeue("g-fail")
     missing = uuid4()
 
-    results, sizes = together(
+    results, _, sizes = in_order(
         grouped,
         [
             lambda: grouped.dequeue("g-lead"),
@@ -133,7 +143,7 @@ def test_a_report_without_attempt_in_a_group_is_fenced_by_the_version_it_read(
     stage_of(grouped, "g-sdk", 1)
     task = grouped.dequeue("g-sdk")
 
-    results, sizes = together(
+    results, _, sizes = in_order(
         grouped,
         [
             lambda: grouped.dequeue("g-lead"),
@@ -159,7 +169,7 @@ def test_when_the_shared_transaction_fails_each_call_runs_on_its_own(
         raise DatabaseError("the database went away")
 
     monkeypatch.setattr(GroupCommands, "_together", broken)
-    results, sizes = together(
+    results, _, sizes = in_order(
         grouped,
         [
             lambda: grouped.dequeue("g-lead"),

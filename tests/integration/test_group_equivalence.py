@@ -15,8 +15,7 @@ from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.principals import Actor
 from jobnik.domain.statuses import TaskStatus
 from jobnik.projections.store.base import SqlStore
-from tests.integration.test_group_answers import in_order
-from tests.integration.test_group_commit import traced
+from tests.integration.test_group_commit import in_order, traced
 
 C, F = TaskStatus.COMPLETED, TaskStatus.FAILED
 

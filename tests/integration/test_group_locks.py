@@ -20,7 +20,7 @@ from jobnik.projections.store import batch
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.pgsession import PostgresSession
 from tests.integration.test_batches import stage_of, stage_status
-from tests.integration.test_group_commit import together, traced
+from tests.integration.test_group_commit import in_order, traced
 from tests.integration.test_rebuild import snapshot
 
 C, F = TaskStatus.COMPLETED, TaskStatus.FAILED
@@ -64,7 +64,7 @@ def test_groups_failing_the_same_jobs_in_either_order_do_not_deadlock(
 
     def process(i: int, jobnik: Jobnik, tasks: list[Any]) -> None:
         calls = [lambda: jobnik.dequeue("l-lead"), *(fail(jobnik, t) for t in tasks)]
-        results[i] = together(jobnik, calls)
+        results[i] = in_order(jobnik, calls)
 
     threads = [
         threading.Thread(target=process, args=(0, one, [a1, b1])),
@@ -75,7 +75,7 @@ def test_groups_failing_the_same_jobs_in_either_order_do_not_deadlock(
     for t in threads:
         t.join(60)
 
-    for answers, sizes in results:
+    for answers, _, sizes in results:
         assert sizes == [1, 2]
         assert [r.status for r in answers[1:]] == [F, F]
     assert not [e for e in errors if "deadlock" in e]  # none for PostgreSQL to break
