@@ -7,19 +7,16 @@ plain request a worker sends (the route's own query parameters, a JSON body, no
 `Idempotency-Key` on the batched report), `HotRoutes`, the innermost middleware, matches the
 route as the router would, validates the path and query parameters and the body with the same
 pydantic types, checks the permission with the same `authorize`, and calls the route's own
-function with them in a thread of its own pool (asyncio's executor hand-off, with the request's
-context: half the CPU of AnyIO's); a domain error answers as FastAPI's handler answers it. Any
-other request (an unknown or repeated parameter, a body that does not validate, another content
-type) goes on to the router and the route's FastAPI handler, which answers it as it always has.
+function with them in a thread of the commands' pool (api/threads.py), with the request's
+context; a domain error answers as FastAPI's handler answers it. Any other request (an unknown
+or repeated parameter, a body that does not validate, another content type) goes on to the
+router and the route's FastAPI handler, which answers it as it always has.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qsl
@@ -39,11 +36,10 @@ from jobnik.api.limits import header, parsed_body, read_body, replay
 from jobnik.api.permissions import authorize
 from jobnik.api.routes import stages, tasks
 from jobnik.api.schemas import AttemptBody, StageType, TaskStatusChange
+from jobnik.api.threads import COMMANDS
 from jobnik.domain.errors import JobnikError
 
 _JSON_TYPES: Final = frozenset({b"application/json", b"application/json; charset=utf-8"})
-# The hot routes' commands block on the database: as many threads as AnyIO's default limit.
-_THREADS: Final = ThreadPoolExecutor(max_workers=40, thread_name_prefix="jobnik-command")
 
 
 @dataclass(frozen=True)
@@ -147,10 +143,7 @@ async def answer(request: Request, call: Callable[..., Any], shape: Shape) -> Re
     if shape.once:  # (no Idempotency-Key here: the command just runs)
         call = functools.partial(call, once=Once(request.app.state.idempotency, None, "", 200))
     bound = functools.partial(call, jobnik=request.app.state.jobnik, by=await authorize(request))
-    context = contextvars.copy_context()
-    response: Response = await asyncio.get_running_loop().run_in_executor(
-        _THREADS, context.run, bound
-    )
+    response: Response = await COMMANDS.run(bound)
     return response
 
 
