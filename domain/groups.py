@@ -138,7 +138,8 @@ class GroupCommands(BatchCommands):
         super().__init__(store, clock, lease_seconds=lease_seconds, max_batch=max_batch)
         self.group_commit = group_commit
         self.grouper = Grouper(self._run_group, max_batch)
-        # Called by each group's leader with the number of commands in its transaction.
+        # Called with the number of commands each transaction ran: by a group's leader once
+        # its group has run, and with 1 by each call of a failed group, which runs on its own.
         self.on_group: list[Callable[[int], None]] = []
 
     def _grouped(self, call: Call) -> Task | None:
@@ -149,6 +150,7 @@ class GroupCommands(BatchCommands):
             if not call.alone:
                 raise
         if call.alone:
+            self._observe(1)  # (its group's transaction was not counted: it failed)
             return None
         if call.position is not None:
             self.store.committed_elsewhere(call.position)
@@ -194,16 +196,19 @@ class GroupCommands(BatchCommands):
     def _run_group(self, calls: list[Call]) -> None:
         """Run `calls`; the first is the caller's own, in its own thread. Alone, it runs as its
         own command would; several run in one transaction, with no trace of their own."""
-        for observe in self.on_group:
-            observe(len(calls))
         if len(calls) == 1:
             self._run_alone(calls[0])
-            return
-        token = REQUEST_TRACE.set(None)
-        try:
-            self._together(calls)
-        finally:
-            REQUEST_TRACE.reset(token)
+        else:
+            token = REQUEST_TRACE.set(None)
+            try:
+                self._together(calls)
+            finally:
+                REQUEST_TRACE.reset(token)
+        self._observe(len(calls))
+
+    def _observe(self, commands: int) -> None:
+        for observe in self.on_group:
+            observe(commands)
 
     def _run_alone(self, call: Call) -> None:
         try:
