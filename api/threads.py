@@ -55,14 +55,20 @@ class CommandThreads:
         future: asyncio.Future[T] = loop.create_future()
         with self._lock:
             self._calls += 1
-            start = self._calls > self._threads and self._threads < self.limit
+            number = self._threads + 1
+            start = self._calls >= number and number <= self.limit
             if start:
-                self._threads += 1
+                self._threads = number
         if start:
-            thread = threading.Thread(
-                target=self._serve, name=f"{self.name}-{self._threads}", daemon=True
-            )
-            thread.start()
+            try:
+                threading.Thread(
+                    target=self._serve, name=f"{self.name}-{number}", daemon=True
+                ).start()
+            except BaseException:  # (the system refused a thread: this call is not queued)
+                with self._lock:
+                    self._threads -= 1
+                    self._calls -= 1
+                raise
         self._queue.put((loop, future, contextvars.copy_context(), call))
         return await future
 

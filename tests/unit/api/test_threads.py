@@ -123,6 +123,23 @@ def test_a_call_whose_loop_closed_meanwhile_leaves_its_thread_serving() -> None:
     assert pool.threads == 1
 
 
+def test_a_thread_the_system_refuses_is_the_callers_error_and_the_pool_stays_usable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pool = CommandThreads(2, "t")
+
+    def refused(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(threading.Thread, "start", refused)
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            asyncio.run(pool.run(lambda: "never"))
+    assert pool.threads == 0
+    assert asyncio.run(pool.run(lambda: "served")) == "served"
+    assert pool.threads == 1
+
+
 def test_a_pool_needs_a_thread() -> None:
     with pytest.raises(ValueError, match="at least one thread"):
         CommandThreads(0, "t")
