@@ -32,7 +32,7 @@ from jobnik.domain.ports import Session
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.domain.work import WorkCommands
+from jobnik.domain.work import FirstRead, WorkCommands
 
 # What refuses one item of a batched report without touching the others: each is raised
 # before the item changes anything.
@@ -60,13 +60,12 @@ class Report:
 
 @dataclass(frozen=True)
 class Reporting:
-    """A report with who sends it: `seen`, for a report without attempt, is the task's version
-    its request first read (the report is refused if the task changed since); `trace`, the
-    trace id its events carry when its principal names none."""
+    """A report with who sends it: `seen`, for a report without attempt, what fences it
+    (`FirstRead`); `trace`, the trace id its events carry when its principal names none."""
 
     report: Report
     by: Principal
-    seen: int | None = None
+    seen: FirstRead | None = None
     trace: str | None = None
 
 
@@ -172,8 +171,8 @@ class BatchCommands(WorkCommands):
                     task = s.task(r.task_id)
                     version = task.version
                     item.by.check_stage_type(task.stage_type)
-                    if item.seen is not None and version != item.seen:
-                        raise TaskStatusUpdateFailed
+                    if item.seen is not None:
+                        item.seen.check(version)
                     refused = self._fenced_report(
                         s,
                         task,

@@ -37,6 +37,7 @@ from jobnik.domain.ports import Session, Store
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_BATCH, TaskStatus
 from jobnik.domain.tasks import Task
+from jobnik.domain.work import FirstRead
 
 
 @dataclass(eq=False)
@@ -181,7 +182,7 @@ class GroupCommands(BatchCommands):
         reason: str | None,
         fatal: bool,
         result: dict[str, Any] | None,
-        seen: int | None,
+        seen: FirstRead | None,
         *,
         by: Principal,
     ) -> Task:

@@ -34,6 +34,23 @@ from jobnik.domain.tasks import Task
 NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"
 
 
+@dataclass
+class FirstRead:
+    """What fences a report without attempt (Jobnik's SDK sends none): the task's version when
+    the report's first transaction read it. A transaction run again (a conflict, a group that
+    failed) refuses the report if the task changed since, as Jobnik's manager refuses an update
+    whose row changed under it."""
+
+    version: int | None = None
+
+    def check(self, version: int) -> None:
+        """Note `version` on the first read; TaskStatusUpdateFailed on a later one that differs."""
+        if self.version is None:
+            self.version = version
+        elif version != self.version:
+            raise TaskStatusUpdateFailed
+
+
 @dataclass(frozen=True)
 class Beat:
     """A heartbeat's answer: the task (with its new lease) and whether its job was aborted."""
@@ -97,21 +114,13 @@ class WorkCommands:
 
         With `attempt`, a report from an attempt that is no longer current is recorded and
         refused (StaleAttempt, 409). Without it (Jobnik's SDK), the task must not have changed
-        since this request first read it (TaskStatusUpdateFailed, 409). A worker
+        since this request first read it (`FirstRead`: TaskStatusUpdateFailed, 409). A worker
         token must name its attempt (AttemptRequired).
         """
-        seen = self._seen(task_id, attempt, by)
-        return self._report_one(task_id, status, attempt, reason, fatal, result, seen, by=by)
-
-    def _seen(self, task_id: UUID, attempt: int | None, by: Principal) -> int | None:
-        """For a report without attempt, the task's version now (the report is refused if the
-        task changes before it is written); None for a report with its attempt."""
         if attempt is None and by.role is Role.WORKER:
             raise AttemptRequired
-        if attempt is not None:
-            return None
-        with self.store.session(write=False) as r:
-            return r.task(task_id).version
+        seen = FirstRead() if attempt is None else None
+        return self._report_one(task_id, status, attempt, reason, fatal, result, seen, by=by)
 
     @command
     def _report_one(
@@ -122,17 +131,17 @@ class WorkCommands:
         reason: str | None,
         fatal: bool,
         result: dict[str, Any] | None,
-        seen: int | None,
+        seen: FirstRead | None,
         *,
         by: Principal,
     ) -> Task:
-        """`report_task`, once `_seen` read what it needs."""
+        """`report_task`'s transaction (run again on a conflict)."""
         now = self.clock()
         with self._write() as s:
             task = s.task(task_id)
             by.check_stage_type(task.stage_type)
-            if seen is not None and task.version != seen:
-                raise TaskStatusUpdateFailed
+            if seen is not None:
+                seen.check(task.version)
             refused = self._fenced_report(s, task, status, attempt, now, reason, fatal, result, by)
         if refused is not None:
             raise refused

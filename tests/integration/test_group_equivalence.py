@@ -68,14 +68,12 @@ def calls_of(
         attempt = task.attempt + (1 if rng.random() < 0.15 else 0)
         fatal = rng.random() < 0.2
         result = {"out": "BAD" if rng.random() < 0.3 else "fine"}
-        if rng.random() < 0.15:  # the SDK's: no attempt, fenced by the version it read
-            # (each request reads the version when it arrives: here, before any call runs)
-            seen = jobnik._seen(task.id, None, Actor.API)
+        if rng.random() < 0.15:  # the SDK's: no attempt, fenced by the version it first read
             calls.append(
                 (
                     False,
-                    lambda t=task, s=status, r=result, v=seen: jobnik._report_one(
-                        t.id, s, None, None, False, r, v, by=Actor.API
+                    lambda t=task, s=status, r=result: jobnik.report_task(
+                        t.id, s, result=r, by=Actor.API
                     ),
                 )
             )
