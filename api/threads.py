@@ -4,13 +4,14 @@ loop with as little machinery as that takes.
 A command blocks on the database, so it runs in a thread, not on the event loop. asyncio's
 executor hand-off (`loop.run_in_executor`) goes through a `concurrent.futures.Future` chained to
 an asyncio one, the pool's idle semaphore and the future's condition, each a lock or two in
-Python: about 40 µs of CPU per call on uvloop, most of what the server spends on a request
-besides the command itself. Here a call is one put on a `SimpleQueue` (C) and one
+Python: about 40 µs of CPU per call on uvloop, a third of what the server spends on a worker's
+request besides its command. Here a call is one put on a `SimpleQueue` (C) and one
 `call_soon_threadsafe` that settles the asyncio future: about a quarter of that.
 
-Threads start as calls need them, up to a limit; a call beyond it waits in the queue. They are
-daemon threads: a server that stops has answered its requests first (uvicorn's graceful
-shutdown), and a command cut off at exit commits nothing.
+Threads start as calls need them, up to a limit, each under the pool's lock (a start takes a
+fraction of a millisecond, at most `limit` times); a call beyond the limit waits in the queue.
+They are daemon threads: a server that stops has answered its requests first (uvicorn's
+graceful shutdown), and a command cut off at exit commits nothing.
 """
 
 from __future__ import annotations
@@ -53,22 +54,16 @@ class CommandThreads:
         Cancelling the await does not stop a call that has begun: its outcome is dropped."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        with self._lock:
+        with self._lock:  # (a thread starts under the lock: no other call counts on it first)
             self._calls += 1
-            number = self._threads + 1
-            start = self._calls >= number and number <= self.limit
-            if start:
-                self._threads = number
-        if start:
-            try:
-                threading.Thread(
-                    target=self._serve, name=f"{self.name}-{number}", daemon=True
-                ).start()
-            except BaseException:  # (the system refused a thread: this call is not queued)
-                with self._lock:
-                    self._threads -= 1
+            if self._calls > self._threads and self._threads < self.limit:
+                name = f"{self.name}-{self._threads + 1}"
+                try:
+                    threading.Thread(target=self._serve, name=name, daemon=True).start()
+                except BaseException:  # (the system refused a thread: this call is not queued)
                     self._calls -= 1
-                raise
+                    raise
+                self._threads += 1
         self._queue.put((loop, future, contextvars.copy_context(), call))
         return await future
 
@@ -78,6 +73,10 @@ class CommandThreads:
             loop, future, context, call = queue.get()
             try:
                 outcome: tuple[Any, BaseException | None] = (context.run(call), None)
+            except StopIteration as exc:  # (a future refuses it: turned as a coroutine turns it)
+                error = RuntimeError("a command raised StopIteration")
+                error.__cause__ = exc
+                outcome = (None, error)
             except BaseException as exc:  # noqa: BLE001 (handed to the caller, whatever it is)
                 outcome = (None, exc)
             with self._lock:

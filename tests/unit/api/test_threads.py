@@ -140,6 +140,70 @@ def test_a_thread_the_system_refuses_is_the_callers_error_and_the_pool_stays_usa
     assert pool.threads == 1
 
 
+def test_a_call_that_raises_stop_iteration_answers_its_caller() -> None:
+    """(An asyncio future refuses StopIteration: its caller would wait forever.)"""
+    pool = CommandThreads(1, "t")
+
+    def stops() -> None:
+        next(iter(()))
+
+    async def main() -> None:
+        await asyncio.wait_for(pool.run(stops), 5)
+
+    with pytest.raises(RuntimeError, match="StopIteration") as caught:
+        asyncio.run(main())
+    assert isinstance(caught.value.__cause__, StopIteration)
+
+
+def test_a_call_from_another_loop_while_a_thread_start_is_refused_is_served(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two event loops share the pool: A's call starts its only thread, and the system refuses
+    it while B's call comes in. A gets the error; B's call must not wait for a thread that was
+    counted but never started."""
+    pool = CommandThreads(1, "t")
+    original = threading.Thread.start
+    b_calling, refusing = threading.Event(), threading.Event()
+
+    def start(self: threading.Thread) -> None:
+        if self.name.startswith("t-") and not refusing.is_set():
+            refusing.set()
+            assert b_calling.wait(5)
+            time.sleep(0.05)  # (B's call meanwhile: waiting for the lock, or queued)
+            raise RuntimeError("can't start new thread")
+        original(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    outcomes: dict[str, object] = {}
+
+    def a() -> None:
+        try:
+            outcomes["a"] = asyncio.run(pool.run(lambda: "a"))
+        except RuntimeError as exc:
+            outcomes["a"] = exc
+
+    def b() -> None:
+        async def main() -> str:
+            b_calling.set()
+            return await asyncio.wait_for(pool.run(lambda: "b"), 5)
+
+        try:
+            outcomes["b"] = asyncio.run(main())
+        except BaseException as exc:  # noqa: BLE001 - compared below
+            outcomes["b"] = exc
+
+    first = threading.Thread(target=a)
+    first.start()
+    assert refusing.wait(5)
+    second = threading.Thread(target=b)
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert isinstance(outcomes["a"], RuntimeError)
+    assert outcomes["b"] == "b"
+    assert pool.threads == 1
+
+
 def test_a_pool_needs_a_thread() -> None:
     with pytest.raises(ValueError, match="at least one thread"):
         CommandThreads(0, "t")
