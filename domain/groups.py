@@ -22,6 +22,7 @@ its own caller's alone.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_BATCH, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.domain.work import FirstRead
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -208,8 +211,15 @@ class GroupCommands(BatchCommands):
         self._observe(len(calls))
 
     def _observe(self, commands: int) -> None:
+        """Tell the observers (once the group ran: an observer's error is logged, not raised,
+        or the calls of a group that committed would run again)."""
         for observe in self.on_group:
-            observe(commands)
+            try:
+                observe(commands)
+            except Exception:
+                log.exception(
+                    "a group commit observer failed", extra={"action": "group_observer_failed"}
+                )
 
     def _run_alone(self, call: Call) -> None:
         try:

@@ -37,9 +37,9 @@ NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"
 @dataclass
 class FirstRead:
     """What fences a report without attempt (Jobnik's SDK sends none): the task's version when
-    the report's first transaction read it. A transaction run again (a conflict, a group that
-    failed) refuses the report if the task changed since, as Jobnik's manager refuses an update
-    whose row changed under it."""
+    the report's first transaction read it. Run again (after a conflict, or after a group that
+    failed once it reached the report), the report is refused if the task changed since, as
+    Jobnik's manager refuses an update whose row changed under it."""
 
     version: int | None = None
 

@@ -255,3 +255,29 @@ def _groups_counted(http: TestClient) -> float:
         if line.startswith("jobnik_group_commit_commands_sum "):
             return float(line.split()[1])
     raise AssertionError("no jobnik_group_commit_commands in /metrics")
+
+
+def test_an_observer_that_raises_does_not_run_a_committed_group_again(
+    store: SqlStore, grouped: Jobnik
+) -> None:
+    stage_of(grouped, "g-obs-lead", 1)
+    stage = stage_of(grouped, "g-obs", 4)
+
+    def broken_metric(n: int) -> None:
+        if n > 1:
+            raise RuntimeError("the metrics backend failed")
+
+    grouped.on_group.append(broken_metric)
+    results, _, sizes = in_order(
+        grouped,
+        [
+            lambda: grouped.dequeue("g-obs-lead"),
+            lambda: grouped.dequeue("g-obs"),
+            lambda: grouped.dequeue("g-obs"),
+        ],
+    )
+    grouped.on_group.remove(broken_metric)
+
+    assert sizes == [1, 2]
+    assert [r.status for r in results] == [TaskStatus.IN_PROGRESS] * 3
+    assert jobnik_summary(store, stage.id)["in_progress"] == 2  # two dequeues, two tasks
