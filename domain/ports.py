@@ -128,6 +128,12 @@ class Store(Protocol):
         (`committed_elsewhere`), those that wrote nothing not at all."""
         ...
 
+    def forget(self, task_id: UUID) -> None:
+        """Drop what this process remembers of its last write of the task, if anything: the
+        next session reads the task from the database (where another process may have changed
+        it since)."""
+        ...
+
     def committed_elsewhere(self, position: int) -> None:
         """This context's command was committed, up to log position `position`, by a session
         that told no one (`commits_untold`, a group commit's): what listens to commits hears

@@ -119,7 +119,10 @@ class WorkCommands:
         """
         if attempt is None and by.role is Role.WORKER:
             raise AttemptRequired
-        seen = FirstRead() if attempt is None else None
+        seen = None
+        if attempt is None:  # its first read is the database's, not this process's memory
+            seen = FirstRead()
+            self.store.forget(task_id)
         return self._report_one(task_id, status, attempt, reason, fatal, result, seen, by=by)
 
     @command

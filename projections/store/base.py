@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any, ClassVar, Final
+from uuid import UUID
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Notification
@@ -185,6 +186,10 @@ class SqlStore(ABC):
 
     def committed_elsewhere(self, position: int) -> None:
         self._tell(position)
+
+    @abstractmethod
+    def forget(self, task_id: UUID) -> None:
+        """Drop what this process remembers of its last write of the task (the port's)."""
 
     @abstractmethod
     def _open(self, write: bool) -> AbstractContextManager[SqlSession]:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from functools import cached_property
 from typing import Any, Final
+from uuid import UUID
 
 import psycopg_pool
 from eventsourcing.postgres import PostgresApplicationRecorder
@@ -107,6 +108,9 @@ class PostgresStore(SqlStore):
             batch_transaction(conn, self.dialect, [self.dialect.sql("writing")]) as bc,
         ):
             yield PostgresSession(self, bc)
+
+    def forget(self, task_id: UUID) -> None:
+        self.written.take(task_id)
 
     def _committed(self, session: SqlSession) -> None:
         if isinstance(session, PostgresSession):

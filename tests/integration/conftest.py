@@ -27,6 +27,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from jobnik.projections.store.backends import open_store
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.config import library_env
+
 START_TIMEOUT = 60.0
 STARTED = "Application startup complete."
 
@@ -206,3 +210,13 @@ def spawn_module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sp
     """The same, for servers that live as long as the test module."""
     with _spawner(tmp_path_factory.mktemp("servers")) as spawn:
         yield spawn
+
+
+@pytest.fixture
+def other(pg_database_url: str) -> Iterator[SqlStore]:
+    """A second store on the same database: another server process, with its own memory."""
+    s = open_store(library_env({"JOBNIK_DATABASE_URL": pg_database_url}))
+    try:
+        yield s
+    finally:
+        s.close()

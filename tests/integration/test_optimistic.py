@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
@@ -21,10 +21,8 @@ from jobnik.domain.errors import ConcurrencyConflict, StaleAttempt
 from jobnik.domain.principals import Actor
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.batch import BatchCursor, batch_transaction
-from jobnik.projections.store.config import library_env
 from jobnik.projections.store.pgsession import PostgresSession
 from jobnik.projections.store.postgres import PostgresStore
 from jobnik.projections.store.written import RecentWrites
@@ -457,16 +455,6 @@ def test_a_command_after_a_jobs_change_sees_the_new_job_not_the_kept_row(pg: Sql
     done = jobnik.report_task(task.id, TaskStatus.COMPLETED, attempt=task.attempt)
     assert done.status == TaskStatus.ABORTED  # the late report path: the job is aborted
     assert conflicts_retried() == before
-
-
-@pytest.fixture
-def other(pg_database_url: str) -> Iterator[SqlStore]:
-    """A second store on the same database: another server process, with its own memory."""
-    s = open_store(library_env({"JOBNIK_DATABASE_URL": pg_database_url}))
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[str]:

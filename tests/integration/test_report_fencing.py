@@ -88,3 +88,18 @@ def test_a_report_without_attempt_reads_nothing_before_its_write(
 
     assert done.status == C
     assert sessions == [True]
+
+
+def test_a_report_without_attempt_reads_its_task_from_the_database_not_this_process_memory(
+    pg_store: SqlStore, other: SqlStore
+) -> None:
+    here, there = Jobnik(pg_store), Jobnik(other)
+    one_task_job(here, "fence-memory")
+    task = here.dequeue("fence-memory")  # this process remembers the task it wrote
+    there.heartbeat(task.id, task.attempt)  # another process changes it since
+    before = conflicts_retried()
+
+    done = here.report_task(task.id, C, by=Actor.API)
+
+    assert done.status == C
+    assert conflicts_retried() == before  # nothing read from memory went stale

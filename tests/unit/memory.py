@@ -264,6 +264,9 @@ class MemoryStore:
         if write:
             self.tables, self.log = session.tables, session.log
 
+    def forget(self, task_id: UUID) -> None:
+        """(Nothing is remembered between sessions here.)"""
+
     def events_of(self, aggregate_id: UUID) -> list[Any]:
         return [e for e in self.log if e.originator_id == aggregate_id]
 
