@@ -12,9 +12,10 @@ from pydantic import Field
 
 from jobnik.api.errors import status_for
 from jobnik.api.schemas import Attempt, OutModel, TaskOut, TaskStatusChange
-from jobnik.domain.batches import Outcome, Report
+from jobnik.domain.batches import Outcome
 from jobnik.domain.statuses import TaskStatus
 from jobnik.domain.tasks import Task
+from jobnik.domain.work import Report
 
 BATCH_ANSWER: Final[dict[str, Any]] = {
     "description": "without `count`: the task (404 TASK_NOT_FOUND when none is queued); with "

@@ -13,7 +13,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 from jobnik.domain.base import REQUEST_TRACE, Entity
@@ -32,7 +31,7 @@ from jobnik.domain.ports import Session
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.domain.work import FirstRead, WorkCommands
+from jobnik.domain.work import FirstRead, Report, WorkCommands
 
 # What refuses one item of a batched report without touching the others: each is raised
 # before the item changes anything.
@@ -44,18 +43,6 @@ ITEM_ERRORS = (
     StaleAttempt,
     TaskStatusUpdateFailed,
 )
-
-
-@dataclass(frozen=True)
-class Report:
-    """One item of a batched report: a task's outcome, from the attempt that ran it."""
-
-    task_id: UUID
-    attempt: int | None  # None: a report without attempt (Jobnik's SDK), fenced by version
-    status: TaskStatus
-    reason: str | None = None
-    fatal: bool = False
-    result: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -173,18 +160,7 @@ class BatchCommands(WorkCommands):
                     item.by.check_stage_type(task.stage_type)
                     if item.seen is not None:
                         item.seen.check(version)
-                    refused = self._fenced_report(
-                        s,
-                        task,
-                        r.status,
-                        r.attempt,
-                        now,
-                        r.reason,
-                        r.fatal,
-                        r.result,
-                        item.by,
-                        later,
-                    )
+                    refused = self._fenced_report(s, task, r, now, item.by, later)
             except ITEM_ERRORS as exc:
                 if task is not None and task.version != version:
                     raise  # the item changed something already: all or nothing

@@ -27,18 +27,16 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
-from uuid import UUID
 
 from jobnik.domain.base import REQUEST_TRACE
-from jobnik.domain.batches import BatchCommands, Report, Reporting
+from jobnik.domain.batches import BatchCommands, Reporting
 from jobnik.domain.commands import command, running, utcnow
 from jobnik.domain.errors import TaskNotFound
 from jobnik.domain.ports import Session, Store
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_BATCH, TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.domain.work import FirstRead
+from jobnik.domain.work import FirstRead, Report
 
 log = logging.getLogger(__name__)
 
@@ -177,25 +175,13 @@ class GroupCommands(BatchCommands):
                 return task
         return super().dequeue(stage_type, lease_seconds, by=by)
 
-    def _report_one(
-        self,
-        task_id: UUID,
-        status: TaskStatus,
-        attempt: int | None,
-        reason: str | None,
-        fatal: bool,
-        result: dict[str, Any] | None,
-        seen: FirstRead | None,
-        *,
-        by: Principal,
-    ) -> Task:
-        if self._groups() and status != TaskStatus.DELEGATED:
-            report = Report(task_id, attempt, status, reason, fatal, result)
+    def _report_one(self, report: Report, seen: FirstRead | None, *, by: Principal) -> Task:
+        if self._groups() and report.status != TaskStatus.DELEGATED:
             trace = by.trace_id or REQUEST_TRACE.get()
             task = self._grouped(Call(by, trace, reporting=Reporting(report, by, seen, trace)))
             if task is not None:
                 return task
-        return super()._report_one(task_id, status, attempt, reason, fatal, result, seen, by=by)
+        return super()._report_one(report, seen, by=by)
 
     def _run_group(self, calls: list[Call]) -> None:
         """Run `calls`; the first is the caller's own, in its own thread. Alone, it runs as its
@@ -226,10 +212,8 @@ class GroupCommands(BatchCommands):
             if call.reporting is None:
                 call.answer = super().dequeue(call.stage_type, call.lease_seconds, by=call.by)
                 return
-            r, seen = call.reporting.report, call.reporting.seen
-            call.answer = super()._report_one(
-                r.task_id, r.status, r.attempt, r.reason, r.fatal, r.result, seen, by=call.by
-            )
+            reporting = call.reporting
+            call.answer = super()._report_one(reporting.report, reporting.seen, by=call.by)
         except Exception as exc:  # noqa: BLE001 - its caller's answer, raised in its thread
             call.answer = exc
 

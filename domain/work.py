@@ -34,6 +34,18 @@ from jobnik.domain.tasks import Task
 NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"
 
 
+@dataclass(frozen=True)
+class Report:
+    """A task's outcome, from the attempt that ran it: one report, or one item of a batch."""
+
+    task_id: UUID
+    attempt: int | None  # None: a report without attempt (Jobnik's SDK), fenced by version
+    status: TaskStatus
+    reason: str | None = None
+    fatal: bool = False
+    result: dict[str, Any] | None = None
+
+
 @dataclass
 class FirstRead:
     """What fences a report without attempt (Jobnik's SDK sends none): the task's version when
@@ -123,29 +135,19 @@ class WorkCommands:
         if attempt is None:  # its first read is the database's, not this process's memory
             seen = FirstRead()
             self.store.forget(task_id)
-        return self._report_one(task_id, status, attempt, reason, fatal, result, seen, by=by)
+        report = Report(task_id, attempt, status, reason, fatal, result)
+        return self._report_one(report, seen, by=by)
 
     @command
-    def _report_one(
-        self,
-        task_id: UUID,
-        status: TaskStatus,
-        attempt: int | None,
-        reason: str | None,
-        fatal: bool,
-        result: dict[str, Any] | None,
-        seen: FirstRead | None,
-        *,
-        by: Principal,
-    ) -> Task:
+    def _report_one(self, report: Report, seen: FirstRead | None, *, by: Principal) -> Task:
         """`report_task`'s transaction (run again on a conflict)."""
         now = self.clock()
         with self._write() as s:
-            task = s.task(task_id)
+            task = s.task(report.task_id)
             by.check_stage_type(task.stage_type)
             if seen is not None:
                 seen.check(task.version)
-            refused = self._fenced_report(s, task, status, attempt, now, reason, fatal, result, by)
+            refused = self._fenced_report(s, task, report, now, by)
         if refused is not None:
             raise refused
         return task
@@ -154,24 +156,21 @@ class WorkCommands:
         self,
         s: Session,
         task: Task,
-        status: TaskStatus,
-        attempt: int | None,
+        report: Report,
         now: datetime,
-        reason: str | None,
-        fatal: bool,
-        result: dict[str, Any] | None,
         by: Principal,
         later: list[Task] | None = None,
     ) -> StaleAttempt | Forbidden | None:
-        """Report `status` on `task` if `by` holds its attempt; else record the refusal and
+        """Make `report` on `task` if `by` holds its attempt; else record the refusal and
         return the error to raise after saving. `later`: as `_report`'s."""
         refused: StaleAttempt | Forbidden | None = None
+        attempt = report.attempt
         if task.held_by_another(by):
-            refused = task.refuse_another(attempt, f"report {status}", now, by)
+            refused = task.refuse_another(attempt, f"report {report.status}", now, by)
         elif attempt is not None and not task.holds(attempt):
-            refused = task.refuse(attempt, f"report {status}", now, by)
+            refused = task.refuse(attempt, f"report {report.status}", now, by)
         else:
-            self._report(s, task, status, now, reason, fatal, result, by, later)
+            self._report(s, task, report, now, by, later)
             return None
         if later is None:
             s.save(task)
@@ -183,17 +182,15 @@ class WorkCommands:
         self,
         s: Session,
         task: Task,
-        status: TaskStatus,
+        report: Report,
         now: datetime,
-        reason: str | None,
-        fatal: bool,
-        result: dict[str, Any] | None,
         by: Principal,
         later: list[Task] | None = None,
     ) -> None:
         """The outcome, saved, and its cascade. With `later` (a batch), a COMPLETED, FAILED or
         refused outcome joins `later` instead: saved with the batch's others, then cascaded."""
         stage, job = s.stage(task.stage_id), s.job(task.job_id)
+        status, result = report.status, report.result
         if job.status == JobStatus.ABORTED and task.status == TaskStatus.IN_PROGRESS:
             task.abort(now, by, "late report after the job was aborted", status)
             s.save(task)
@@ -205,7 +202,7 @@ class WorkCommands:
         if failure is not None:  # a failure pattern matched the result
             task.fail(now, Actor.SYSTEM, failure)
         else:
-            task.report(status, now, by, reason, fatal=fatal, result=result)
+            task.report(status, now, by, report.reason, fatal=report.fatal, result=result)
         if task.status == TaskStatus.FAILED:
             s.hold_queue(job.id)  # the stage and the job may fail: their tasks leave the queue
         if later is not None:

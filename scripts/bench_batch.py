@@ -13,8 +13,8 @@ from __future__ import annotations
 import threading
 
 from jobnik.domain.application import Jobnik
-from jobnik.domain.batches import Report
 from jobnik.domain.statuses import TaskStatus
+from jobnik.domain.work import Report
 from jobnik.scripts import bench_floor
 from jobnik.scripts.bench_context import Ctx, check
 from jobnik.scripts.bench_engine import engine, populate

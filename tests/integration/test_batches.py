@@ -6,7 +6,6 @@ from typing import Any
 from uuid import uuid4
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
-from jobnik.domain.batches import Report
 from jobnik.domain.errors import (
     DelegationRefused,
     Forbidden,
@@ -15,6 +14,7 @@ from jobnik.domain.errors import (
 )
 from jobnik.domain.principals import Principal, Role, token_principal
 from jobnik.domain.statuses import JobStatus, StageStatus, TaskStatus
+from jobnik.domain.work import Report
 from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.written import RecentWrites

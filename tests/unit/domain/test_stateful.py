@@ -15,7 +15,6 @@ from hypothesis.stateful import (
 )
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
-from jobnik.domain.batches import Report
 from jobnik.domain.errors import (
     DelegationRefused,
     IllegalTaskTransition,
@@ -31,6 +30,7 @@ from jobnik.domain.statuses import (
     JobStatus,
     TaskStatus,
 )
+from jobnik.domain.work import Report
 from jobnik.projections.inline.tables import JOBS, STAGES, SUMMARIES, SUMMARY_COUNTERS, TASKS
 
 from ..builders import Clock, replay
