@@ -4,6 +4,8 @@ and the trace of the events its report caused."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -25,8 +27,15 @@ def grouped(store: SqlStore) -> Jobnik:
     return Jobnik(store, group_commit=True)
 
 
-def test_a_leader_whose_dequeue_found_none_is_told_no_position(
-    store: SqlStore, grouped: Jobnik
+@pytest.mark.parametrize(
+    "leader",
+    [
+        pytest.param(lambda j: j.dequeue("p-none"), id="a dequeue that found none"),
+        pytest.param(lambda j: j.report_task(uuid4(), C, attempt=1), id="a report of no task"),
+    ],
+)
+def test_a_leader_that_wrote_nothing_is_told_no_position(
+    store: SqlStore, grouped: Jobnik, leader: Callable[[Jobnik], Any]
 ) -> None:
     stage_of(grouped, "p-lead", 1)
     stage_of(grouped, "p-work", 1)
@@ -35,7 +44,7 @@ def test_a_leader_whose_dequeue_found_none_is_told_no_position(
         grouped,
         [
             lambda: grouped.dequeue("p-lead"),
-            lambda: grouped.dequeue("p-none"),  # leads the second group, finds nothing
+            lambda: leader(grouped),  # leads the second group, and is refused unwritten
             lambda: grouped.dequeue("p-work"),
         ],
     )
@@ -45,27 +54,6 @@ def test_a_leader_whose_dequeue_found_none_is_told_no_position(
     assert results[2].status == TaskStatus.IN_PROGRESS
     assert positions.WRITTEN in boxes[2]
     assert positions.WRITTEN not in boxes[1]  # as when it runs alone: it wrote nothing
-
-
-def test_a_leader_whose_report_was_refused_unwritten_is_told_no_position(
-    store: SqlStore, grouped: Jobnik
-) -> None:
-    stage_of(grouped, "p-lead", 1)
-    stage_of(grouped, "p-work", 1)
-
-    results, boxes, sizes = in_order(
-        grouped,
-        [
-            lambda: grouped.dequeue("p-lead"),
-            lambda: grouped.report_task(uuid4(), C, attempt=1),  # no such task
-            lambda: grouped.dequeue("p-work"),
-        ],
-    )
-
-    assert sizes == [1, 2]
-    assert isinstance(results[1], TaskNotFound)
-    assert positions.WRITTEN in boxes[2]
-    assert positions.WRITTEN not in boxes[1]
 
 
 def test_a_leader_that_wrote_is_told_its_group_position(store: SqlStore, grouped: Jobnik) -> None:
