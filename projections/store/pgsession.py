@@ -266,10 +266,9 @@ class PostgresSession(SqlSession):
             key, version = row[f"{kind}_id"], row[f"{kind}_version"]
             if key in self.loaded or key in self._fetched:
                 continue
-            held = parents.cached(key, version) if row[kind] is None else None
             if row[kind] is not None:
                 self._fetched[key] = parents.row(key, version, row[kind])
-            elif held is not None:
+            elif (held := parents.cached(key, version)) is not None:
                 self._fetched[key] = held
         if row["summary"] is not None and not self._sent_events():
             self._summary_seen.setdefault(row["stage_id"], row["summary"])
