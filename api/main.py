@@ -13,8 +13,9 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CollectorRegistry
 
-from jobnik.api import console, errors, fastpath, positions
+from jobnik.api import console, errors, positions
 from jobnik.api.access import Access, Authenticate, TokenTable
+from jobnik.api.grouping import GroupCommit
 from jobnik.api.idempotency import IdempotencyKeys
 from jobnik.api.limits import InputGate, Limits
 from jobnik.api.middleware import RequestMiddleware
@@ -54,13 +55,6 @@ from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 
 log = logging.getLogger(__name__)
-
-WORKER_ROUTES: Final = (
-    stages.dequeue_task,
-    tasks.update_task_status,
-    tasks.update_task_statuses,
-    tasks.heartbeat,
-)
 
 DESCRIPTION: Final = (
     "jobnik is an event-sourced workflow engine. Jobs hold ordered stages, stages hold tasks, "
@@ -128,8 +122,11 @@ def create_app(
     )
     if positions.note_written not in views.store.on_commit:  # a write's X-Jobnik-Position
         views.store.on_commit.append(positions.note_written)
-    if GROUP_COMMANDS.observe not in jobnik.on_group:
-        jobnik.on_group.append(GROUP_COMMANDS.observe)
+    app.state.work = (
+        GroupCommit(app.state.jobnik, GROUP_COMMANDS.observe)
+        if settings.group_commit
+        else app.state.jobnik
+    )
     app.state.idempotency = idempotency if idempotency is not None else IdempotencyKeys(views.store)
     app.state.token_views = TokenViews(views.store)
     app.state.access = (
@@ -147,14 +144,8 @@ def create_app(
         # changes each time (0.2 ms of CPU per request here). Each route already carries its
         # router's prefix, tags and dependencies.
         app.router.routes.extend(module.router.routes)
-    # The worker's routes first: the router tries routes in order, a path match each, and
-    # these carry most requests. No other route matches their paths and methods
-    # (tests/api/test_endpoints.py), so the order changes nothing else.
-    app.router.routes.sort(key=lambda r: getattr(r, "endpoint", None) not in WORKER_ROUTES)
-    fastpath.install(app)
     console.install(app)
     document_errors(app)
-    app.add_middleware(fastpath.HotRoutes, routes=fastpath.hot_routes(app))  # innermost
     app.add_middleware(InputGate, limits=Limits.of(settings))
     app.add_middleware(Authenticate, access=app.state.access)  # before any body is read
     # the request id is set while the others run
@@ -273,7 +264,6 @@ def app_from_settings(settings: Settings) -> FastAPI:
         store,
         lease_seconds=settings.lease_seconds,
         max_batch=settings.max_batch_size,
-        group_commit=settings.group_commit,
     )
     keys = IdempotencyKeys(store, settings.idempotency_ttl)
     interval = settings.sweep_interval

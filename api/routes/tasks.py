@@ -13,6 +13,7 @@ from jobnik.api.deps import (
     JobnikDep,
     OnceDep,
     ViewsDep,
+    WorkDep,
     reject_unknown_query,
 )
 from jobnik.api.errors import error_answers
@@ -97,11 +98,11 @@ def update_task_user_metadata(
 
 @router.put("/tasks/{taskId}/status", response_model=TaskOut, openapi_extra=needs(P.WORK))
 def update_task_status(
-    jobnik: JobnikDep, task_id: TaskId, body: TaskStatusChange, by: PrincipalDep
+    work: WorkDep, task_id: TaskId, body: TaskStatusChange, by: PrincipalDep
 ) -> Response:
     """Report COMPLETED (with an optional result) or FAILED (RETRIED while attempts remain);
     jobnik: DELEGATED once the handler created child jobs (the task waits for them)."""
-    task = jobnik.report_task(
+    task = work.report_task(
         task_id,
         TaskStatus(body.status),
         attempt=body.attempt,
@@ -110,7 +111,7 @@ def update_task_status(
         result=body.result,
         by=by,
     )
-    return TaskOut.response_of(task)
+    return TaskOut.of(task).response()
 
 
 @router.put(
@@ -131,11 +132,9 @@ def update_task_statuses(
     request's order. At most JOBNIK_MAX_BATCH_SIZE (default 100) items: 400 BATCH_TOO_LARGE
     beyond."""
     answer = once(
-        lambda: [
-            ReportAnswer.row(o) for o in jobnik.report_batch([r.report() for r in body], by=by)
-        ]
+        lambda: [ReportAnswer.of(o) for o in jobnik.report_batch([r.report() for r in body], by=by)]
     )
-    return answer if isinstance(answer, Response) else ReportAnswer.rendered(answer)
+    return answer if isinstance(answer, Response) else ReportAnswer.list_response(answer)
 
 
 @router.get("/tasks/{taskId}/children", openapi_extra=needs(P.READ))

@@ -25,3 +25,5 @@ BOOL_COLUMNS: Final = frozenset(
     {"started", "stage_open", "job_open", "deleted", "finishing", "completing", "completion"}
     | {"open"}
 )
+# Columns that hold a log position: written through `jobnik_position` on PostgreSQL.
+POSITION_COLUMNS: Final = frozenset({"position", "seq"})

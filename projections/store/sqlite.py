@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from typing import IO, Any
-from uuid import UUID
 
 try:
     import fcntl
@@ -92,9 +91,6 @@ class SqliteStore(SqlStore):
             self._server_lock.close()  # releases the lock
             self._server_lock = None
         super().close()
-
-    def forget(self, task_id: UUID) -> None:
-        """(One process serves a SQLite file, and its sessions remember nothing: no-op.)"""
 
     def claim_server(self) -> None:
         """SQLite serves one process: the sweeper's and catch-up runner's leader locks, the
