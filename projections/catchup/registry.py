@@ -65,9 +65,11 @@ class InlineProjection:
         from them has the live tables' columns, in the live tables' order (a migrated database
         has the schema's, tests/integration/test_migrations.py)."""
         mentions = re.compile(r"\b(" + "|".join(self.tables) + r")\b").search
-        return [s for s in schema(dialect) if mentions(s)]
+        return [s for s in schema(dialect) if s.startswith(TABLE_OR_INDEX) and mentions(s)]
 
 
+# (the schema's functions name these tables too: they are the live tables', never a shadow's)
+TABLE_OR_INDEX: Final = ("CREATE TABLE", "CREATE INDEX", "CREATE UNIQUE INDEX")
 Projection = InlineProjection | CatchUpProjection
 
 INLINE: Final = InlineProjection()
