@@ -188,7 +188,6 @@ async def _lines_within_cap(request: Request, settings: SettingsDep) -> None:
 @router.post(
     "/tasks/{taskId}/logs",
     status_code=201,
-    responses=error_answers(TooManyLogLines),
     dependencies=[Depends(_lines_within_cap)],
     openapi_extra=needs(P.WORK),
 )
