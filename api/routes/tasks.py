@@ -192,8 +192,11 @@ async def _lines_within_cap(request: Request, settings: SettingsDep) -> None:
     openapi_extra=needs(P.WORK),
 )
 def append_logs(jobnik: JobnikDep, task_id: TaskId, body: LogLines, by: PrincipalDep) -> Appended:
-    """Append lines to the task's log (append-only, kept as events). At most
-    JOBNIK_MAX_LOG_LINES (default 1,000) per request: 400 TOO_MANY_LOG_LINES beyond."""
+    """Append lines to the log of the task's latest attempt (append-only, kept as events), open
+    or ended: `attempt`, when given, must be it (else 409 STALE_ATTEMPT), and with access control
+    on the token must be the one that dequeued it (else 403 FORBIDDEN); both refusals are
+    recorded. At most JOBNIK_MAX_LOG_LINES (default 1,000) lines per request: 400
+    TOO_MANY_LOG_LINES beyond."""
     jobnik.append_log(task_id, body.lines, body.attempt, by=by)
     return Appended(appended=len(body.lines))
 

@@ -11,14 +11,14 @@ from fastapi.testclient import TestClient
 from jobnik.api.main import app_from_env
 from jobnik.projections.inline.tables import LOGS
 
-from .conftest import Api, Json
+from .conftest import Api, Json, Secured
 
 
 def running_task(api: Api) -> Json:
-    """A task dequeued by the API's client (its attempt is open)."""
+    """A task dequeued by the API's client (its attempt is open), with its stage's type."""
     stage = api.add_stage(api.create_job()["id"])
     api.add_tasks(stage["id"])
-    return api.dequeue(stage["type"])
+    return {**api.dequeue(stage["type"]), "type": stage["type"]}
 
 
 def append(api: Api, task: Json, lines: list[Any]) -> Any:
@@ -148,3 +148,61 @@ def test_an_append_whose_body_is_not_lines_is_a_400(api: Api, body: bytes) -> No
         )
 
     assert (r.status_code, r.json()["code"]) == (400, "VALIDATION_ERROR"), r.text
+
+
+# -- fenced by the token that opened the attempt -------------------------------------------
+
+
+def test_only_the_token_that_opened_the_attempt_appends_its_lines(secured: Secured) -> None:
+    tiler, other = secured.issue("tiler", "worker"), secured.issue("other-tiler", "worker")
+    admin = secured.bearers["admin"]
+    stage = secured.api.add_stage(secured.api.create_job()["id"], type="logged")
+    secured.api.add_tasks(stage["id"])
+    task = secured.call(tiler, "PATCH", "/v1/stages/logged/tasks/dequeue").json()
+    url = f"/v1/tasks/{task['id']}/logs"
+
+    assert secured.call(tiler, "POST", url, {"lines": ["mine"], "attempt": 1}).status_code == 201
+    for bearer in (other, admin):
+        with secured.api.wrote_events():  # refused, and recorded
+            r = secured.call(bearer, "POST", url, {"lines": ["not mine"], "attempt": 1})
+        assert (r.status_code, r.json()["code"]) == (403, "FORBIDDEN"), r.text
+        assert "'tiler'" in r.json()["message"]
+        assert secured.api.events_of(task["id"])[-1] == "TaskAttemptRefused"
+    done = secured.call(
+        tiler, "PUT", f"/v1/tasks/{task['id']}/status", {"status": "COMPLETED", "attempt": 1}
+    )
+    assert done.status_code == 200, done.text
+    # the attempt ended: still its token's alone (its late lines are kept)
+    late = secured.call(other, "POST", url, {"lines": ["not mine either"]})
+    assert (late.status_code, late.json()["code"]) == (403, "FORBIDDEN")
+    assert secured.call(tiler, "POST", url, {"lines": ["late"], "attempt": 1}).status_code == 201
+    stale = secured.call(tiler, "POST", url, {"lines": ["no such attempt"], "attempt": 2})
+    assert (stale.status_code, stale.json()["code"]) == (409, "STALE_ATTEMPT")
+
+    lines = secured.call(admin, "GET", url).json()["items"]
+    assert [(ln["line"], ln["attempt"], ln["actor"]) for ln in lines] == [
+        ("mine", 1, "tiler"),
+        ("late", 1, "tiler"),
+    ]
+    refused = secured.http.get("/v1/events", params={"type": "TaskAttemptRefused"}).json()
+    assert [(e["actor"], e["payload"]["request"]) for e in refused["items"]] == [
+        ("other-tiler", "log"),
+        ("the-admin", "log"),
+        ("other-tiler", "log"),
+        ("tiler", "log"),
+    ]
+
+
+def test_lines_naming_an_attempt_that_is_not_the_latest_are_refused_as_stale(api: Api) -> None:
+    task = running_task(api)
+    release = {"attempt": 1, "reason": "shutting down"}
+    assert api.http.post(f"/v1/tasks/{task['id']}/release", json=release).status_code == 200
+    again = api.dequeue(task["type"])
+    assert append(api, again, ["second"]).status_code == 201
+
+    with api.wrote_events():  # refused, and recorded
+        r = append(api, task, ["first, late"])
+
+    assert (r.status_code, r.json()["code"]) == (409, "STALE_ATTEMPT"), r.text
+    assert api.events_of(task["id"])[-1] == "TaskAttemptRefused"
+    assert [(ln["attempt"], ln["line"]) for ln in read(api, task)["items"]] == [(2, "second")]
