@@ -36,7 +36,8 @@ class InlineProjection:
     name = "inline"
     # Bump when inline/ (project.py, task_ops.py, history.py) changes what it writes.
     # 2: a FAILED stage's or job's queued tasks stay in the queue, closed; reruns.
-    version = 2
+    # 3: a task log append is one row (task_logs_v2).
+    version = 3
     tables: tuple[str, ...] = TABLES
     keys: Final = {t: tuple(c.strip() for c in PRIMARY_KEYS[t].split(",")) for t in TABLES}
     topics: tuple[str, ...] = ()  # every event
