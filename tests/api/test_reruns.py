@@ -1,4 +1,4 @@
-"""Reruns over HTTP on both backends: what each moves, what each refuses and why, and the reason
+"""Reruns over HTTP: what each moves, what each refuses and why, and the reason
 an operator gives on every command, recorded in the job's history."""
 
 from __future__ import annotations

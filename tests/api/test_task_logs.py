@@ -1,4 +1,4 @@
-"""Task logs over HTTP on both backends: a cap on the lines of one append, checked before the
+"""Task logs over HTTP: a cap on the lines of one append, checked before the
 lines themselves; an append stored as one row whatever its lines; the read paged by lines."""
 
 from __future__ import annotations
