@@ -42,7 +42,7 @@ STAGES, TYPES, MINUTES, JOB_MINUTES = (
     "activity_v1_job_minutes",
 )
 WINDOW_MINUTES: Final = 24 * 60  # minute rows kept before the newest minute
-COUNTERS: Final = ("enqueued", "started", "completed", "retried", "failed", "queued_change")
+COUNTERS: Final = ("enqueued", "dequeued", "completed", "retried", "failed", "queued_change")
 
 
 def epoch_minute(event: Any) -> int:
@@ -132,7 +132,7 @@ STEP: Final[dict[type, Callable[[State, Any], None]]] = {
     Task.TaskRedispatched: _counts("enqueued", queued=1),
     Task.TaskRerun: _counts("enqueued", queued=1),
     Task.TaskRetried: _counts("retried", "enqueued", queued=1),  # a failed attempt, queued again
-    Task.TaskDequeued: _counts("started", queued=-1),
+    Task.TaskDequeued: _counts("dequeued", queued=-1),
     Task.TaskCompleted: _counts("completed"),
     Task.TaskFailed: _counts("failed"),
     Task.TaskAborted: _aborted,

@@ -92,6 +92,8 @@ def _requests(t: Targets) -> dict[str, Request]:
         "service_metrics": ("GET", "/service-metrics", None),
         "get_queues": ("GET", "/v1/queues", None),
         "get_stuck": ("GET", "/v1/stuck", None),
+        "get_activity_by_stage_type": ("GET", "/v1/activity", None),
+        "get_job_activity": ("GET", f"{job}/activity", None),
     }
 
 

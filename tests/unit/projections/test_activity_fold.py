@@ -42,9 +42,9 @@ def test_each_minute_counts_what_its_tasks_did_and_how_the_queue_changed() -> No
     )
 
     assert counts(state, 0) == Counter(enqueued=4, queued_change=4)
-    assert counts(state, 1) == Counter(started=1, completed=1, queued_change=-1)
-    assert counts(state, 2) == Counter(started=1, retried=1, enqueued=1)
-    assert counts(state, 3) == Counter(started=1, queued_change=-2)
+    assert counts(state, 1) == Counter(dequeued=1, completed=1, queued_change=-1)
+    assert counts(state, 2) == Counter(dequeued=1, retried=1, enqueued=1)
+    assert counts(state, 3) == Counter(dequeued=1, queued_change=-2)
     assert state.queued == Counter(tiles=1)  # `retried`, queued again
     assert state.stages[stage.id] == StageRow(job.id, "tiles", 1)
     assert state.job_minutes == Counter({(job.id, M0 + 1): 1})
