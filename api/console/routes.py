@@ -17,6 +17,7 @@ from jobnik.api.console.render import page
 from jobnik.api.cookies import clear_token_cookie, same_origin, set_token_cookie
 from jobnik.api.deps import AuditDep, ViewsDep
 from jobnik.api.permissions import authorize, needs
+from jobnik.api.routes.activity import ActivityDep, NowDep
 from jobnik.api.routes.catchup import CatchUpDep
 from jobnik.domain.errors import Forbidden, InvalidRequest, Unauthenticated
 from jobnik.domain.principals import Permission
@@ -46,6 +47,8 @@ def job(
     views: ViewsDep,
     audit: AuditDep,
     catchup: CatchUpDep,
+    activity: ActivityDep,
+    now: NowDep,
     job_id: UUID,
     stage: UUID | None = None,
     page_number: Annotated[int, Query(alias="page", ge=1, le=10**9)] = 1,
@@ -53,7 +56,7 @@ def job(
 ) -> Response:
     """A job; as it was at an event with `as_of` (a log position or a time)."""
     at = AsOf.parse(as_of) if as_of else None
-    context = pages.job_page(views, audit, catchup, job_id, stage, page_number, at)
+    context = pages.job_page(views, audit, catchup, activity, job_id, stage, page_number, at, now)
     return page(request, "job.html", **context)
 
 
@@ -66,9 +69,16 @@ def history(
 
 
 @router.get("/queues", openapi_extra=READ)
-def queues(request: Request) -> Response:
-    """Queues per stage type and stuck work, polled by the page's script from `/v1`."""
-    return page(request, "queues.html")
+def queues(
+    request: Request,
+    activity: ActivityDep,
+    now: NowDep,
+    page_number: Annotated[int, Query(alias="page", ge=1, le=10**9)] = 1,
+) -> Response:
+    """Each stage type's last hour charted (the activity projection); queues per stage type and
+    stuck work, polled by the page's script from `/v1`."""
+    context = pages.queues_page(activity, now, page_number)
+    return page(request, "queues.html", **context)
 
 
 def _access(request: Request) -> Access:

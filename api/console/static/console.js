@@ -41,6 +41,7 @@ async function refresh() {
   const stream = path(live.dataset.stream);
   live.replaceWith(fresh);
   bindActions(fresh);
+  showOldest();
   // the open stream carries on; follow again when there is none (a rerun reopened the job)
   if (path(fresh.dataset.stream) !== stream || !source) follow();
 }
@@ -161,16 +162,29 @@ function jobLink(row, id) {
   td.appendChild(a);
 }
 
+// each stage type's oldest queued task, as the last poll of /v1/queues saw it, on its chart card
+const oldest = new Map();
+
+function showOldest() {
+  for (const card of document.querySelectorAll(".card[data-stage-type]")) {
+    const seconds = oldest.get(card.dataset.stageType);
+    card.querySelector(".oldest").textContent = seconds === undefined ? "—" : age(seconds);
+  }
+}
+
 async function pollQueues(root) {
   const now = Date.now();
   const [queues, stuck] = root.querySelectorAll("section");
+  oldest.clear();
   await poll(root.dataset.queues, queues, (row, q) => {
+    oldest.set(q.stageType, q.oldestQueuedAgeSeconds);
     row.dataset.stageType = q.stageType;
     cell(row, q.stageType); cell(row, q.queued); cell(row, age(q.oldestQueuedAgeSeconds));
     cell(row, q.inProgress); cell(row, q.completed); cell(row, q.failed);
     cell(row, throughput(q.stageType, q.completed, now)).className = "throughput";
     cell(row, time(q.lastDequeueAt));
   });
+  showOldest();
   await poll(root.dataset.stuck, stuck, (row, s) => {
     cell(row, s.kind); cell(row, s.reason); cell(row, time(s.since)); jobLink(row, s.jobId);
     cell(row, s.stageId ? s.stageId.slice(0, 8) : null); cell(row, s.taskId ? s.taskId.slice(0, 8) : null);
@@ -185,4 +199,6 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("confirm-cancel").addEventListener("click", () => document.getElementById("confirm").close());
   const queues = document.getElementById("queues");
   if (queues) { pollQueues(queues); setInterval(() => pollQueues(queues), 5000); }
+  const live = document.getElementById("live");
+  if (live && live.dataset.refresh) setInterval(refresh, Number(live.dataset.refresh) * 1000);
 });
