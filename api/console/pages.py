@@ -13,7 +13,7 @@ from jobnik.api.console import charts, explain
 from jobnik.api.console.filters import PAGE_SIZE, JobFilters
 from jobnik.api.history_schemas import JobRunOut
 from jobnik.api.routes.catchup import job_run
-from jobnik.domain.errors import JobNotFound
+from jobnik.domain.errors import JobNotFound, TaskNotFound
 from jobnik.domain.jobs import Job
 from jobnik.domain.statuses import JobStatus, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
@@ -99,6 +99,7 @@ def job_page(
     task_page: int,
     as_of: AsOf | None,
     now: datetime,
+    task_id: UUID | None = None,
 ) -> dict[str, Any]:
     """A job: its stages, the tasks of one of them (paged), its children, its run."""
     view = views.job(job_id, with_stages=True, as_of=as_of)
@@ -111,6 +112,9 @@ def job_page(
             every = views.stage(shown.stage.id, with_tasks=True, as_of=as_of).tasks or []
             paged = Paged(task_page, len(every))
             tasks = every[paged.window.offset : paged.window.offset + paged.size]
+        elif task_id is not None:
+            tasks = [t for t in _task(views, task_id) if t.stage_id == shown.stage.id]
+            paged = Paged(1, len(tasks))
         else:
             listing = views.tasks(stage_id=shown.stage.id)
             paged = Paged(task_page, views.total(listing))
@@ -122,6 +126,7 @@ def job_page(
         "stages": stages,
         "shown": shown,
         "tasks": tasks,
+        "only_task": task_id if as_of is None else None,
         "paged": paged,
         "errors": _last_errors(audit, job_id, tasks),
         "children": [c.job for c in views.read(children, Window(limit=PAGE_SIZE))],
@@ -143,6 +148,13 @@ def job_page(
         "position": audit.last_position(),
         "rerunnable": RERUNNABLE_TASKS,
     }
+
+
+def _task(views: Views, task_id: UUID) -> list[Task]:
+    try:
+        return [views.task(task_id)]
+    except TaskNotFound:  # (a link to a task deleted since: no task to show)
+        return []
 
 
 def _parent(views: Views, job: Job) -> Job | None:

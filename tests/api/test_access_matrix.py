@@ -86,6 +86,7 @@ def _requests(t: Targets) -> dict[str, Request]:
         "job": ("GET", f"/ui/jobs/{t.job}", None),
         "history": ("GET", f"/ui/jobs/{t.job}/history", None),
         "queues": ("GET", "/ui/queues", None),
+        "search": ("GET", f"/ui/search?id={t.job}", None),
         "list_tokens": ("GET", "/v1/tokens", None),
         "revoke_token": ("DELETE", "/v1/tokens/spare", None),
         "metrics": ("GET", "/metrics", None),
