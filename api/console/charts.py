@@ -34,7 +34,7 @@ def _frame(chart_id: str, title: str, desc: str, top: int, start: datetime, end:
     """The opening tag, the accessible names, the axis labels and the baseline."""
     return (
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-        f'aria-labelledby="{chart_id}-t {chart_id}-d" id="{chart_id}">'
+        f'aria-labelledby="{chart_id}-t" aria-describedby="{chart_id}-d" id="{chart_id}">'
         f'<title id="{chart_id}-t">{escape(title)}</title>'
         f'<desc id="{chart_id}-d">{escape(desc)}</desc>'
         f'<text class="axis" x="{LEFT - 4}" y="{TOP + 4}" text-anchor="end">{top}</text>'
