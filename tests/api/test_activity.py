@@ -79,14 +79,20 @@ def test_the_window_shows_the_types_with_queued_tasks_or_activity_a_page_at_a_ti
     assert sum(m["enqueued"] for m in one["b-type"]) == 1
 
 
-def test_a_jobs_completions_minute_by_minute_with_the_quiet_minutes_between(api: Api) -> None:
+def steady(api: Api, tasks: int, minutes: tuple[int, ...]) -> str:
+    """A job of `tasks` tasks, one completed at each of `minutes` after T0; its id."""
     at(api, T0)
     job = api.create_job("steady")
-    api.add_tasks(api.add_stage(job["id"], type="steady")["id"], 4)
-    for minute in (1, 1, 4):
+    api.add_tasks(api.add_stage(job["id"], type="steady")["id"], tasks)
+    for minute in minutes:
         at(api, T0 + timedelta(minutes=minute))
         api.run_task("steady")
     caught_up(api)
+    return str(job["id"])
+
+
+def test_a_jobs_completions_minute_by_minute_with_the_quiet_minutes_between(api: Api) -> None:
+    job = {"id": steady(api, 4, (1, 1, 4))}
 
     r = api.http.get(f"/v1/jobs/{job['id']}/activity")
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from jobnik.projections.catchup.runner import wait_for
 
 from .conftest import Api
+from .test_activity import steady
 from .test_queues import at
 
 T0 = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
@@ -136,15 +137,9 @@ def test_the_queues_page_charts_each_stage_types_last_hour(api: Api) -> None:
 
 
 def test_a_jobs_page_charts_its_completions_per_minute(api: Api) -> None:
-    at(api, T0)
-    job = api.create_job("steady")
-    api.add_tasks(api.add_stage(job["id"], type="steady")["id"], 5)
-    for minute in (1, 1, 3):
-        at(api, T0 + timedelta(minutes=minute))
-        api.run_task("steady")
-    caught_up(api)
+    job = steady(api, 5, (1, 1, 3))
 
-    page = api.http.get(f"/ui/jobs/{job['id']}").text
+    page = api.http.get(f"/ui/jobs/{job}").text
 
     chart = re.search(r'<svg [^>]*id="completions".*?</svg>', page, re.S)
     assert chart is not None
