@@ -2,7 +2,7 @@
 
 - `inline`: the inline read models (jobs, stages, summaries, tasks, queue, task logs, history
   index, tokens), one unit: they are written together in the transaction of every command.
-- `last_status`, `run_stats`, `operations`: the catch-up projections (runner.py).
+- `last_status`, `run_stats`, `operations`, `activity`: the catch-up projections (runner.py).
 
 A projection's `version` is the version of the code that computes its rows. Bump it whenever that
 code changes what it writes (a fixed bug, a new column, a new event handled): at start-up the
@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Final
 
 from jobnik.projections.catchup import tracking
+from jobnik.projections.catchup.activity import Activity
 from jobnik.projections.catchup.last_status import LastStatus
 from jobnik.projections.catchup.operations import Operations
 from jobnik.projections.catchup.projection import CatchUpProjection
@@ -74,7 +75,12 @@ TABLE_OR_INDEX: Final = ("CREATE TABLE", "CREATE INDEX", "CREATE UNIQUE INDEX")
 Projection = InlineProjection | CatchUpProjection
 
 INLINE: Final = InlineProjection()
-CATCH_UP: Final[tuple[CatchUpProjection, ...]] = (LastStatus(), RunStats(), Operations())
+CATCH_UP: Final[tuple[CatchUpProjection, ...]] = (
+    LastStatus(),
+    RunStats(),
+    Operations(),
+    Activity(),
+)
 ALL: Final[tuple[Projection, ...]] = (INLINE, *CATCH_UP)
 
 
