@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from jobnik.scripts.durations import parse_duration
-from jobnik.scripts.projections_cli import open_store
+from jobnik.scripts.stores import open_store
 
 if TYPE_CHECKING:
     from jobnik.domain.principals import Principal
@@ -60,7 +60,7 @@ def create(
     except ValueError:
         raise typer.BadParameter(f"{role!r} is not a role: {ROLES}") from None
     lifetime = parse_duration(expires) if expires else None
-    store = open_store()
+    store = open_store(create=True)  # the first admin token may come before the first server
     try:
         by = _cli_principal()
         expires_at = datetime.now(UTC) + lifetime if lifetime else None

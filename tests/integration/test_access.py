@@ -14,6 +14,7 @@ import pytest
 import trustme
 from typer.testing import CliRunner
 
+from jobnik.projections.store.base import SqlStore
 from jobnik.scripts.cli import app as cli
 from jobnik.workers import Producer, Worker
 
@@ -64,7 +65,7 @@ def test_the_cli_prints_a_secret_once_lists_tokens_and_revokes_them(env: dict[st
     ],
 )
 def test_the_cli_refuses_bad_tokens_saying_why(
-    env: dict[str, str], args: list[str], message: str
+    env: dict[str, str], store: SqlStore, args: list[str], message: str
 ) -> None:
     result = CliRunner().invoke(cli, ["tokens", *args], env=env)
 
