@@ -243,12 +243,17 @@ def worker_run(
     hands the rest back to the queue. A status line on stderr counts what it did. With
     OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER) set, handler spans are exported, each
     a child of its task's stored traceparent (needs `pip install 'jobnik[otel]'`)."""
-    from jobnik.workers.cli import run_worker
+    from jobnik.workers.cli import load_handler, run_worker
+    from jobnik.workers.errors import InvalidUrl
 
     sys.path.insert(0, os.getcwd())  # handlers in the working directory import as modules
     try:
+        loaded = load_handler(handler)
+    except (ValueError, ImportError, AttributeError) as exc:
+        raise Failure(f"cannot load handler {handler}: {exc}", EXIT_USAGE) from None
+    try:
         run_worker(
-            handler,
+            loaded,
             stage_type,
             api_url,
             concurrency=concurrency,
@@ -262,12 +267,10 @@ def worker_run(
             env=os.environ,
             token=token,
         )
-    except (ValueError, ImportError, AttributeError) as exc:
-        typer.echo(f"cannot load handler: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    except InvalidUrl as exc:
+        raise Failure(f"--api-url (JOBNIK_API_URL): {exc}", EXIT_USAGE) from None
     except RuntimeError as exc:  # e.g. traces asked for without OpenTelemetry installed
-        typer.echo(f"cannot start: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        raise Failure(f"cannot start: {exc}", EXIT_USAGE) from None
 
 
 def _entries(job_id: UUID) -> Iterator[Entry]:

@@ -28,7 +28,7 @@ from tenacity import (
 )
 
 from jobnik.workers import tracing
-from jobnik.workers.errors import ApiError, TransportError, UnsendableBody
+from jobnik.workers.errors import ApiError, InvalidUrl, TransportError, UnsendableBody
 
 TRANSIENT_STATUS: Final = frozenset({502, 503, 504})
 IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
@@ -67,13 +67,17 @@ class HttpTransport:
         pool_size: int = 10,
         token: str | None = None,
     ) -> None:
-        url = urlsplit(base_url)
+        try:
+            url = urlsplit(base_url)
+            port = url.port
+        except ValueError as e:  # a bracket left open, a port that is not a number
+            raise InvalidUrl(f"{base_url!r} does not parse: {e}") from None
         if url.scheme not in ("http", "https") or not url.hostname:
-            raise ValueError(f"not an http(s) URL: {base_url!r}")
+            raise InvalidUrl(f"not an http(s) URL: {base_url!r}")
         self.prefix = url.path.rstrip("/")
         self.https = url.scheme == "https"
         # (a port always: http.client reads a bare IPv6 host's last group as one)
-        self.host, self.port = url.hostname, url.port or (443 if self.https else 80)
+        self.host, self.port = url.hostname, port or (443 if self.https else 80)
         self.timeout, self.pool_size = timeout, pool_size
         auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._headers, self._body_headers = {**HEADERS, **auth}, {**BODY_HEADERS, **auth}

@@ -7,6 +7,10 @@ class JobnikClientError(Exception):
     """The root of the SDK's errors."""
 
 
+class InvalidUrl(JobnikClientError, ValueError):
+    """A base URL that is not an http(s) URL with a host."""
+
+
 class UnsendableBody(JobnikClientError, ValueError):
     """A request body the server would refuse, found before it was sent: NaN or Infinity, an
     integer beyond 64 bits, a NUL character or a lone surrogate in a string."""

@@ -65,6 +65,25 @@ def test_the_command_exits_2_when_the_handler_cannot_be_loaded(
     assert "cannot load handler" in result.output
 
 
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [("nonsense", "not an http(s) URL: 'nonsense'"), ("http://[::1", "does not parse")],
+)
+def test_the_command_exits_2_naming_an_api_url_that_does_not_parse(
+    monkeypatch: pytest.MonkeyPatch, url: str, why: str
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+    result = CliRunner().invoke(
+        app, ["worker", "run", "json:dumps", "--stage-type", "tiles"], env={"JOBNIK_API_URL": url}
+    )
+
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("jobnik: --api-url (JOBNIK_API_URL): ")
+    assert why in line
+
+
 def test_the_status_line_counts_done_failed_running_cancelled_and_refused() -> None:
     worker = Worker("tiles", lambda task, context: None, client=FakeApi().client())
     s = worker.stats
