@@ -164,17 +164,67 @@ def serve(
         )
 
 
-@app.command(
-    add_help_option=False,  # --help is the suite's own (argparse): its options live there
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-)
-def bench(ctx: typer.Context) -> None:
+@app.command()
+def bench(
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            help="the database(s) to measure on: postgres, sqlite or both (default: postgres)"
+        ),
+    ] = None,
+    only: Annotated[
+        str | None,
+        typer.Option(
+            help="the figures to run, comma-separated (default: all; docs/performance.md)"
+        ),
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="small sizes (about a minute)")] = False,
+    json: Annotated[str | None, typer.Option(help="also write the figures to this file")] = None,
+    pg_url: Annotated[
+        str | None,
+        typer.Option(
+            help="a PostgreSQL server where databases may be made (default: 127.0.0.1:5432)"
+        ),
+    ] = None,
+    tasks: Annotated[
+        int | None, typer.Option(help="tasks per lifecycle, HTTP and hot-stage run")
+    ] = None,
+    types: Annotated[
+        int | None, typer.Option(help="stage types of the depth and scrape figures")
+    ] = None,
+    api_processes: Annotated[
+        int | None,
+        typer.Option(
+            help="uvicorn processes serving the HTTP figure on PostgreSQL (default: one per core)"
+        ),
+    ] = None,
+) -> None:
     """Run the benchmark suite: jobnik's figures beside bare-SQL floors measured in the same run.
 
-    Its options: `jobnik bench --help`."""
+    Each line names a figure, its backend, jobnik's value, the floor, the unit and their ratio;
+    then one line per goal. docs/performance.md lists the figures and the latest results."""
+    from jobnik.scripts.bench import NAMES
     from jobnik.scripts.bench import main as bench_main
 
-    raise typer.Exit(bench_main(ctx.args, prog="jobnik bench"))
+    if backend not in (None, "postgres", "sqlite", "both"):
+        raise typer.BadParameter("postgres, sqlite or both", param_hint="--backend")
+    unknown = sorted(set((only or "").replace(" ", "").split(",")) - {"", *NAMES})
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown figure(s) {', '.join(unknown)}; known: {', '.join(NAMES)}",
+            param_hint="--only",
+        )
+    given = {
+        "--backend": backend,
+        "--only": only,
+        "--json": json,
+        "--pg-url": pg_url,
+        "--tasks": tasks,
+        "--types": types,
+        "--api-processes": api_processes,
+    }
+    argv = [part for flag, v in given.items() if v is not None for part in (flag, str(v))]
+    raise typer.Exit(bench_main([*argv, *(["--quick"] if quick else [])], prog="jobnik bench"))
 
 
 @app.command()
