@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import os
 import re
 import select
 import threading
@@ -31,6 +32,10 @@ from jobnik.workers import tracing
 from jobnik.workers.errors import ApiError, InvalidUrl, TransportError, UnsendableBody
 
 TRANSIENT_STATUS: Final = frozenset({502, 503, 504})
+# Where a client finds its server and token when it is not given them (as `jobnik worker run`).
+API_URL_VARIABLE: Final = "JOBNIK_API_URL"
+TOKEN_VARIABLE: Final = "JOBNIK_TOKEN"
+DEFAULT_API_URL: Final = "http://127.0.0.1:8080"
 IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 HEADERS: Final = {"Accept": "application/json", "User-Agent": "jobnik-sdk"}
 BODY_HEADERS: Final = {**HEADERS, "Content-Type": "application/json"}
@@ -204,20 +209,26 @@ class JobnikClient:
     jitter); any other error status raises `ApiError` with the body's `code` and `message`, and a
     request that got no answer raises `TransportError`. `pool_size`: connections kept open (one
     per thread that calls at once). `token`: the bearer token a server with access control
-    wants (`jobnik tokens create`). `transport`: another way to send (tests fake the server
-    with one). `observe(method, status_code, retried, seconds)`, when set, is told of every
-    request once it ended (status_code "error" when no answer came)."""
+    wants (`jobnik tokens create`). Without `base_url` or `token`, the environment's
+    JOBNIK_API_URL (else http://127.0.0.1:8080) and JOBNIK_TOKEN are used, as by `jobnik worker
+    run` (`env`: another mapping to read them from). `transport`: another way to send (tests
+    fake the server with one). `observe(method, status_code, retried, seconds)`, when set, is
+    told of every request once it ended (status_code "error" when no answer came)."""
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | None = None,
         *,
         timeout: float = 30.0,
         retries: int = 3,
         pool_size: int = 10,
         token: str | None = None,
         transport: Transport | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        env = os.environ if env is None else env
+        base_url = base_url or env.get(API_URL_VARIABLE) or DEFAULT_API_URL
+        token = token or env.get(TOKEN_VARIABLE) or None
         self.base_url = base_url.rstrip("/")
         self.transport: Transport = transport or HttpTransport(
             self.base_url, timeout=timeout, pool_size=pool_size, token=token

@@ -80,7 +80,9 @@ class Worker:
     `stop()` (or SIGTERM/SIGINT under `run()`) stops polling, waits up to `grace_period` seconds
     for running handlers, then hands unfinished tasks back to the queue.
 
-    `metrics` (workers/metrics.py) records into `registry` (a registry of its own by default).
+    Its client is `client`, else one to `base_url` with `token` (by default JOBNIK_API_URL and
+    JOBNIK_TOKEN, as `jobnik worker run`). `metrics` (workers/metrics.py) records into
+    `registry` (a registry of its own by default).
     With OpenTelemetry installed and a tracer provider set, the handler runs in a span whose
     parent is the task's stored traceparent (workers/tracing.py).
     """
@@ -104,8 +106,6 @@ class Worker:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         if client is None:
-            if base_url is None:
-                raise ValueError("give base_url or client")
             client = JobnikClient(base_url, pool_size=concurrency + 2, token=token)  # + heartbeats
         self.metrics = WorkerMetrics(stage_type, registry)
         if client.observe is None:

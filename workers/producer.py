@@ -17,9 +17,14 @@ class Producer:
     """Creates jobs, stages and tasks; pauses, resumes, aborts, re-prioritises, deletes and
     reruns them."""
 
-    def __init__(self, client: JobnikClient | str, *, token: str | None = None) -> None:
-        """`client`: a client, or the API's URL (then `token` is its bearer token, if any)."""
-        self.client = JobnikClient(client, token=token) if isinstance(client, str) else client
+    def __init__(
+        self, client: JobnikClient | str | None = None, *, token: str | None = None
+    ) -> None:
+        """`client`: a client, or the API's URL (then `token` is its bearer token, if any);
+        without them, JOBNIK_API_URL and JOBNIK_TOKEN (see JobnikClient)."""
+        self.client = (
+            client if isinstance(client, JobnikClient) else JobnikClient(client, token=token)
+        )
 
     def create_job(
         self,
