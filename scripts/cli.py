@@ -290,11 +290,13 @@ def worker_run(
     The handler's return reports the task COMPLETED (its value the result); an exception
     reports it FAILED, and the server retries it while attempts remain. On SIGTERM or SIGINT
     the worker stops dequeuing, lets running handlers finish within the grace period, then
-    hands the rest back to the queue. A status line on stderr counts what it did. With
+    hands the rest back to the queue. A 401 or 403 from the API (to the worker, or to its
+    handler's calls) stops it the same way, the task handed back, and it exits 2 saying why.
+    A status line on stderr counts what it did. With
     OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER) set, handler spans are exported, each
     a child of its task's stored traceparent (needs `pip install 'jobnik[otel]'`)."""
     from jobnik.workers.cli import load_handler, run_worker
-    from jobnik.workers.errors import InvalidUrl
+    from jobnik.workers.errors import AccessRefused, InvalidUrl
 
     sys.path.insert(0, os.getcwd())  # handlers in the working directory import as modules
     try:
@@ -319,6 +321,8 @@ def worker_run(
         )
     except InvalidUrl as exc:
         raise Failure(f"--api-url (JOBNIK_API_URL): {exc}", EXIT_USAGE) from None
+    except AccessRefused as exc:  # the worker stopped, its tasks handed back: say why
+        raise Failure(str(exc), EXIT_USAGE) from None
     except RuntimeError as exc:  # e.g. traces asked for without OpenTelemetry installed
         raise Failure(f"cannot start: {exc}", EXIT_USAGE) from None
 
