@@ -755,7 +755,7 @@ def test_every_error_answer_has_a_json_body(base_url: str, sdk: Sdk) -> None:
         ("GET", f"/v1/tasks/{missing}", None, 404, "TASK_NOT_FOUND"),
         ("GET", "/v1/jobs?no_such_param=1", None, 400, "VALIDATION_ERROR"),
         ("GET", f"/v1/jobs/{job['id']}?should_return_stages=maybe", None, 400, "VALIDATION_ERROR"),
-        ("GET", "/v1/no/such/route", None, 404, "UNKNOWN_ERROR"),
+        ("GET", "/v1/no/such/route", None, 404, "ROUTE_NOT_FOUND"),
         ("POST", "/v1/jobs", {}, 400, "VALIDATION_ERROR"),
         ("POST", "/v1/jobs", [], 400, "VALIDATION_ERROR"),
         ("POST", "/v1/jobs", {"name": "x", "data": {}}, 400, "VALIDATION_ERROR"),
