@@ -54,6 +54,24 @@ def test_the_cli_prints_a_secret_once_lists_tokens_and_revokes_them(env: dict[st
     assert "revoked" in next(line for line in after.splitlines() if line.startswith("ci "))
 
 
+def test_tokens_list_keeps_its_columns_aligned_whatever_their_values(
+    env: dict[str, str],
+) -> None:
+    tokens(env, "create", "nightly-map-renderer-for-region-7", "--role", "worker")
+    tokens(env, "create", "ci", "--role", "producer", "--expires", "30d")
+    tokens(env, "create", "ops", "--role", "admin", "--expires", "1s")
+    time.sleep(1.1)  # ops has expired
+
+    header, *rows = tokens(env, "list").splitlines()
+
+    starts = [header.index(title) for title in ("role", "state", "expires", "issued by", "types")]
+    for row in rows:
+        cells = [row[s : s + 1] for s in starts]
+        assert all(c.strip() for c in cells), (header, row)  # each column starts where its title
+        assert all(row[s - 1] == " " for s in starts), (header, row)
+    assert "expired" in next(r for r in rows if r.startswith("ops "))
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
