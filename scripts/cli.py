@@ -294,7 +294,7 @@ def worker_run(
     handler's calls) stops it the same way, the task handed back, and it exits 2 saying why.
     A status line on stderr counts what it did. With
     OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER) set, handler spans are exported, each
-    a child of its task's stored traceparent (needs `pip install 'jobnik[otel]'`)."""
+    a child of its task's stored traceparent (with the `otel` extra installed)."""
     from jobnik.workers.cli import load_handler, run_worker
     from jobnik.workers.errors import AccessRefused, InvalidUrl
 

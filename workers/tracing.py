@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT: Final = "pip install 'jobnik[otel]'"
+INSTALL_HINT: Final = "install jobnik's otel extra from its checkout: pip install '.[otel]'"
 SCOPE: Final = "jobnik.workers"
 
 

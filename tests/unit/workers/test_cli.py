@@ -136,7 +136,7 @@ def test_the_command_exits_2_saying_why_when_it_cannot_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Worker:
-        raise RuntimeError("OpenTelemetry is not installed: pip install 'jobnik[otel]'")
+        raise RuntimeError("OpenTelemetry is not installed: pip install '.[otel]'")
 
     monkeypatch.setattr("jobnik.workers.cli.run_worker", refuse)
     runner = CliRunner()
