@@ -34,12 +34,14 @@ class Failure(Exception):
 
 def explain(exc: Exception) -> Failure:
     """The sentence and exit status for `exc`."""
+    if isinstance(exc, Failure):
+        return exc
+    if isinstance(exc, ImportError):  # (the modules below would not load either)
+        return Failure(f"a module jobnik needs does not load: {exc}")
     from jobnik.api.settings import InvalidSettings
     from jobnik.domain.errors import DatabaseError, JobnikError, StoreInUse
     from jobnik.projections.rebuild.bluegreen import RebuildBusy
 
-    if isinstance(exc, Failure):
-        return exc
     if isinstance(exc, InvalidSettings):
         return Failure(f"a setting does not parse: {exc}", EXIT_USAGE)
     if isinstance(exc, RebuildBusy):

@@ -218,3 +218,20 @@ def test_an_unreachable_postgresql_server_is_one_sentence(database_url: str) -> 
     assert result.exit_code == 4
     assert "cannot connect to the PostgreSQL database jobnik on 127.0.0.1:" in one_sentence(result)
     assert "Connection refused" in result.output
+
+
+def test_a_module_that_does_not_load_is_one_sentence(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def missing(*args: object, **kwargs: object) -> None:
+        raise ImportError("libstdc++.so.6: cannot open shared object file")
+
+    monkeypatch.setattr("jobnik.scripts.cli.migrated", missing)
+
+    result = run(env, "migrate")
+
+    assert result.exit_code == 1
+    assert one_sentence(result) == (
+        "jobnik: a module jobnik needs does not load: libstdc++.so.6: cannot open shared "
+        "object file"
+    )
