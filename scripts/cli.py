@@ -94,9 +94,14 @@ def jobs_redispatch(
 
 @app.command()
 def serve(
-    host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port")] = 8080,
-    workers: Annotated[int, typer.Option(help="API processes; more than one needs PostgreSQL")] = 1,
+    host: Annotated[str, typer.Option(envvar="JOBNIK_HOST", help="interface to bind")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(envvar="JOBNIK_PORT", help="TCP port")] = 8080,
+    workers: Annotated[
+        int,
+        typer.Option(envvar="JOBNIK_WORKERS", help="API processes; more than one needs PostgreSQL"),
+    ] = 1,
     ssl_certfile: Annotated[
         str | None, typer.Option(help="serve HTTPS with this PEM certificate (chain)")
     ] = None,

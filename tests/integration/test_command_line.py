@@ -235,3 +235,15 @@ def test_a_module_that_does_not_load_is_one_sentence(
         "jobnik: a module jobnik needs does not load: libstdc++.so.6: cannot open shared "
         "object file"
     )
+
+
+def test_serve_reads_its_host_and_workers_from_the_environment(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'jobnik.db'}"
+
+    exposed = run({"JOBNIK_DATABASE_URL": url, "JOBNIK_HOST": "0.0.0.0"}, "serve")
+    several = run({"JOBNIK_DATABASE_URL": url, "JOBNIK_WORKERS": "2"}, "serve")
+
+    assert exposed.exit_code == 2
+    assert "refusing to serve on 0.0.0.0" in one_sentence(exposed)
+    assert several.exit_code == 2
+    assert "SQLite serves one process" in several.output

@@ -85,3 +85,57 @@ def test_rules_and_dashboard_read_only_metrics_jobnik_serves(source: object) -> 
     assert expressions
     assert used
     assert used <= known, f"not served: {sorted(used - known)}"
+
+
+# -- the container image recipe (built and run by deploy/smoke-image.sh in CI) ----------------
+
+ROOT = DEPLOY.parent
+CONTAINERFILE = ROOT / "Containerfile"
+
+
+def instructions() -> list[tuple[str, str]]:
+    """The Containerfile's instructions (continuation lines joined), as (KEYWORD, arguments)."""
+    text = re.sub(r"\\\n\s*", " ", CONTAINERFILE.read_text())
+    lines = [line.strip() for line in text.splitlines()]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1])
+        for line in lines
+        if line and not line.startswith("#")
+    ]
+
+
+def test_the_image_recipe_serves_jobnik_as_a_user_from_a_venv_with_a_health_check() -> None:
+    steps = instructions()
+    final = steps[max(i for i, (k, _) in enumerate(steps) if k == "FROM") :]
+    keys = [k for k, _ in final]
+    arguments = {k: a for k, a in final}
+
+    assert ("ARG", "BASE=docker.io/library/python:3.11-slim") in steps  # the public image
+    assert all(a.startswith("${BASE}") for k, a in steps if k == "FROM")
+    assert json.loads(arguments["ENTRYPOINT"]) == ["jobnik", "serve"]
+    assert arguments["USER"] not in ("root", "0")
+    assert keys.index("USER") < keys.index("ENTRYPOINT")
+    assert "/liveness" in arguments["HEALTHCHECK"]
+    assert "JOBNIK_PORT" in arguments["HEALTHCHECK"]  # the port the server listens on
+    assert "/opt/jobnik/bin" in arguments["ENV"]  # the package's own venv
+    assert "JOBNIK_HOST=0.0.0.0" in arguments["ENV"]
+
+
+def test_the_image_is_built_from_the_package_sources_alone() -> None:
+    ignore = (ROOT / ".containerignore").read_text().split()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    folders = set(re.findall(r'^"jobnik[\w.]*" = "(\w+)', pyproject, re.MULTILINE))
+
+    assert "*" in ignore  # nothing but what is let in
+    assert {f"!{f}" for f in folders} | {"!pyproject.toml", "!README.md"} <= set(ignore)
+
+
+def test_ci_builds_and_runs_the_image() -> None:
+    run = (ROOT / ".ci" / "run").read_text()
+    script = DEPLOY / "smoke-image.sh"
+
+    assert "bash deploy/smoke-image.sh" in run
+    for step in ("mmdebstrap", "podman", "import", "buildah", "--isolation chroot", "BASE="):
+        assert step in script.read_text(), step
+    check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
