@@ -15,12 +15,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" >"$stamp"
 fi
 
-# Debian packages some tests drive: promtool (the alert rules' tests) and chromium (the console's
-# browser tests). Installed when missing and this is a root shell with apt-get; else named, and
-# those tests fail saying what is missing.
+# Debian packages some tests drive: promtool (the alert rules' tests), chromium (the console's
+# browser tests) and systemd-analyze (the systemd unit's test). Installed when missing and this is
+# a root shell with apt-get; else named, and those tests fail saying what is missing.
 need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 [ -x /usr/bin/chromium ] || need+=(chromium fonts-liberation)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing Debian packages the tests use: ${need[*]}"

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import typer
 import yaml
 
+from jobnik.api.settings import Settings
 from jobnik.api.telemetry.metrics import ServerMetrics
 from jobnik.api.telemetry.service_metrics import JobnikServiceGauges, QueueMetrics
+from jobnik.scripts.cli import app as cli
 from jobnik.workers.metrics import WorkerMetrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -139,3 +144,67 @@ def test_ci_builds_and_runs_the_image() -> None:
         assert step in script.read_text(), step
     check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
+
+
+# -- the systemd unit and its environment file (docs/operations.md) ---------------------------
+
+SYSTEMD = DEPLOY / "systemd"
+VENV_JOBNIK = "/opt/jobnik/bin/jobnik"
+
+
+def unit_lines(path: Path) -> list[tuple[str, str]]:
+    """A unit's `Key=value` lines, in order."""
+    return [
+        (key.strip(), value.strip())
+        for key, _, value in (
+            line.partition("=")
+            for line in path.read_text().splitlines()
+            if "=" in line and not line.lstrip().startswith(("#", ";"))
+        )
+    ]
+
+
+def test_the_unit_runs_jobnik_serve_with_workers_and_commands_the_cli_takes() -> None:
+    lines = unit_lines(SYSTEMD / "jobnik.service")
+    commands = [shlex.split(v) for k, v in lines if k in ("ExecStartPre", "ExecStart")]
+    root = typer.main.get_command(cli)
+
+    assert [w for w in commands[-1][1:] if w in ("serve", "--workers")] == ["serve", "--workers"]
+    for argv in commands:
+        assert argv[0] == VENV_JOBNIK
+        command = root.commands[argv[1]]  # (a command the jobnik command has)
+        command.make_context(argv[1], argv[2:])  # raises on an option or value it refuses
+    settings = dict(lines)
+    assert settings["User"] != "root"
+    assert settings["EnvironmentFile"] == "/etc/jobnik/jobnik.env"
+
+
+def test_systemd_finds_nothing_wrong_with_the_unit(tmp_path: Path) -> None:
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.fail("systemd-analyze is missing: scripts/test.sh installs Debian's systemd package")
+    jobnik = shutil.which("jobnik") or str(Path(sys.executable).parent / "jobnik")
+    unit = tmp_path / "jobnik.service"  # (verify wants the commands it runs to exist)
+    unit.write_text((SYSTEMD / "jobnik.service").read_text().replace(VENV_JOBNIK, jobnik))
+
+    verified = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True)
+
+    assert (verified.returncode, verified.stdout + verified.stderr) == (0, "")
+
+
+def test_the_environment_file_example_holds_settings_jobnik_reads() -> None:
+    env = dict(
+        line.split("=", 1)
+        for line in (SYSTEMD / "jobnik.env").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
+    serve = next(c for c in typer.main.get_command(cli).commands.values() if c.name == "serve")
+    options = {p.envvar for p in serve.params if getattr(p, "envvar", None)}
+    variables = {
+        f.validation_alias if isinstance(f.validation_alias, str) else f"JOBNIK_{name.upper()}"
+        for name, f in Settings.model_fields.items()
+    }
+    known = variables | options
+
+    assert set(env) <= known, set(env) - known
+    assert Settings.from_env(env).database_url.startswith("postgresql://")

@@ -19,7 +19,7 @@ SOURCES = sorted(
     + [p for p in (ROOT / "Containerfile",) if p.exists()],
 )
 # `pip install ARGS`, as `pip`, `.venv/bin/pip`, `python3 -m pip` or `$VENV/bin/pip` run it
-COMMAND = re.compile(r"(?:\S*/)?(?:pip3?|python3?\s+-m\s+pip)\s+install\s+([^`\n&;|]+)")
+COMMAND = re.compile(r"(?:\S*/)?(?:pip3?|python3?\s+-m\s+pip)\s+install\s+([^`\n&;|#]+)")
 TARGET = re.compile(r"^(?P<path>\.|\.?/[\w./$-]*)(?:\[(?P<extras>[\w,-]+)\])?$")
 OPTIONS = {
     "-e",
