@@ -31,17 +31,8 @@ need=()
 for tool in mmdebstrap podman buildah; do
   command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
-if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    step "installing Debian packages: ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  else
-    echo "deploy/smoke-image.sh needs ${need[*]} (apt-get install them as root)" >&2
-    exit 1
-  fi
-fi
+source scripts/debian.sh
+debian_packages deploy/smoke-image.sh "${need[@]}"
 
 work=$(mktemp -d /tmp/jobnik-image.XXXXXX)
 store=(--root "$work/storage" --runroot "$work/run" --storage-driver "$DRIVER")

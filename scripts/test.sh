@@ -22,15 +22,7 @@ need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 [ -x /usr/bin/chromium ] || need+=(chromium fonts-liberation)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
-if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing Debian packages the tests use: ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  else
-    echo "the tests need Debian packages: ${need[*]} (apt-get install them as root)" >&2
-  fi
-fi
+source scripts/debian.sh
+debian_packages "the tests" "${need[@]}" || true
 
 exec .venv/bin/python -m pytest "$@"

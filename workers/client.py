@@ -362,3 +362,9 @@ def _walked(body: Any) -> bytes:
         raise UnsendableBody("a string in the body holds a lone surrogate") from None
     except (TypeError, ValueError) as e:
         raise UnsendableBody(f"the body is not JSON: {e}") from None
+
+
+def client_of(client: JobnikClient | str | None, token: str | None) -> JobnikClient:
+    """`client` itself, or a client to the URL `client` (by default JOBNIK_API_URL) with
+    `token` (by default JOBNIK_TOKEN): what Producer and Consumer take."""
+    return client if isinstance(client, JobnikClient) else JobnikClient(client, token=token)

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from jobnik.workers.client import JobnikClient
+from jobnik.workers.client import JobnikClient, client_of
 from jobnik.workers.models import ChildJob, Heartbeat, Report, Reported, Task
 
 
@@ -18,9 +18,7 @@ class Consumer:
     ) -> None:
         """`client`: a client, or the API's URL (then `token` is its bearer token, if any);
         without them, JOBNIK_API_URL and JOBNIK_TOKEN (see JobnikClient)."""
-        self.client = (
-            client if isinstance(client, JobnikClient) else JobnikClient(client, token=token)
-        )
+        self.client = client_of(client, token)
 
     def dequeue(self, stage_type: str, lease_seconds: int | None = None) -> Task | None:
         """The next task of `stage_type` (now IN_PROGRESS, leased to you), or None.

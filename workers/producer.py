@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from jobnik.workers.client import JobnikClient
+from jobnik.workers.client import JobnikClient, client_of
 from jobnik.workers.models import Job, Rerun, Stage, Task
 
 
@@ -22,9 +22,7 @@ class Producer:
     ) -> None:
         """`client`: a client, or the API's URL (then `token` is its bearer token, if any);
         without them, JOBNIK_API_URL and JOBNIK_TOKEN (see JobnikClient)."""
-        self.client = (
-            client if isinstance(client, JobnikClient) else JobnikClient(client, token=token)
-        )
+        self.client = client_of(client, token)
 
     def create_job(
         self,

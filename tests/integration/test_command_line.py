@@ -21,6 +21,7 @@ from jobnik.scripts.cli import app as cli
 from jobnik.scripts.failures import Failure
 
 from .conftest import free_port
+from .test_migrations import emptied
 from .test_server_processes import POSTGRES_ONLY
 
 LATEST = migrations.MIGRATIONS[-1].version
@@ -92,16 +93,6 @@ def test_a_refused_serve_off_loopback_makes_no_database(
     assert result.exit_code == 2
     assert "refusing to serve on 0.0.0.0" in one_sentence(result)
     assert not made_anything(database_url)
-
-
-def emptied(database_url: str) -> None:
-    """Drop everything in the database (PostgreSQL: the schema; SQLite: the file)."""
-    if database_url.startswith("sqlite:///"):
-        Path(database_url.removeprefix("sqlite:///")).unlink()
-        return
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA public CASCADE")
-        conn.execute("CREATE SCHEMA public")
 
 
 def test_migrate_says_whether_it_upgraded_left_or_created_the_schema(

@@ -182,17 +182,21 @@ def server() -> Iterator[Callable[..., str]]:
         s.server_close()
 
 
-def _echo(request: BaseHTTPRequestHandler) -> None:
-    length = int(request.headers.get("Content-Length") or 0)
-    sent = json.loads(request.rfile.read(length)) if length else None
-    answer = json.dumps(
-        {"path": request.path, "body": sent, "type": request.headers.get("Content-Type")}
-    ).encode()
+def _answer(request: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    answer = json.dumps(body).encode()
     request.send_response(200)
     request.send_header("Content-Type", "application/json")
     request.send_header("Content-Length", str(len(answer)))
     request.end_headers()
     request.wfile.write(answer)
+
+
+def _echo(request: BaseHTTPRequestHandler) -> None:
+    length = int(request.headers.get("Content-Length") or 0)
+    sent = json.loads(request.rfile.read(length)) if length else None
+    _answer(
+        request, {"path": request.path, "body": sent, "type": request.headers.get("Content-Type")}
+    )
 
 
 def test_the_default_transport_sends_json_under_the_base_urls_path(server: Any) -> None:
@@ -369,14 +373,7 @@ def test_an_unsendable_body_is_refused_naming_where(body: Any, why: str) -> None
 
 
 def _authorization(request: BaseHTTPRequestHandler) -> None:
-    answer = json.dumps(
-        {"path": request.path, "authorization": request.headers.get("Authorization")}
-    ).encode()
-    request.send_response(200)
-    request.send_header("Content-Type", "application/json")
-    request.send_header("Content-Length", str(len(answer)))
-    request.end_headers()
-    request.wfile.write(answer)
+    _answer(request, {"path": request.path, "authorization": request.headers.get("Authorization")})
 
 
 def test_producer_consumer_and_worker_find_their_server_and_token_in_the_environment(
