@@ -16,8 +16,11 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
-from opentelemetry import context as otel_context
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+except ImportError:  # without the otel extra nothing here is used (tracing.py asks first)
+    SpanProcessor = object  # type: ignore[assignment,misc]
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import Span, TracerProvider

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 
 from jobnik.api.settings import Settings
+from jobnik.api.telemetry.rounds import QuietRounds, round_spans
 from jobnik.projections.store.leader import Round, unobserved
 from jobnik.workers import tracing
 
@@ -34,21 +35,12 @@ def provider_from(settings: Settings) -> TracerProvider | None:
     """The provider to export with when the settings ask for traces, else None; it becomes
     the process's global one (the store's own database spans use that). The background loops'
     idle rounds are not exported (rounds.py)."""
-    env = otel_env(settings)
-    if not tracing.wanted(env):
-        return None
-    from jobnik.api.telemetry.rounds import QuietRounds
-
-    return tracing.export_from_env(env, SERVICE_NAME, QuietRounds)
+    return tracing.export_from_env(otel_env(settings), SERVICE_NAME, QuietRounds)
 
 
 def background_rounds(provider: TracerProvider | None) -> Round:
     """What the background loops run each round in: a span when the process traces."""
-    if provider is None:
-        return unobserved
-    from jobnik.api.telemetry.rounds import round_spans
-
-    return round_spans(provider)
+    return unobserved if provider is None else round_spans(provider)
 
 
 def instrument_database(provider: TracerProvider) -> None:
