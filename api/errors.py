@@ -70,6 +70,7 @@ HTTP_CODES: Final[Mapping[int, str]] = {
     413: "PAYLOAD_TOO_LARGE",
 }
 
+SHOWN_PATH: Final = 200  # the longest path an error message repeats
 _WHERE: Final = {"path": "params", "query": "query", "body": "body", "header": "headers"}
 
 
@@ -193,8 +194,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        path = request.url.path
+        path = path if len(path) <= SHOWN_PATH else path[:SHOWN_PATH] + "…"
         message = (
-            f"not found: no route {request.method} {request.url.path} (/docs lists them)"
+            f"not found: no route {request.method} {path} (/docs lists them)"
             if exc.status_code == 404
             else str(exc.detail).lower()
         )

@@ -616,6 +616,13 @@ NOT_FOUND = [
         "not found: no route GET / (/docs lists them)",
     ),
     Case(
+        "unknown-route-long",
+        lambda a: ("GET", "/v1/" + "x" * 500, {}),
+        404,
+        "ROUTE_NOT_FOUND",
+        f"not found: no route GET /v1/{'x' * 196}… (/docs lists them)",
+    ),
+    Case(
         "unknown-route-singular",
         lambda a: ("POST", "/v1/job", {"json": {"name": "ab", "data": {}}}),
         404,
