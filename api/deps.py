@@ -17,7 +17,7 @@ from jobnik.api.grouping import GroupCommit
 from jobnik.api.idempotency import IdempotencyKeys, fingerprint
 from jobnik.api.settings import Settings
 from jobnik.api.telemetry.metrics import IDEMPOTENT_REPLAYS
-from jobnik.api.traces import request_trace
+from jobnik.api.traces import creation_trace
 from jobnik.domain.application import Jobnik
 from jobnik.domain.errors import InvalidRequest
 from jobnik.projections.queries.audit import Audit
@@ -61,7 +61,7 @@ ViewsDep = Annotated[Views, Depends(get_views)]
 
 async def incoming_trace(request: Request) -> tuple[str, str | None]:
     """The trace context a created entity stores when the body names none."""
-    return request_trace(request)
+    return creation_trace(request)
 
 
 TraceDep = Annotated[tuple[str, str | None], Depends(incoming_trace)]

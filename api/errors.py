@@ -61,13 +61,16 @@ ROUTE_STATUS: Final[Mapping[tuple[str, type[JobnikError]], int]] = {
     ("update_stage_status", IllegalJobTransition): 500,
 }
 
-# Starlette's own errors: 404 keeps the contract's UNKNOWN_ERROR, the others are named.
+# Starlette's own errors, named: 404 is a path no route (nor file) serves, where Jobnik's
+# manager answers UNKNOWN_ERROR (docs/compatibility.md).
 HTTP_CODES: Final[Mapping[int, str]] = {
     400: "VALIDATION_ERROR",
+    404: "ROUTE_NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
     413: "PAYLOAD_TOO_LARGE",
 }
 
+SHOWN_PATH: Final = 200  # the longest path an error message repeats
 _WHERE: Final = {"path": "params", "query": "query", "body": "body", "header": "headers"}
 
 
@@ -191,7 +194,13 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        message = "not found" if exc.status_code == 404 else str(exc.detail).lower()
+        path = request.url.path
+        path = path if len(path) <= SHOWN_PATH else path[:SHOWN_PATH] + "…"
+        message = (
+            f"not found: no route {request.method} {path} (/docs lists them)"
+            if exc.status_code == 404
+            else str(exc.detail).lower()
+        )
         code = HTTP_CODES.get(exc.status_code, "UNKNOWN_ERROR")
         headers = dict(exc.headers or {})
         if exc.status_code == 405:  # every route of the path, not only the one that matched

@@ -39,7 +39,12 @@ from jobnik.api.telemetry import Telemetry
 from jobnik.api.telemetry.commands import ObservedCommands
 from jobnik.api.telemetry.metrics import GROUP_COMMANDS, WRITER_LOCK_WAIT, ServerMetrics
 from jobnik.api.telemetry.service_metrics import JobnikServiceGauges, QueueMetrics
-from jobnik.api.telemetry.tracing import instrument_app, instrument_database, provider_from
+from jobnik.api.telemetry.tracing import (
+    background_rounds,
+    instrument_app,
+    instrument_database,
+    provider_from,
+)
 from jobnik.api.waiters import Waiters
 from jobnik.domain.application import Jobnik
 from jobnik.domain.errors import StoreInUse
@@ -55,6 +60,7 @@ from jobnik.projections.rebuild.bluegreen import rebuild, rebuild_outdated
 from jobnik.projections.startup import migrate
 from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.leader import Round, unobserved
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +206,9 @@ def _document_security(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def projections_at_start(store: SqlStore, settings: Settings) -> CatchUpRunner | None:
+def projections_at_start(
+    store: SqlStore, settings: Settings, round: Round = unobserved
+) -> CatchUpRunner | None:
     """Detect projections an older version built and, with JOBNIK_REBUILD_ON_START=auto (the
     default), rebuild them blue/green: the inline read models now, before this process serves
     (processes already serving keep serving the old tables until the swap), the catch-up ones
@@ -240,6 +248,7 @@ def projections_at_start(store: SqlStore, settings: Settings) -> CatchUpRunner |
             if mode == "auto"
             else None
         ),
+        round=round,
     )
 
 
@@ -271,11 +280,17 @@ def app_from_settings(settings: Settings) -> FastAPI:
     keys = IdempotencyKeys(store, settings.idempotency_ttl)
     interval = settings.sweep_interval
     sweeper = (
-        Sweeper(jobnik, store.leader_lock("sweeper"), interval, purge=keys.purge)
+        Sweeper(
+            jobnik,
+            store.leader_lock("sweeper"),
+            interval,
+            purge=keys.purge,
+            round=background_rounds(telemetry.provider),
+        )
         if interval > 0
         else None
     )
-    runner = projections_at_start(store, settings)
+    runner = projections_at_start(store, settings, background_rounds(telemetry.provider))
     wait = settings.min_position_wait
 
     @asynccontextmanager

@@ -63,6 +63,9 @@ def document_errors(app: FastAPI) -> None:
             version=app.version,
             description=app.description,
             routes=app.routes,
+            # one schema per model, its fields as declared: a response's serializer (which
+            # leaves out the fields that are None) would show it as any object
+            separate_input_output_schemas=False,
         )
         max_page_size = app.state.settings.max_page_size
         for path, operations in schema.get("paths", {}).items():

@@ -19,7 +19,6 @@ from jobnik.api.schemas import ErrorBody
 from jobnik.api.traces import request_trace
 from jobnik.domain.errors import Forbidden
 from jobnik.domain.principals import Actor, Permission, Principal, roles_with
-from jobnik.domain.work import NO_TRACE
 
 PERMISSION: Final = "x-jobnik-permission"
 ROLES: Final = "x-jobnik-roles"
@@ -51,10 +50,10 @@ async def authorize(request: Request) -> Principal:
             f"token '{principal.name}' ({principal.role}) may not do this: it needs the "
             f"{permission} permission ({roles})"
         )
-    trace_id = request_trace(request)[0][3:35]
-    if trace_id == NO_TRACE[3:35]:  # none, or the caller's all-zero (invalid) trace id
+    traced = request_trace(request)
+    if traced is None:
         return principal
-    return replace(principal, trace_id=trace_id)
+    return replace(principal, trace_id=traced[0][3:35])
 
 
 PrincipalDep = Annotated[Principal, Depends(authorize)]

@@ -253,7 +253,12 @@ class TaskOut(OutModel):
     data: Payload
     user_metadata: Payload
     status: TaskStatus
-    attempts: int
+    attempts: int = Field(
+        description="attempts spent, as Jobnik counts them: a FAILED report or an expired lease "
+        "spends one (a completion, a hand-back or a delegation spends none); the task fails for "
+        "good when they reach maxAttempts, and a rerun sets them back to 0. A task completed at "
+        "its first dequeue shows attempts 0 and attempt 1"
+    )
     max_attempts: int
     creation_time: datetime
     update_time: datetime
@@ -261,7 +266,10 @@ class TaskOut(OutModel):
     end_time: datetime | None = None
     traceparent: str
     tracestate: str | None = None
-    attempt: int = Field(description="jobnik: dequeues so far; reports and heartbeats name it")
+    attempt: int = Field(
+        description="jobnik: the number of the task's latest dequeue (0 before the first), "
+        "which its reports and heartbeats name; every dequeue counts, spent or not"
+    )
     lease_expires_at: datetime | None = Field(
         default=None, description="jobnik: when an IN_PROGRESS task goes back to the queue"
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 
 from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_BATCH
@@ -25,6 +25,12 @@ MAX_SERVABLE_DEPTH = 200
 # "now minus the threshold" leaves the calendar, and the counts leave the stores' integers.
 MAX_STUCK_LEASE_EXPIRIES = 1_000_000
 MAX_STUCK_IDLE_SECONDS = 1e9
+# Settings whose value an error message leaves out (a database URL may hold a password).
+UNQUOTED = frozenset({"database_url"})
+
+
+class InvalidSettings(ValueError):
+    """Settings that do not parse, each named by the variable it is read from."""
 
 
 class Settings(BaseSettings):
@@ -175,6 +181,18 @@ class Settings(BaseSettings):
         "(Jobnik 1.x) or plain arrays (SDK 0.3.x)",
     )
 
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise InvalidSettings(_problems(type(self), exc)) from None
+
+    @field_validator("database_url")
+    @classmethod
+    def _a_database_url(cls, value: str) -> str:
+        library_env({"JOBNIK_DATABASE_URL": value})  # raises ValueError on what it cannot read
+        return value
+
     @field_validator("cors_origins", "allowed_hosts", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
@@ -186,9 +204,8 @@ class Settings(BaseSettings):
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         """The settings `env` holds, and the defaults for the rest (the process environment is
         not read)."""
-        # `_build_sources` is BaseSettings' own hook for the sources to read; mypy sees only
-        # the fields in the signature.
-        return cls(_build_sources=((_GivenEnv(cls, env),), {}))  # type: ignore[call-arg]
+        # `_build_sources` is BaseSettings' own hook for the sources to read.
+        return cls(_build_sources=((_GivenEnv(cls, env),), {}))
 
     def library_env(self) -> dict[str, str]:
         """The eventsourcing library's persistence settings for this database."""
@@ -209,6 +226,20 @@ class Settings(BaseSettings):
 
 def _variable(name: str, alias: object) -> str:
     return alias if isinstance(alias, str) else PREFIX + name.upper()
+
+
+def _problems(cls: type[BaseSettings], error: ValidationError) -> str:
+    """One sentence naming each variable that does not parse, what was wrong, and its value
+    (not for UNQUOTED ones): `JOBNIK_LEASE_SECONDS='abc': Input should be a valid integer`."""
+    fields = cls.model_fields
+    out = []
+    for e in error.errors():
+        name = str(e["loc"][0]) if e["loc"] else ""
+        field = fields.get(name)
+        variable = _variable(name, field.validation_alias) if field else name
+        value = "" if name in UNQUOTED else f"={e['input']!r}"
+        out.append(f"{variable}{value}: {str(e['msg']).removeprefix('Value error, ')}")
+    return "; ".join(out)
 
 
 class _GivenEnv(EnvSettingsSource):

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from jobnik.domain.application import Jobnik
-from jobnik.projections.store.leader import LeaderLock
+from jobnik.projections.store.leader import LeaderLock, Round, unobserved
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +27,10 @@ class Sweeper:
         lock: LeaderLock,
         interval: float,
         purge: Callable[[], int] | None = None,
+        round: Round = unobserved,
     ) -> None:
         self.jobnik, self.lock, self.interval, self.purge = jobnik, lock, interval, purge
+        self.round = round  # each round runs in it, told how many tasks and keys it took
         self._purged_at = -PURGE_EVERY
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="jobnik-sweeper", daemon=True)
@@ -44,6 +46,10 @@ class Sweeper:
 
     def sweep_once(self) -> int:
         """Sweep until nothing is left (when leader); returns how many tasks were taken back."""
+        with self.round("jobnik.sweeper") as did:
+            return self._sweep(did)
+
+    def _sweep(self, did: Callable[[int], None]) -> int:
         if not self.lock.acquire():
             return 0
         total, limit = 0, 200
@@ -55,10 +61,12 @@ class Sweeper:
         if total:
             log.info("leases swept", extra={"action": "leases_swept", "tasks": total})
         self.swept += total
+        purged = 0
         if self.purge is not None and time.monotonic() - self._purged_at >= PURGE_EVERY:
             self._purged_at = time.monotonic()
             if purged := self.purge():
                 log.info("idempotency keys purged", extra={"action": "keys_purged", "keys": purged})
+        did(total + purged)
         return total
 
     def _run(self) -> None:

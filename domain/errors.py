@@ -292,6 +292,18 @@ class DatabaseError(JobnikError):
     code = "DATABASE_RELATED_ERROR"
 
 
+class DatabaseMissing(DatabaseError):
+    """the database does not exist"""
+
+    code = "DATABASE_MISSING"
+
+
+class DatabaseUnreachable(DatabaseError):
+    """the database server cannot be reached, or refuses these credentials"""
+
+    code = "DATABASE_UNREACHABLE"
+
+
 class IdempotencyKeyReused(JobnikError):
     """This Idempotency-Key was used for a different request (another body or endpoint)."""
 

@@ -6,20 +6,20 @@ Run the API (`jobnik serve`), then in other terminals:
     jobnik worker run examples.create_map:upload --stage-type upload-tiles
     python -m examples.create_map            # creates the job and waits for it
 
-(from the project root, so that `examples` imports). JOBNIK_API_URL overrides the API address.
+(from the project root, so that `examples` imports). JOBNIK_API_URL overrides the API address;
+with access control on, each finds its token in JOBNIK_TOKEN: a producer token for the job
+creator, a worker token for each stage type (`jobnik tokens create tiler --role worker
+--stage-type process-tiles`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 import time
 from typing import Any
 
 from jobnik.workers import FatalTaskError, Producer, Task, TaskContext
-
-API = os.environ.get("JOBNIK_API_URL", "http://127.0.0.1:8080")
 
 
 def process_tile(task: Task, context: TaskContext) -> None:
@@ -36,14 +36,15 @@ def process_tile(task: Task, context: TaskContext) -> None:
     context.log(f"tile {tile} rendered at {context.stage.data['resolution']}: {digest[:12]}")
 
 
-def upload(task: Task, context: TaskContext) -> None:
-    """Stage 2: 'upload' the rendered tiles of the job's map."""
+def upload(task: Task, context: TaskContext) -> dict[str, Any]:
+    """Stage 2: 'upload' the rendered tiles of the job's map; the task's result says where
+    and when (a worker token may report results, not edit user metadata)."""
     context.log(f"uploading map {context.job.data['mapId']} to {task.data['bucket']}")
-    context.update_task_user_metadata({"uploadedAt": time.time()})
+    return {"uploadedTo": task.data["bucket"], "uploadedAt": time.time()}
 
 
 def main(tiles: int = 20) -> dict[str, Any]:
-    producer = Producer(API)
+    producer = Producer()  # JOBNIK_API_URL and JOBNIK_TOKEN, or the local server
     job = producer.create_job("create-map", {"mapId": "map-123"}, priority="HIGH")
     tiling = producer.create_stage(job.id, "process-tiles", {"resolution": "high"})
     uploading = producer.create_stage(job.id, "upload-tiles", {})

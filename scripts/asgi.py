@@ -7,15 +7,18 @@ import sys
 from fastapi import FastAPI
 
 from jobnik.api.main import app_from_settings
-from jobnik.api.settings import Settings
-from jobnik.domain.errors import StoreInUse
+from jobnik.api.settings import InvalidSettings, Settings
+from jobnik.domain.errors import DatabaseError, StoreInUse
+from jobnik.scripts.failures import explain
 
 
 def create() -> FastAPI:
-    """The app, or exit 2 with the reason when the store refuses this process (another server
-    already serves its SQLite file): a sentence for the operator, not a traceback."""
+    """The app, or an exit with the reason when it cannot start (a setting that does not parse,
+    a database missing or out of reach, another server on its SQLite file): a sentence for the
+    operator, not a traceback."""
     try:
         return app_from_settings(Settings())
-    except StoreInUse as exc:
-        print(f"jobnik serve: {exc.message}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except (InvalidSettings, DatabaseError, StoreInUse) as exc:
+        failure = explain(exc)
+        print(f"jobnik serve: {failure.message}", file=sys.stderr)
+        raise SystemExit(failure.status) from None

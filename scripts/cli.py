@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
+from uuid import UUID
 
 import typer
 
 from jobnik.scripts.durations import parse_duration
-from jobnik.scripts.projections_cli import open_store, projections
+from jobnik.scripts.failures import EXIT_STATUSES, EXIT_USAGE, Failure, JobnikGroup
+from jobnik.scripts.projections_cli import projections
+from jobnik.scripts.stores import migrated, open_store
 from jobnik.scripts.tokens_cli import tokens
 
 if TYPE_CHECKING:
@@ -20,9 +24,10 @@ app = typer.Typer(
     help="jobnik: an event-sourced workflow engine that speaks Jobnik's v1 HTTP API.\n\n"
     "Start with `jobnik serve`. The server's settings are JOBNIK_* environment variables "
     "(the README lists them); JOBNIK_DATABASE_URL picks the database, by default the SQLite "
-    "file ./jobnik.db.",
+    "file ./jobnik.db.\n\n" + EXIT_STATUSES,
     no_args_is_help=True,
     rich_markup_mode="markdown",
+    cls=JobnikGroup,
 )
 app.add_typer(projections, name="projections")
 worker = typer.Typer(
@@ -40,6 +45,27 @@ app.add_typer(worker, name="worker")
 jobs = typer.Typer(help="Repair jobs and tasks.", no_args_is_help=True, rich_markup_mode="markdown")
 app.add_typer(jobs, name="jobs")
 app.add_typer(tokens, name="tokens")
+
+
+CreateDatabase = Annotated[
+    bool,
+    typer.Option(
+        "--create-database",
+        help="create the PostgreSQL database when it does not exist (its user needs CREATEDB)",
+    ),
+]
+
+
+@app.callback()
+def root(
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", envvar="JOBNIK_DEBUG", help="show an error's traceback, not one sentence"
+        ),
+    ] = False,
+) -> None:
+    """(`debug` is read by the root group, JobnikGroup, when a command fails.)"""
 
 
 @jobs.command("redispatch")
@@ -68,15 +94,21 @@ def jobs_redispatch(
 
 @app.command()
 def serve(
-    host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port")] = 8080,
-    workers: Annotated[int, typer.Option(help="API processes; more than one needs PostgreSQL")] = 1,
+    host: Annotated[str, typer.Option(envvar="JOBNIK_HOST", help="interface to bind")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(envvar="JOBNIK_PORT", help="TCP port")] = 8080,
+    workers: Annotated[
+        int,
+        typer.Option(envvar="JOBNIK_WORKERS", help="API processes; more than one needs PostgreSQL"),
+    ] = 1,
     ssl_certfile: Annotated[
         str | None, typer.Option(help="serve HTTPS with this PEM certificate (chain)")
     ] = None,
     ssl_keyfile: Annotated[
         str | None, typer.Option(help="the certificate's PEM private key")
     ] = None,
+    create_database: CreateDatabase = False,
 ) -> None:
     """Serve the HTTP API, after creating or upgrading the database schema.
 
@@ -87,33 +119,40 @@ def serve(
     through a PROMETHEUS_MULTIPROC_DIR made for the run."""
     import uvicorn
 
-    from jobnik.api.access import check_exposure
+    from jobnik.api.access import check_exposure, is_loopback
     from jobnik.api.settings import Settings
     from jobnik.api.telemetry.logs import log_config
-    from jobnik.domain.errors import Exposed
+    from jobnik.domain.errors import DatabaseMissing, Exposed
     from jobnik.projections.queries.tokens import TokenViews
+    from jobnik.projections.store.backends import store_class
     from jobnik.scripts.serve import metrics_directory
 
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise typer.BadParameter("--ssl-certfile and --ssl-keyfile go together")
     settings = Settings()
-    store = open_store()  # create or upgrade the schema once, before any worker starts
-    try:
-        many = store.serves_many_processes
-        any_token = bool(TokenViews(store).all())
-    finally:
-        store.close()
-    if workers > 1 and not many:
+    if workers > 1 and not store_class(settings.library_env()).serves_many_processes:
         raise typer.BadParameter(
             "SQLite serves one process: use --workers 1, or PostgreSQL "
             "(JOBNIK_DATABASE_URL=postgresql://...) for several",
             param_hint="--workers",
         )
+    any_token = False
+    if settings.auth is None and not is_loopback(host):  # tokens decide: read them, make nothing
+        try:
+            store = open_store(settings)
+        except DatabaseMissing:
+            pass
+        else:
+            try:
+                any_token = bool(TokenViews(store).all())
+            finally:
+                store.close()
     try:
         check_exposure(settings.auth, host, any_token)
     except Exposed as exc:
-        typer.echo(f"jobnik serve: {exc.message}", err=True)
-        raise typer.Exit(2) from None
+        raise Failure(exc.message, EXIT_USAGE) from None
+    # create or upgrade the schema once, before any worker starts
+    open_store(settings, create=True, create_database=create_database).close()
     with metrics_directory(workers, settings.prometheus_multiproc_dir) as directory:
         if directory is not None:  # read by the workers' metrics library and their settings
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
@@ -130,24 +169,77 @@ def serve(
         )
 
 
-@app.command(
-    add_help_option=False,  # --help is the suite's own (argparse): its options live there
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-)
-def bench(ctx: typer.Context) -> None:
+@app.command()
+def bench(
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            help="the database(s) to measure on: postgres, sqlite or both (default: postgres)"
+        ),
+    ] = None,
+    only: Annotated[
+        str | None,
+        typer.Option(
+            help="the figures to run, comma-separated (default: all; docs/performance.md)"
+        ),
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="small sizes (about a minute)")] = False,
+    json: Annotated[str | None, typer.Option(help="also write the figures to this file")] = None,
+    pg_url: Annotated[
+        str | None,
+        typer.Option(
+            help="a PostgreSQL server where databases may be made (default: 127.0.0.1:5432)"
+        ),
+    ] = None,
+    tasks: Annotated[
+        int | None, typer.Option(help="tasks per lifecycle, HTTP and hot-stage run")
+    ] = None,
+    types: Annotated[
+        int | None, typer.Option(help="stage types of the depth and scrape figures")
+    ] = None,
+    api_processes: Annotated[
+        int | None,
+        typer.Option(
+            help="uvicorn processes serving the HTTP figure on PostgreSQL (default: one per core)"
+        ),
+    ] = None,
+) -> None:
     """Run the benchmark suite: jobnik's figures beside bare-SQL floors measured in the same run.
 
-    Its options: `jobnik bench --help`."""
+    Each line names a figure, its backend, jobnik's value, the floor, the unit and their ratio;
+    then one line per goal. docs/performance.md lists the figures and the latest results."""
+    from jobnik.scripts.bench import NAMES
     from jobnik.scripts.bench import main as bench_main
 
-    raise typer.Exit(bench_main(ctx.args, prog="jobnik bench"))
+    if backend not in (None, "postgres", "sqlite", "both"):
+        raise typer.BadParameter("postgres, sqlite or both", param_hint="--backend")
+    unknown = sorted(set((only or "").replace(" ", "").split(",")) - {"", *NAMES})
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown figure(s) {', '.join(unknown)}; known: {', '.join(NAMES)}",
+            param_hint="--only",
+        )
+    given = {
+        "--backend": backend,
+        "--only": only,
+        "--json": json,
+        "--pg-url": pg_url,
+        "--tasks": tasks,
+        "--types": types,
+        "--api-processes": api_processes,
+    }
+    argv = [part for flag, v in given.items() if v is not None for part in (flag, str(v))]
+    raise typer.Exit(bench_main([*argv, *(["--quick"] if quick else [])], prog="jobnik bench"))
 
 
 @app.command()
-def migrate() -> None:
-    """Create or upgrade the database schema, then exit."""
-    open_store().close()
-    typer.echo("schema is up to date")
+def migrate(create_database: CreateDatabase = False) -> None:
+    """Create or upgrade the database schema, then exit, saying which it did."""
+    from jobnik.projections.store.databases import database_of
+
+    store, schema = migrated(create=True, create_database=create_database)
+    store.close()
+    typer.echo(f"{database_of(store.env)}: {schema}")
 
 
 @worker.command("run")
@@ -203,15 +295,22 @@ def worker_run(
     The handler's return reports the task COMPLETED (its value the result); an exception
     reports it FAILED, and the server retries it while attempts remain. On SIGTERM or SIGINT
     the worker stops dequeuing, lets running handlers finish within the grace period, then
-    hands the rest back to the queue. A status line on stderr counts what it did. With
+    hands the rest back to the queue. A 401 or 403 from the API (to the worker, or to its
+    handler's calls) stops it the same way, the task handed back, and it exits 2 saying why.
+    A status line on stderr counts what it did. With
     OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER) set, handler spans are exported, each
-    a child of its task's stored traceparent (needs `pip install 'jobnik[otel]'`)."""
-    from jobnik.workers.cli import run_worker
+    a child of its task's stored traceparent (with the `otel` extra installed)."""
+    from jobnik.workers.cli import load_handler, run_worker
+    from jobnik.workers.errors import AccessRefused, InvalidUrl
 
     sys.path.insert(0, os.getcwd())  # handlers in the working directory import as modules
     try:
+        loaded = load_handler(handler)
+    except (ValueError, ImportError, AttributeError) as exc:
+        raise Failure(f"cannot load handler {handler}: {exc}", EXIT_USAGE) from None
+    try:
         run_worker(
-            handler,
+            loaded,
             stage_type,
             api_url,
             concurrency=concurrency,
@@ -225,24 +324,27 @@ def worker_run(
             env=os.environ,
             token=token,
         )
-    except (ValueError, ImportError, AttributeError) as exc:
-        typer.echo(f"cannot load handler: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    except InvalidUrl as exc:
+        raise Failure(f"--api-url (JOBNIK_API_URL): {exc}", EXIT_USAGE) from None
+    except AccessRefused as exc:  # the worker stopped, its tasks handed back: say why
+        raise Failure(str(exc), EXIT_USAGE) from None
     except RuntimeError as exc:  # e.g. traces asked for without OpenTelemetry installed
-        typer.echo(f"cannot start: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        raise Failure(f"cannot start: {exc}", EXIT_USAGE) from None
 
 
-def _entries(job_id: str) -> Iterator[Entry]:
-    from uuid import UUID
-
+def _entries(job_id: UUID) -> Iterator[Entry]:
+    """The job's history, page by page; a Failure naming the job when it has none."""
+    from jobnik.domain.errors import JobNotFound
     from jobnik.projections.queries.audit import Audit
 
     store = open_store()
     audit, after = Audit(store), 0
     try:
         while True:
-            page = audit.job_history(UUID(job_id), after, 1000)
+            try:
+                page = audit.job_history(job_id, after, 1000)
+            except JobNotFound:
+                raise Failure(f"no job {job_id} in this database (nor in its history)") from None
             yield from page.items
             if page.next is None:
                 return
@@ -251,8 +353,11 @@ def _entries(job_id: str) -> Iterator[Entry]:
         store.close()
 
 
+JobId = Annotated[UUID, typer.Argument(help="the job's id (a UUID)")]
+
+
 @history.command("export")
-def history_export(job_id: Annotated[str, typer.Argument(help="the job's id")]) -> None:
+def history_export(job_id: JobId) -> None:
     """Write every event of a job, its stages and its tasks to stdout as NDJSON.
 
     Deleted jobs keep their history, so this works for them too."""
@@ -263,15 +368,17 @@ def history_export(job_id: Annotated[str, typer.Argument(help="the job's id")]) 
 
 
 @app.command()
-def replay(job_id: Annotated[str, typer.Argument(help="the job's id")]) -> None:
+def replay(job_id: JobId) -> None:
     """Print a job's events as a table: position, time, entity, event, actor, and its status
     change and reason (pauses, aborts, reruns with the reason the operator gave)."""
+    entries = _entries(job_id)
+    first = next(entries)  # (a job's history is never empty: its creation is in it)
     header = (
         f"{'pos':>7}  {'time':<29}  {'entity':<6}  {'id':<8}  {'event':<24}  {'actor':<6}  details"
     )
     typer.echo(header)
     typer.echo("-" * len(header))
-    for e in _entries(job_id):
+    for e in itertools.chain([first], entries):
         details = _details(e.payload, e.reason)
         actor = f"{e.actor} ({e.actor_role})" if e.actor_role else e.actor
         typer.echo(

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from jobnik.scripts.failures import EXIT_FAILED
+from jobnik.scripts.stores import open_store
+
 if TYPE_CHECKING:
     from rich.progress import Task
     from rich.text import Text
 
-    from jobnik.api.settings import Settings
-    from jobnik.projections.store.base import SqlStore
 
 projections = typer.Typer(
     help="Read models (projections of the event log): versions and lag, blue/green rebuilds, "
@@ -30,18 +31,6 @@ Name = Annotated[
         help="inline, last_status, run_stats, operations or activity (default: all of them)"
     ),
 ]
-
-
-def open_store(settings: Settings | None = None) -> SqlStore:
-    """The store the settings (by default the environment's) name, migrated."""
-    from jobnik.api.settings import Settings
-    from jobnik.projections.startup import migrate
-    from jobnik.projections.store.backends import open_store as open_database
-
-    settings = settings or Settings()
-    store = open_database(settings.library_env())
-    migrate(store, settings.rebuild_processes)
-    return store
 
 
 def _names(name: str | None) -> list[str] | None:
@@ -135,7 +124,7 @@ def rebuild_command(name: Name = None) -> None:
     in by one transaction; writers wait only for the swap. Exit status 3: another rebuild or
     verify is running."""
     from jobnik.api.settings import Settings
-    from jobnik.projections.rebuild.bluegreen import RebuildBusy, rebuild
+    from jobnik.projections.rebuild.bluegreen import rebuild
 
     names = _names(name)
     settings = Settings()
@@ -144,9 +133,6 @@ def rebuild_command(name: Name = None) -> None:
     try:
         with _progress("rebuild") as show:
             count = rebuild(store, show, names=names, processes=settings.rebuild_processes)
-    except RebuildBusy as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(3) from exc
     finally:
         store.close()
     took = time.perf_counter() - started
@@ -162,7 +148,6 @@ def verify_command(name: Name = None) -> None:
 
     Exit status 1 when a row differs, 3 when another rebuild or verify is running."""
     from jobnik.api.settings import Settings
-    from jobnik.projections.rebuild.bluegreen import RebuildBusy
     from jobnik.projections.rebuild.verify import verify
 
     names = _names(name)
@@ -171,14 +156,11 @@ def verify_command(name: Name = None) -> None:
     try:
         with _progress("verify") as show:
             differences = verify(store, show, names=names, processes=settings.rebuild_processes)
-    except RebuildBusy as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(3) from exc
     finally:
         store.close()
     for d in differences:
         typer.echo(d.describe())
     if differences:
         typer.echo(f"{len(differences)} row(s) differ from a replay of the log", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
     typer.echo(f"{name or 'all projections'}: every row equals a replay of the log")

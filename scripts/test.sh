@@ -17,22 +17,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" >"$stamp"
 fi
 
-# Debian packages some tests drive: promtool (the alert rules' tests) and chromium (the console's
-# browser tests). Installed when missing and this is a root shell with apt-get; else named, and
-# those tests fail saying what is missing.
+# Debian packages some tests drive: promtool (the alert rules' tests), chromium (the console's
+# browser tests) and systemd-analyze (the systemd unit's test). Installed when missing and this is
+# a root shell with apt-get; else named, and those tests fail saying what is missing.
 need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 [ -x /usr/bin/chromium ] || need+=(chromium fonts-liberation)
-if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing Debian packages the tests use: ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  else
-    echo "the tests need Debian packages: ${need[*]} (apt-get install them as root)" >&2
-  fi
-fi
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+source scripts/debian.sh
+debian_packages "the tests" "${need[@]}" || true
 
 if [ "${1:-}" = "--fast" ]; then
   shift

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from jobnik.scripts.durations import parse_duration
-from jobnik.scripts.projections_cli import open_store
+from jobnik.scripts.stores import open_store
 
 if TYPE_CHECKING:
     from jobnik.domain.principals import Principal
@@ -60,7 +60,7 @@ def create(
     except ValueError:
         raise typer.BadParameter(f"{role!r} is not a role: {ROLES}") from None
     lifetime = parse_duration(expires) if expires else None
-    store = open_store()
+    store = open_store(create=True)  # the first admin token may come before the first server
     try:
         by = _cli_principal()
         expires_at = datetime.now(UTC) + lifetime if lifetime else None
@@ -91,12 +91,15 @@ def list_tokens() -> None:
     finally:
         store.close()
     now = datetime.now(UTC)
-    typer.echo(f"{'name':<24} {'role':<9} {'state':<8} {'expires':<20} {'issued by':<16} types")
+    lines = [("name", "role", "state", "expires", "issued by", "types")]
     for r in rows:
         state = "revoked" if r.revoked_at else ("active" if r.active(now) else "expired")
-        expiry = r.expires_at.isoformat(timespec="minutes") if r.expires_at else "-"
+        expiry = f"{r.expires_at.astimezone(UTC):%Y-%m-%dT%H:%MZ}" if r.expires_at else "-"
         types = ",".join(r.stage_types) or "-"
-        typer.echo(f"{r.name:<24} {r.role:<9} {state:<8} {expiry:<20} {r.issued_by:<16} {types}")
+        lines.append((r.name, str(r.role), state, expiry, r.issued_by, types))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]) - 1)]
+    for line in lines:  # each column as wide as its widest cell; the last one as it is
+        typer.echo(" ".join([*(c.ljust(w) for c, w in zip(line, widths, strict=False)), line[-1]]))
 
 
 @tokens.command("revoke")

@@ -9,7 +9,7 @@ from jobnik.workers.backoff import Backoff
 from jobnik.workers.client import JobnikClient
 from jobnik.workers.consumer import Consumer
 from jobnik.workers.context import TaskContext
-from jobnik.workers.errors import ApiError, FatalTaskError, TransportError
+from jobnik.workers.errors import AccessRefused, ApiError, FatalTaskError, TransportError
 from jobnik.workers.loop import Handler, Worker, WorkerStats
 from jobnik.workers.models import (
     DELEGATED,
@@ -27,6 +27,7 @@ from jobnik.workers.producer import Producer
 
 __all__ = [
     "DELEGATED",
+    "AccessRefused",
     "ApiError",
     "Backoff",
     "ChildJob",

@@ -42,7 +42,7 @@ def status_line(worker: Worker) -> str:
 
 
 def run_worker(
-    spec: str,
+    spec: str | Handler,
     stage_type: str,
     api_url: str,
     *,
@@ -59,8 +59,9 @@ def run_worker(
     out: TextIO = sys.stderr,
     make_worker: Callable[..., Worker] = Worker,
 ) -> Worker:
-    """Run until SIGTERM/SIGINT, redrawing the status line every half second when `out` is a TTY
-    (a line per change otherwise). `metrics_port`: serve the worker's Prometheus metrics at
+    """Run the handler `spec` (MODULE:FUNCTION, or the function) until SIGTERM/SIGINT,
+    redrawing the status line every half second when `out` is a TTY (a line per change
+    otherwise). `metrics_port`: serve the worker's Prometheus metrics at
     http://`metrics_host`:`metrics_port`/metrics. `env`: OpenTelemetry's standard variables
     (OTEL_EXPORTER_OTLP_ENDPOINT, ...); when they ask for traces the worker exports its spans."""
     handler = logging.StreamHandler(out)  # structured: one JSON object per line, extras kept
@@ -69,7 +70,7 @@ def run_worker(
     provider = tracing.export_from_env(env or {}, "jobnik-worker")
     worker = make_worker(
         stage_type,
-        load_handler(spec),
+        load_handler(spec) if isinstance(spec, str) else spec,
         base_url=api_url,
         token=token,
         concurrency=concurrency,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import os
 import re
 import select
 import threading
@@ -28,9 +29,13 @@ from tenacity import (
 )
 
 from jobnik.workers import tracing
-from jobnik.workers.errors import ApiError, TransportError, UnsendableBody
+from jobnik.workers.errors import ApiError, InvalidUrl, TransportError, UnsendableBody
 
 TRANSIENT_STATUS: Final = frozenset({502, 503, 504})
+# Where a client finds its server and token when it is not given them (as `jobnik worker run`).
+API_URL_VARIABLE: Final = "JOBNIK_API_URL"
+TOKEN_VARIABLE: Final = "JOBNIK_TOKEN"
+DEFAULT_API_URL: Final = "http://127.0.0.1:8080"
 IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 HEADERS: Final = {"Accept": "application/json", "User-Agent": "jobnik-sdk"}
 BODY_HEADERS: Final = {**HEADERS, "Content-Type": "application/json"}
@@ -67,13 +72,17 @@ class HttpTransport:
         pool_size: int = 10,
         token: str | None = None,
     ) -> None:
-        url = urlsplit(base_url)
+        try:
+            url = urlsplit(base_url)
+            port = url.port
+        except ValueError as e:  # a bracket left open, a port that is not a number
+            raise InvalidUrl(f"{base_url!r} does not parse: {e}") from None
         if url.scheme not in ("http", "https") or not url.hostname:
-            raise ValueError(f"not an http(s) URL: {base_url!r}")
+            raise InvalidUrl(f"not an http(s) URL: {base_url!r}")
         self.prefix = url.path.rstrip("/")
         self.https = url.scheme == "https"
         # (a port always: http.client reads a bare IPv6 host's last group as one)
-        self.host, self.port = url.hostname, url.port or (443 if self.https else 80)
+        self.host, self.port = url.hostname, port or (443 if self.https else 80)
         self.timeout, self.pool_size = timeout, pool_size
         auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._headers, self._body_headers = {**HEADERS, **auth}, {**BODY_HEADERS, **auth}
@@ -200,20 +209,26 @@ class JobnikClient:
     jitter); any other error status raises `ApiError` with the body's `code` and `message`, and a
     request that got no answer raises `TransportError`. `pool_size`: connections kept open (one
     per thread that calls at once). `token`: the bearer token a server with access control
-    wants (`jobnik tokens create`). `transport`: another way to send (tests fake the server
-    with one). `observe(method, status_code, retried, seconds)`, when set, is told of every
-    request once it ended (status_code "error" when no answer came)."""
+    wants (`jobnik tokens create`). Without `base_url` or `token`, the environment's
+    JOBNIK_API_URL (else http://127.0.0.1:8080) and JOBNIK_TOKEN are used, as by `jobnik worker
+    run` (`env`: another mapping to read them from). `transport`: another way to send (tests
+    fake the server with one). `observe(method, status_code, retried, seconds)`, when set, is
+    told of every request once it ended (status_code "error" when no answer came)."""
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | None = None,
         *,
         timeout: float = 30.0,
         retries: int = 3,
         pool_size: int = 10,
         token: str | None = None,
         transport: Transport | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        env = os.environ if env is None else env
+        base_url = base_url or env.get(API_URL_VARIABLE) or DEFAULT_API_URL
+        token = token or env.get(TOKEN_VARIABLE) or None
         self.base_url = base_url.rstrip("/")
         self.transport: Transport = transport or HttpTransport(
             self.base_url, timeout=timeout, pool_size=pool_size, token=token
@@ -347,3 +362,9 @@ def _walked(body: Any) -> bytes:
         raise UnsendableBody("a string in the body holds a lone surrogate") from None
     except (TypeError, ValueError) as e:
         raise UnsendableBody(f"the body is not JSON: {e}") from None
+
+
+def client_of(client: JobnikClient | str | None, token: str | None) -> JobnikClient:
+    """`client` itself, or a client to the URL `client` (by default JOBNIK_API_URL) with
+    `token` (by default JOBNIK_TOKEN): what Producer and Consumer take."""
+    return client if isinstance(client, JobnikClient) else JobnikClient(client, token=token)

@@ -6,16 +6,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from jobnik.workers.client import JobnikClient
+from jobnik.workers.client import JobnikClient, client_of
 from jobnik.workers.models import ChildJob, Heartbeat, Report, Reported, Task
 
 
 class Consumer:
     """Dequeue, complete, fail, heartbeat and log, for one task attempt at a time."""
 
-    def __init__(self, client: JobnikClient | str, *, token: str | None = None) -> None:
-        """`client`: a client, or the API's URL (then `token` is its bearer token, if any)."""
-        self.client = JobnikClient(client, token=token) if isinstance(client, str) else client
+    def __init__(
+        self, client: JobnikClient | str | None = None, *, token: str | None = None
+    ) -> None:
+        """`client`: a client, or the API's URL (then `token` is its bearer token, if any);
+        without them, JOBNIK_API_URL and JOBNIK_TOKEN (see JobnikClient)."""
+        self.client = client_of(client, token)
 
     def dequeue(self, stage_type: str, lease_seconds: int | None = None) -> Task | None:
         """The next task of `stage_type` (now IN_PROGRESS, leased to you), or None.

@@ -21,12 +21,20 @@ from jobnik.workers.batch import Outcome, as_result, report_batch
 from jobnik.workers.client import JobnikClient
 from jobnik.workers.consumer import Consumer
 from jobnik.workers.context import TaskContext
-from jobnik.workers.errors import ApiError, FatalTaskError, TransportError, UnsendableBody
+from jobnik.workers.errors import (
+    AccessRefused,
+    ApiError,
+    FatalTaskError,
+    TransportError,
+    UnsendableBody,
+    access_refusal,
+)
 from jobnik.workers.metrics import WorkerMetrics
 from jobnik.workers.models import Delegated, Task
 from jobnik.workers.producer import Producer
 
 REASON_MAX = 2000  # the longest failure reason the server keeps
+HANDED_BACK = "HANDED_BACK"  # an outcome reported as a hand-back (no attempt spent)
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +87,13 @@ class Worker:
     outcomes in one request.
     `stop()` (or SIGTERM/SIGINT under `run()`) stops polling, waits up to `grace_period` seconds
     for running handlers, then hands unfinished tasks back to the queue.
+    A 401 or 403 from the API, to the worker's own calls or to those its handler makes, is a
+    configuration to fix, not the task's failure: the worker hands that task back (no attempt
+    spent), stops polling as on `stop()`, and `run()` raises AccessRefused once it drained.
 
-    `metrics` (workers/metrics.py) records into `registry` (a registry of its own by default).
+    Its client is `client`, else one to `base_url` with `token` (by default JOBNIK_API_URL and
+    JOBNIK_TOKEN, as `jobnik worker run`). `metrics` (workers/metrics.py) records into
+    `registry` (a registry of its own by default).
     With OpenTelemetry installed and a tracer provider set, the handler runs in a span whose
     parent is the task's stored traceparent (workers/tracing.py).
     """
@@ -104,8 +117,6 @@ class Worker:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         if client is None:
-            if base_url is None:
-                raise ValueError("give base_url or client")
             client = JobnikClient(base_url, pool_size=concurrency + 2, token=token)  # + heartbeats
         self.metrics = WorkerMetrics(stage_type, registry)
         if client.observe is None:
@@ -126,6 +137,7 @@ class Worker:
         self._done = threading.Event()  # run() returned: the heartbeat thread ends
         self._lock = threading.Lock()
         self._active: dict[str, _Attempt] = {}
+        self.access_refused: ApiError | None = None  # the first 401 or 403, which stopped it
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -171,6 +183,23 @@ class Worker:
         self._hand_back()
         self._done.set()
         log.info("worker stopped", extra={"action": "worker_stopped", **vars(self.stats)})
+        if self.access_refused is not None:
+            raise AccessRefused(self.access_refused)
+
+    def _refuse_access(self, error: ApiError) -> None:
+        """Stop asking for work: the API refused this worker's token or role (`error`)."""
+        with self._lock:
+            first = self.access_refused is None
+            if first:
+                self.access_refused = error
+        if first:
+            log.error(
+                "access refused (%s): the worker stops asking for work; check its token "
+                "(JOBNIK_TOKEN), its role and its stage types",
+                error,
+                extra={"action": "access_refused", "code": error.code, "status": error.status},
+            )
+        self.stop()
 
     # -- polling ----------------------------------------------------------------------------
 
@@ -182,6 +211,10 @@ class Worker:
                 tasks = self._dequeue()
             except (ApiError, TransportError) as exc:
                 self.metrics.polled("error", time.perf_counter() - t0)
+                refusal = access_refusal(exc)
+                if refusal is not None:
+                    self._refuse_access(refusal)
+                    return
                 log.warning("dequeue failed: %s", exc, extra={"action": "dequeue_failed"})
                 tasks = []
             else:
@@ -238,7 +271,11 @@ class Worker:
                 with tracing.task_span(attempt.task, self.stage_type) as trace:
                     attempt.trace = trace
                     ran.append((attempt, self._run(attempt)))
-            ended = [(a.task, o) for a, o in ran if a.end()]  # (not those handed back meanwhile)
+            for attempt, o in ran:
+                if o.status == HANDED_BACK and attempt.end():
+                    self._give_back(attempt, o.reason)
+            # (not those handed back meanwhile)
+            ended = [(a.task, o) for a, o in ran if o.status != HANDED_BACK and a.end()]
             if ended:
                 report_batch(self, ended)
         finally:
@@ -248,12 +285,17 @@ class Worker:
     def _handle(self, attempt: _Attempt) -> None:
         """Run the handler on the attempt's task, then report its outcome."""
         outcome = self._run(attempt)
-        if attempt.end():  # (else handed back meanwhile)
+        if not attempt.end():  # handed back meanwhile
+            return
+        if outcome.status == HANDED_BACK:
+            self._give_back(attempt, outcome.reason)
+        else:
             self.report_one(attempt.task, outcome)
 
     def _run(self, attempt: _Attempt) -> Outcome:
-        """Run the handler on the attempt's task: its outcome (COMPLETED, DELEGATED or FAILED),
-        the failure's reason, whether it is fatal, and the handler's result."""
+        """Run the handler on the attempt's task: its outcome (COMPLETED, DELEGATED, FAILED, or
+        HANDED_BACK when the API refused the handler's calls 401 or 403), the failure's reason,
+        whether it is fatal, and the handler's result."""
         task, context = attempt.task, attempt.context
         extra = self._extra(task)
         outcome, reason, fatal, result = "COMPLETED", None, False, None
@@ -268,8 +310,15 @@ class Worker:
         except FatalTaskError as exc:
             outcome, reason, fatal, error = "FAILED", f"{type(exc).__name__}: {exc}", True, exc
         except Exception as exc:  # reported, not a crash: the server decides RETRIED/FAILED
-            log.warning("handler raised", exc_info=True, extra={"action": "task_failed", **extra})
-            outcome, reason, error = "FAILED", f"{type(exc).__name__}: {exc}", exc
+            refusal = access_refusal(exc)
+            if refusal is not None:  # the configuration is wrong, not the task: not its failure
+                self._refuse_access(refusal)
+                outcome, reason, error = HANDED_BACK, f"access refused: {refusal}", exc
+            else:
+                log.warning(
+                    "handler raised", exc_info=True, extra={"action": "task_failed", **extra}
+                )
+                outcome, reason, error = "FAILED", f"{type(exc).__name__}: {exc}", exc
         self.metrics.handler_ran(outcome.lower(), time.perf_counter() - started)
         tracing.set_outcome(outcome.lower(), error)
         return Outcome(outcome, reason, fatal, result)
@@ -293,7 +342,11 @@ class Worker:
         return {"task_id": task.id, "attempt": task.attempt, "stage_type": self.stage_type}
 
     def refused(self, task: Task, exc: Exception) -> None:
-        """Count and log a report the server refused or never answered."""
+        """Count and log a report the server refused or never answered (a 401 or 403 stops the
+        worker)."""
+        refusal = access_refusal(exc)
+        if refusal is not None:
+            self._refuse_access(refusal)
         with self._lock:
             self.stats.refused += 1
         self.metrics.reported("refused", "api_error")
@@ -358,6 +411,9 @@ class Worker:
             self.metrics.heartbeat(ok=False)
             if exc.status in (404, 409):
                 attempt.context.cancel("lease lost")
+            elif access_refusal(exc) is not None:
+                attempt.context.cancel("access refused")
+                self._refuse_access(exc)
         except TransportError as exc:
             self.metrics.heartbeat(ok=False)
             log.warning("heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
@@ -369,15 +425,17 @@ class Worker:
             # ended before cancelling: its handler may return at once, and must not report
             if not attempt.end():
                 continue
-            task = attempt.task
             attempt.context.cancel("worker shutting down")
-            try:
-                self.consumer.give_back(task)
-                log.info(
-                    "task handed back", extra={"action": "task_handed_back", "task_id": task.id}
-                )
-            except (ApiError, TransportError) as exc:
-                log.warning("hand-back failed: %s", exc, extra={"action": "hand_back_failed"})
+            self._give_back(attempt)
+
+    def _give_back(self, attempt: _Attempt, reason: str | None = None) -> None:
+        """Return an ended attempt's task to the queue, no attempt spent."""
+        task = attempt.task
+        try:
+            self.consumer.give_back(task, *([reason[:REASON_MAX]] if reason else []))
+            log.info("task handed back", extra={"action": "task_handed_back", "task_id": task.id})
+        except (ApiError, TransportError) as exc:
+            log.warning("hand-back failed: %s", exc, extra={"action": "hand_back_failed"})
 
 
 async def _await(result: Awaitable[Any]) -> Any:

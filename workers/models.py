@@ -32,7 +32,9 @@ def _time(value: str | None) -> datetime | None:
 
 @dataclass(frozen=True)
 class Task:
-    """A task as a worker sees it. `attempt` numbers its dequeues; reports carry it (fencing)."""
+    """A task as a worker sees it. `attempt` numbers its dequeues; reports carry it (fencing).
+    `attempts` are the attempts spent (failures and expired leases, as Jobnik counts them):
+    a task completed at its first dequeue has attempt 1 and attempts 0."""
 
     id: str
     stage_id: str

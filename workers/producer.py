@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from jobnik.workers.client import JobnikClient
+from jobnik.workers.client import JobnikClient, client_of
 from jobnik.workers.models import Job, Rerun, Stage, Task
 
 
@@ -17,9 +17,12 @@ class Producer:
     """Creates jobs, stages and tasks; pauses, resumes, aborts, re-prioritises, deletes and
     reruns them."""
 
-    def __init__(self, client: JobnikClient | str, *, token: str | None = None) -> None:
-        """`client`: a client, or the API's URL (then `token` is its bearer token, if any)."""
-        self.client = JobnikClient(client, token=token) if isinstance(client, str) else client
+    def __init__(
+        self, client: JobnikClient | str | None = None, *, token: str | None = None
+    ) -> None:
+        """`client`: a client, or the API's URL (then `token` is its bearer token, if any);
+        without them, JOBNIK_API_URL and JOBNIK_TOKEN (see JobnikClient)."""
+        self.client = client_of(client, token)
 
     def create_job(
         self,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Final
 
 try:
@@ -24,13 +24,13 @@ except ImportError:  # the SDK works the same without OpenTelemetry
     trace = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
     from jobnik.workers.models import Task
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT: Final = "pip install 'jobnik[otel]'"
+INSTALL_HINT: Final = "install jobnik's otel extra from its checkout: pip install '.[otel]'"
 SCOPE: Final = "jobnik.workers"
 
 
@@ -52,12 +52,17 @@ def wanted(env: Mapping[str, str]) -> bool:
     )
 
 
-def tracer_provider(env: Mapping[str, str], service_name: str) -> TracerProvider:
+def tracer_provider(
+    env: Mapping[str, str],
+    service_name: str,
+    wrap: Callable[[SpanProcessor], SpanProcessor] | None = None,
+) -> TracerProvider:
     """A tracer provider that exports as `env` says: OTLP over HTTP to
     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (or OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces) unless
     OTEL_TRACES_EXPORTER=console (stdout). OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES name
     the service (default `service_name`); the libraries read the other OTEL_* variables
-    (headers, timeouts, batching, sampling) themselves. RuntimeError without the `otel` extra."""
+    (headers, timeouts, batching, sampling) themselves. `wrap`: a processor in front of the
+    exporting one (it decides what reaches it). RuntimeError without the `otel` extra."""
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -82,16 +87,21 @@ def tracer_provider(env: Mapping[str, str], service_name: str) -> TracerProvider
         if endpoint is None and env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip():
             endpoint = env["OTEL_EXPORTER_OTLP_ENDPOINT"].strip().rstrip("/") + "/v1/traces"
         exporter = OTLPSpanExporter(endpoint=endpoint)
-    provider.add_span_processor(BatchSpanProcessor(exporter))
+    exporting = BatchSpanProcessor(exporter)
+    provider.add_span_processor(wrap(exporting) if wrap is not None else exporting)
     return provider
 
 
-def export_from_env(env: Mapping[str, str], service_name: str) -> TracerProvider | None:
+def export_from_env(
+    env: Mapping[str, str],
+    service_name: str,
+    wrap: Callable[[SpanProcessor], SpanProcessor] | None = None,
+) -> TracerProvider | None:
     """Make `tracer_provider(env, ...)` this process's global provider when `env` asks for
     traces (None otherwise); call its `shutdown()` at exit to flush the last spans."""
     if not wanted(env):
         return None
-    provider = tracer_provider(env, service_name)
+    provider = tracer_provider(env, service_name, wrap)
     trace.set_tracer_provider(provider)
     return provider
 

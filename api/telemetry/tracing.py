@@ -1,7 +1,8 @@
 """The server's traces: with OpenTelemetry's standard variables set (OTEL_EXPORTER_OTLP_ENDPOINT,
 OTEL_TRACES_EXPORTER, ...) a span per request (the FastAPI instrumentation: route template,
-status), a span per command (commands.py) and a span per database call (the psycopg and sqlite3
-instrumentations), exported by a batch processor. Unset, none of this is loaded."""
+status), a span per command (commands.py), a span per database call (the psycopg and sqlite3
+instrumentations) and one per background round that did work (rounds.py), exported by a batch
+processor. Unset, none of this is loaded."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 
 from jobnik.api.settings import Settings
+from jobnik.api.telemetry.rounds import QuietRounds, round_spans
+from jobnik.projections.store.leader import Round, unobserved
 from jobnik.workers import tracing
 
 if TYPE_CHECKING:
@@ -30,8 +33,14 @@ def otel_env(settings: Settings) -> dict[str, str]:
 
 def provider_from(settings: Settings) -> TracerProvider | None:
     """The provider to export with when the settings ask for traces, else None; it becomes
-    the process's global one (the store's own database spans use that)."""
-    return tracing.export_from_env(otel_env(settings), SERVICE_NAME)
+    the process's global one (the store's own database spans use that). The background loops'
+    idle rounds are not exported (rounds.py)."""
+    return tracing.export_from_env(otel_env(settings), SERVICE_NAME, QuietRounds)
+
+
+def background_rounds(provider: TracerProvider | None) -> Round:
+    """What the background loops run each round in: a span when the process traces."""
+    return unobserved if provider is None else round_spans(provider)
 
 
 def instrument_database(provider: TracerProvider) -> None:

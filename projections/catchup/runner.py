@@ -33,7 +33,7 @@ from jobnik.projections.catchup.projection import CatchUpProjection, Sql, pipeli
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.dialect import Dialect
-from jobnik.projections.store.leader import LeaderLock
+from jobnik.projections.store.leader import LeaderLock, Round, unobserved
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +196,10 @@ class CatchUpRunner:
         follower_interval: float = 2.0,
         min_gap: float = 0.05,
         max_gap: float = 0.2,
+        round: Round = unobserved,
     ) -> None:
         self.store, self.projections, self.lock = store, list(projections), lock
+        self.round = round  # each round runs in it, told how many events it applied
         self.interval, self.batch, self.rebuild = interval, batch, rebuild
         self.min_gap = min(min_gap, interval)  # shortest time between two rounds' starts
         self.max_gap = max(self.min_gap, min(max_gap, interval))  # ... under steady commits
@@ -273,7 +275,9 @@ class CatchUpRunner:
             self._wake.clear()
             started = time.monotonic()
             try:
-                moved = self.run_once()
+                with self.round("jobnik.catchup") as did:
+                    moved = self.run_once()
+                    did(moved)
                 failures = 0
             except Exception:  # retried next round; never kills the thread
                 log.exception("catch-up failed", extra={"action": "catchup_failed"})

@@ -20,12 +20,13 @@ def library_env(env: Mapping[str, str]) -> dict[str, str]:
     url = env.get("JOBNIK_DATABASE_URL", "").strip()
     if url.startswith(("postgresql://", "postgres://")):
         u = urlparse(url)
+        port = u.port  # (ValueError on a port that is not a number)
         pool = env.get("JOBNIK_POOL_SIZE", "5")
         return {
             "PERSISTENCE_MODULE": "eventsourcing.postgres",
             "POSTGRES_DBNAME": (u.path or "/postgres").lstrip("/") or "postgres",
             "POSTGRES_HOST": u.hostname or "127.0.0.1",
-            "POSTGRES_PORT": str(u.port or 5432),
+            "POSTGRES_PORT": str(port or 5432),
             "POSTGRES_USER": unquote(u.username or "postgres"),
             "POSTGRES_PASSWORD": unquote(u.password or ""),
             "POSTGRES_POOL_SIZE": pool,
@@ -37,10 +38,9 @@ def library_env(env: Mapping[str, str]) -> dict[str, str]:
         path = f"file:jobnik-{uuid.uuid4().hex}?mode=memory&cache=shared"
     elif url.startswith("sqlite:///"):
         path = url[len("sqlite:///") :]
-    elif url:
-        raise ValueError(
-            f"JOBNIK_DATABASE_URL must start with postgresql:// or sqlite:///, got {url!r}"
-        )
+    elif url:  # (the rest of the URL is not shown: it may hold a password)
+        scheme = url.split(":", 1)[0] + ":" if ":" in url else "no scheme"
+        raise ValueError(f"a database URL starts with postgresql:// or sqlite:///, not {scheme}")
     return {
         "PERSISTENCE_MODULE": "eventsourcing.sqlite",
         "SQLITE_DBNAME": path,

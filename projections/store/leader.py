@@ -10,12 +10,24 @@ import os
 import threading
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import IO, Any, ClassVar
 
 import psycopg
 
 log = logging.getLogger(__name__)
+
+# What a background loop (the lease sweeper, the catch-up runner) runs each round in: a context
+# whose function is told how much work the round did. The server's makes a trace of a round
+# that did work, and none of an idle one (api/telemetry/rounds.py).
+Round = Callable[[str], AbstractContextManager[Callable[[int], None]]]
+
+
+@contextlib.contextmanager
+def unobserved(name: str) -> Iterator[Callable[[int], None]]:
+    """A round nobody observes."""
+    yield lambda work: None
 
 
 class LeaderLock(ABC):

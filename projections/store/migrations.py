@@ -119,3 +119,12 @@ def apply(store: SqlStore, until: int | None = None) -> list[int]:
             )
             applied.append(m.version)
     return applied
+
+
+def version(store: SqlStore) -> int | None:
+    """The latest migration applied to the store's database; None when it holds no schema."""
+    with store.cursor(write=False) as cur:
+        if not store.columns_of(cur, "jobnik_migrations"):
+            return None
+        row = cur.one("SELECT MAX(version) AS version FROM jobnik_migrations")
+    return int(row["version"] or 0) if row else 0

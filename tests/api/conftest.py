@@ -9,6 +9,7 @@ its position did not move, `Api.events_of()` lists an aggregate's stored events.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -25,10 +26,19 @@ from jobnik.domain.application import Jobnik
 from jobnik.domain.principals import Principal, Role
 from jobnik.projections.store.config import MEMORY
 
-NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"
+NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"  # invalid (all zeros)
 TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 OTHER_TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 Json = dict[str, Any]
+
+
+def made_here(traceparent: str) -> bool:
+    """Whether `traceparent` is a valid W3C context the server made (no zero ids, sampled)."""
+    return re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01", traceparent) is not None and (
+        "0" * 32 not in traceparent and "0" * 16 not in traceparent
+    )
+
+
 # Jobnik's summary keys plus jobnik's `aborted` (abort cascades) and `delegated` (delegation).
 SUMMARY_FIELDS = {"pending", "inProgress", "completed", "failed", "created", "retried", "aborted"}
 SUMMARY_FIELDS |= {"total", "delegated"}

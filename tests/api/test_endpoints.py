@@ -18,6 +18,7 @@ from .conftest import (
     TRACE,
     Api,
     Json,
+    made_here,
     parse_time,
 )
 
@@ -88,7 +89,7 @@ def test_created_job_has_the_contract_shape_and_defaults(api: Api) -> None:
     assert job["data"] == {"bbox": [0, 0, 1, 1]}
     assert (job["status"], job["percentage"], job["priority"]) == ("PENDING", 0, "MEDIUM")
     assert job["userMetadata"] == {}
-    assert job["traceparent"] == NO_TRACE
+    assert made_here(job["traceparent"])
     assert job["creationTime"] == job["updateTime"]
     parse_time(job["creationTime"])
 
@@ -131,7 +132,8 @@ def test_created_stage_has_the_contract_fields(api: Api) -> None:
     assert (stage["status"], stage["percentage"]) == ("PENDING", 0)
     assert stage["summary"] == EMPTY_SUMMARY
     assert (stage["data"], stage["userMetadata"]) == ({"s": 1}, {})
-    assert stage["traceparent"] == NO_TRACE
+    assert made_here(stage["traceparent"])
+    assert stage["traceparent"] != job["traceparent"]  # (each request its own)
     assert stage == api.stage(stage["id"])
 
 
@@ -150,7 +152,8 @@ def test_created_tasks_have_the_contract_shape_and_defaults(api: Api) -> None:
     assert (first["status"], first["attempts"], first["maxAttempts"]) == ("PENDING", 0, 3)
     assert (first["stageId"], first["data"], first["userMetadata"]) == (stage["id"], {"n": 1}, {})
     assert (second["maxAttempts"], second["userMetadata"]) == (5, {"k": 1})
-    assert first["traceparent"] == NO_TRACE
+    assert made_here(first["traceparent"])
+    assert first["traceparent"] == second["traceparent"]  # (one request, one trace)
     assert api.task(first["id"]) == first
 
 
@@ -246,10 +249,28 @@ def test_trace_context_in_the_body_wins_over_the_header(api: Api) -> None:
     assert "tracestate" not in job
 
 
-def test_an_invalid_traceparent_header_is_ignored(api: Api) -> None:
-    r = api.http.post("/v1/jobs", json={"name": "ab", "data": {}}, headers={"traceparent": "x"})
+@pytest.mark.parametrize(
+    "header", ["x", NO_TRACE, "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"]
+)
+def test_an_invalid_traceparent_header_is_ignored_and_a_valid_context_made(
+    api: Api, header: str
+) -> None:
+    r = api.http.post("/v1/jobs", json={"name": "ab", "data": {}}, headers={"traceparent": header})
 
-    assert (r.status_code, r.json()["traceparent"]) == (201, NO_TRACE)
+    assert r.status_code == 201
+    assert made_here(r.json()["traceparent"])
+
+
+def test_an_entity_created_outside_any_trace_stores_a_valid_context_its_events_no_trace_id(
+    api: Api,
+) -> None:
+    job = api.create_job()
+
+    created = api.http.get(f"/v1/jobs/{job['id']}/history").json()["items"][0]
+
+    assert job["traceparent"] != NO_TRACE
+    assert made_here(job["traceparent"])
+    assert created["traceId"] is None  # the request had no trace: its events name none
 
 
 def test_length_limits_are_inclusive(api: Api) -> None:

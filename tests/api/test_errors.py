@@ -601,14 +601,33 @@ NOT_FOUND = [
         404,
         *not_found("TASK_NOT_FOUND"),
     ),
-    Case("unknown-route", lambda a: ("GET", "/v1/nothing", {}), 404, "UNKNOWN_ERROR", "not found"),
-    Case("unknown-route-root", lambda a: ("GET", "/", {}), 404, "UNKNOWN_ERROR", "not found"),
+    Case(
+        "unknown-route",
+        lambda a: ("GET", "/v1/nothing", {}),
+        404,
+        "ROUTE_NOT_FOUND",
+        "not found: no route GET /v1/nothing (/docs lists them)",
+    ),
+    Case(
+        "unknown-route-root",
+        lambda a: ("GET", "/", {}),
+        404,
+        "ROUTE_NOT_FOUND",
+        "not found: no route GET / (/docs lists them)",
+    ),
+    Case(
+        "unknown-route-long",
+        lambda a: ("GET", "/v1/" + "x" * 500, {}),
+        404,
+        "ROUTE_NOT_FOUND",
+        f"not found: no route GET /v1/{'x' * 196}… (/docs lists them)",
+    ),
     Case(
         "unknown-route-singular",
         lambda a: ("POST", "/v1/job", {"json": {"name": "ab", "data": {}}}),
         404,
-        "UNKNOWN_ERROR",
-        "not found",
+        "ROUTE_NOT_FOUND",
+        "not found: no route POST /v1/job (/docs lists them)",
     ),
 ]
 

@@ -32,3 +32,11 @@ def test_the_statuses_follow_what_an_operation_does(api: Api) -> None:
     assert "422" in documented["post", "/v1/jobs"]
     assert "503" in documented["get", "/v1/job-definitions/{name}"]
     assert "422" not in documented["get", "/v1/jobs"]
+
+
+def test_a_tasks_attempts_and_attempt_say_what_each_counts(api: Api) -> None:
+    task = api.http.get("/openapi.json").json()["components"]["schemas"]["TaskOut"]["properties"]
+
+    assert "attempts spent" in task["attempts"]["description"]
+    assert "attempts 0 and attempt 1" in task["attempts"]["description"]
+    assert "latest dequeue" in task["attempt"]["description"]

@@ -14,8 +14,9 @@ import pytest
 import trustme
 from typer.testing import CliRunner
 
+from jobnik.projections.store.base import SqlStore
 from jobnik.scripts.cli import app as cli
-from jobnik.workers import Producer, Worker
+from jobnik.workers import AccessRefused, Producer, Worker
 
 from .conftest import SpawnServer, free_port
 from .test_server_processes import POSTGRES_ONLY
@@ -53,6 +54,24 @@ def test_the_cli_prints_a_secret_once_lists_tokens_and_revokes_them(env: dict[st
     assert "revoked" in next(line for line in after.splitlines() if line.startswith("ci "))
 
 
+def test_tokens_list_keeps_its_columns_aligned_whatever_their_values(
+    env: dict[str, str],
+) -> None:
+    tokens(env, "create", "nightly-map-renderer-for-region-7", "--role", "worker")
+    tokens(env, "create", "ci", "--role", "producer", "--expires", "30d")
+    tokens(env, "create", "ops", "--role", "admin", "--expires", "1s")
+    time.sleep(1.1)  # ops has expired
+
+    header, *rows = tokens(env, "list").splitlines()
+
+    starts = [header.index(title) for title in ("role", "state", "expires", "issued by", "types")]
+    for row in rows:
+        cells = [row[s : s + 1] for s in starts]
+        assert all(c.strip() for c in cells), (header, row)  # each column starts where its title
+        assert all(row[s - 1] == " " for s in starts), (header, row)
+    assert "expired" in next(r for r in rows if r.startswith("ops "))
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -64,7 +83,7 @@ def test_the_cli_prints_a_secret_once_lists_tokens_and_revokes_them(env: dict[st
     ],
 )
 def test_the_cli_refuses_bad_tokens_saying_why(
-    env: dict[str, str], args: list[str], message: str
+    env: dict[str, str], store: SqlStore, args: list[str], message: str
 ) -> None:
     result = CliRunner().invoke(cli, ["tokens", *args], env=env)
 
@@ -151,6 +170,49 @@ def test_the_sdk_and_worker_send_their_token_and_never_log_it(
     for secret in (producer_secret, worker_secret):
         assert secret.partition(".")[2] not in caplog.text
         assert secret.partition(".")[2] not in server.log()
+
+
+def test_a_handler_refused_its_call_hands_its_task_back_untouched_and_stops_the_worker(
+    database_url: str, spawn_server: SpawnServer
+) -> None:
+    env = {"JOBNIK_DATABASE_URL": database_url}
+    producer_secret = tokens(env, "create", "producer", "--role", "producer")
+    worker_secret = tokens(env, "create", "tiler", "--role", "worker", "--stage-type", "tiles")
+    server = spawn_server(database_url, env={"JOBNIK_SWEEP_INTERVAL": "0"})
+    producer = Producer(server.url, token=producer_secret)
+    job = producer.create_job("forbidden", {})
+    stage = producer.create_stage(job.id, "tiles", {})
+    created = producer.create_tasks(stage.id, [{"n": 1}, {"n": 2}])
+    worker = Worker(
+        "tiles",
+        lambda task, ctx: ctx.update_task_user_metadata({"at": 1}),  # not a worker's to do
+        base_url=server.url,
+        token=worker_secret,
+        concurrency=2,
+    )
+    raised: list[Exception] = []
+
+    def run() -> None:
+        try:
+            worker.run(install_signal_handlers=False)
+        except AccessRefused as exc:
+            raised.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    runner.join(30)
+    worker.stop()
+    runner.join(30)
+    worker.consumer.client.close()
+    producer.client.close()
+    tasks = [
+        httpx.get(f"{server.url}/v1/tasks/{t.id}", headers=bearer(producer_secret)).json()
+        for t in created
+    ]
+
+    assert [type(e) for e in raised] == [AccessRefused]
+    assert [(t["status"], t["attempts"]) for t in tasks] == [("PENDING", 0)] * 2
+    assert any(t["attempt"] for t in tasks)  # dequeued, then handed back: no attempt spent
 
 
 def test_serve_speaks_tls_with_the_certificate_it_is_given(

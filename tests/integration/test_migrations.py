@@ -85,9 +85,8 @@ def _sqlite(cur: Cursor) -> Catalog:
     return out
 
 
-def _emptied(store: SqlStore, database_url: str) -> None:
-    """Drop everything the store created (PostgreSQL: the schema; SQLite: the file)."""
-    store.close()
+def emptied(database_url: str) -> None:
+    """Drop everything in the database (PostgreSQL: the schema; SQLite: the file)."""
     if database_url.startswith("sqlite:///"):
         Path(database_url.removeprefix("sqlite:///")).unlink()
         return
@@ -101,7 +100,8 @@ def test_a_database_migrated_release_by_release_equals_a_new_one(database_url: s
     new = open_store(env)
     assert migrate(new) == [m.version for m in migrations.MIGRATIONS]
     fresh = catalog(new)
-    _emptied(new, database_url)
+    new.close()
+    emptied(database_url)
 
     old = open_store(env)
     try:

@@ -276,3 +276,45 @@ def run_worker(
 
 
 __all__ = ["Received"]
+
+
+# -- the background loops' traces -----------------------------------------------------------
+
+ROUNDS = ("jobnik.sweeper", "jobnik.catchup")
+HTTP_METHODS = ("GET ", "POST ", "PUT ", "PATCH ", "DELETE ")
+
+
+def test_background_loops_trace_only_the_rounds_that_do_work(
+    database_url: str, spawn_server: Callable[..., Any]
+) -> None:
+    with receiving() as (endpoint, received):
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "JOBNIK_SWEEP_INTERVAL": "0.2",  # five sweeps a second, and as many catch-up looks
+            "JOBNIK_CATCHUP_INTERVAL": "0.2",
+        }
+        server = spawn_server(database_url, env=env)
+        time.sleep(1.0)  # the start-up's spans (migrations) are exported
+        started = len(received.all())
+        time.sleep(3.0)
+        idle = received.all()[started:]
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            job = http.post("/v1/jobs", json={"name": "swept", "data": {}}).json()
+            stage = http.post(f"/v1/jobs/{job['id']}/stage", json={"type": "t", "data": {}})
+            http.post(f"/v1/stages/{stage.json()['id']}/tasks", json=[{"data": {}}])
+            http.patch("/v1/stages/t/tasks/dequeue", params={"lease_seconds": 1})
+        received.wait_for(lambda got: {s.name for s in got} >= set(ROUNDS))
+        time.sleep(0.5)
+        spans = received.all()[started:]  # (what a server that stops does is no loop's)
+        server.stop()
+
+    assert [(s.name, s.attributes) for s in idle] == []  # an idle server: no trace at all
+    rounds = [s for s in spans if s.name in ROUNDS]
+    assert all(s.parent_id == "" and s.attributes["jobnik.round.work"] > 0 for s in rounds)
+    roots = [s for s in spans if s.parent_id == ""]
+    assert all(s in rounds or s.name.startswith(HTTP_METHODS) for s in roots), [
+        (s.name, s.attributes) for s in roots if s not in rounds
+    ]
+    inside = {s.parent_id for s in spans if "db.system" in s.attributes}
+    assert inside & {s.span_id for s in rounds}  # a round's database calls are its children

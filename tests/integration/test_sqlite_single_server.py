@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from jobnik.domain.errors import StoreInUse
 from jobnik.scripts.cli import app as cli
 
 SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @SQLITE_ONLY
@@ -57,3 +59,27 @@ def test_serve_with_several_workers_on_sqlite_is_refused(database_url: str) -> N
 
     assert result.exit_code != 0
     assert "SQLite serves one process" in result.output
+
+
+@SQLITE_ONLY
+def test_git_ignores_every_file_a_sqlite_server_leaves_beside_its_database(
+    database_url: str,
+) -> None:
+    path = Path(database_url.removeprefix("sqlite:///"))
+    app = app_from_env({"JOBNIK_DATABASE_URL": database_url})
+    with TestClient(app) as client:
+        client.post("/v1/jobs", json={"name": "ab", "data": {}})  # the -wal and -shm files
+        store = app.state.store
+        for name in ("sweeper", "catchup", "rebuild"):  # each leader lock's file
+            store.leader_lock(name).acquire()
+        left = sorted(p.name for p in path.parent.iterdir())
+        ignored = subprocess.run(
+            ["git", "check-ignore", "--no-index", "--verbose", "--non-matching", *left],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+
+    assert {"jobnik.db", "jobnik.db.server.lock", "jobnik.db.sweeper.lock"} <= set(left)
+    unmatched = [line for line in ignored.stdout.splitlines() if line.startswith("::")]
+    assert unmatched == [], ignored.stdout

@@ -61,6 +61,9 @@ class FakeApi:
     refuse_reports_of: set[str] = field(default_factory=set)
     refuse_results: bool = False  # a COMPLETED report with a result: 400 as the input gate does
     failing_dequeues: int = 0
+    # requests whose path ends with one of these are refused with this status (401 or 403)
+    refused_paths: tuple[str, ...] = ()
+    refused_status: int = 403
     # when set, a heartbeat is held (counted in `heartbeats_held`) until the gate opens
     heartbeat_gate: threading.Event | None = None
     heartbeats_held: int = 0
@@ -112,6 +115,9 @@ class FakeApi:
 
     def _answer(self, method: str, path: str, body: Any) -> Answer:
         parts = path.strip("/").split("/")
+        if path.endswith(self.refused_paths or ("\0",)):
+            code = "FORBIDDEN" if self.refused_status == 403 else "UNAUTHENTICATED"
+            return _error(self.refused_status, code)
         if method == "PATCH" and path.endswith("/tasks/dequeue"):
             if self.failing_dequeues > 0:
                 self.failing_dequeues -= 1

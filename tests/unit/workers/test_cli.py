@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from jobnik.scripts.cli import app
-from jobnik.workers import Worker
+from jobnik.workers import AccessRefused, ApiError, Worker
 from jobnik.workers.cli import load_handler, run_worker, status_line
 
 from .fake_api import FakeApi
@@ -65,6 +65,40 @@ def test_the_command_exits_2_when_the_handler_cannot_be_loaded(
     assert "cannot load handler" in result.output
 
 
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [("nonsense", "not an http(s) URL: 'nonsense'"), ("http://[::1", "does not parse")],
+)
+def test_the_command_exits_2_naming_an_api_url_that_does_not_parse(
+    monkeypatch: pytest.MonkeyPatch, url: str, why: str
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+    result = CliRunner().invoke(
+        app, ["worker", "run", "json:dumps", "--stage-type", "tiles"], env={"JOBNIK_API_URL": url}
+    )
+
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("jobnik: --api-url (JOBNIK_API_URL): ")
+    assert why in line
+
+
+def test_a_worker_the_api_refuses_exits_2_saying_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*args: Any, **kwargs: Any) -> Worker:
+        raise AccessRefused(ApiError(401, "UNAUTHENTICATED", "a bearer token is required"))
+
+    monkeypatch.setattr("jobnik.workers.cli.run_worker", refused)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+    result = CliRunner().invoke(app, ["worker", "run", "json:dumps", "--stage-type", "tiles"])
+
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("jobnik: the API refused this worker (401 UNAUTHENTICATED: ")
+    assert "check its token (JOBNIK_TOKEN)" in line
+
+
 def test_the_status_line_counts_done_failed_running_cancelled_and_refused() -> None:
     worker = Worker("tiles", lambda task, context: None, client=FakeApi().client())
     s = worker.stats
@@ -102,7 +136,7 @@ def test_the_command_exits_2_saying_why_when_it_cannot_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Worker:
-        raise RuntimeError("OpenTelemetry is not installed: pip install 'jobnik[otel]'")
+        raise RuntimeError("OpenTelemetry is not installed: pip install '.[otel]'")
 
     monkeypatch.setattr("jobnik.workers.cli.run_worker", refuse)
     runner = CliRunner()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from jobnik.workers import ApiError, JobnikClient, TransportError
+from jobnik.workers import ApiError, Consumer, JobnikClient, Producer, TransportError, Worker
 from jobnik.workers.client import encode
 from jobnik.workers.errors import UnsendableBody
 
@@ -182,17 +182,21 @@ def server() -> Iterator[Callable[..., str]]:
         s.server_close()
 
 
-def _echo(request: BaseHTTPRequestHandler) -> None:
-    length = int(request.headers.get("Content-Length") or 0)
-    sent = json.loads(request.rfile.read(length)) if length else None
-    answer = json.dumps(
-        {"path": request.path, "body": sent, "type": request.headers.get("Content-Type")}
-    ).encode()
+def _answer(request: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    answer = json.dumps(body).encode()
     request.send_response(200)
     request.send_header("Content-Type", "application/json")
     request.send_header("Content-Length", str(len(answer)))
     request.end_headers()
     request.wfile.write(answer)
+
+
+def _echo(request: BaseHTTPRequestHandler) -> None:
+    length = int(request.headers.get("Content-Length") or 0)
+    sent = json.loads(request.rfile.read(length)) if length else None
+    _answer(
+        request, {"path": request.path, "body": sent, "type": request.headers.get("Content-Type")}
+    )
 
 
 def test_the_default_transport_sends_json_under_the_base_urls_path(server: Any) -> None:
@@ -366,3 +370,48 @@ def test_a_sendable_body_encodes_as_json_whichever_way_it_is_checked(body: Any) 
 def test_an_unsendable_body_is_refused_naming_where(body: Any, why: str) -> None:
     with pytest.raises(UnsendableBody, match=re.escape(why)):
         encode(body)
+
+
+def _authorization(request: BaseHTTPRequestHandler) -> None:
+    _answer(request, {"path": request.path, "authorization": request.headers.get("Authorization")})
+
+
+def test_producer_consumer_and_worker_find_their_server_and_token_in_the_environment(
+    server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JOBNIK_API_URL", server(_authorization))
+    monkeypatch.setenv("JOBNIK_TOKEN", "tiler.s3cret")
+
+    clients = [Producer().client, Consumer().client, Worker("tiles", print).consumer.client]
+
+    for client in clients:
+        with client:
+            assert client.get("/v1/jobs") == {
+                "path": "/api/v1/jobs",
+                "authorization": "Bearer tiler.s3cret",
+            }
+
+
+def test_a_url_and_token_given_win_over_the_environment(
+    server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JOBNIK_API_URL", "http://127.0.0.1:1/elsewhere")
+    monkeypatch.setenv("JOBNIK_TOKEN", "tiler.s3cret")
+    given = server(_authorization)
+
+    with Producer(given, token="ops.other").client as client:
+        seen = client.get("/v1/jobs")
+    with Producer(given).client as client:  # the URL given, the token from the environment
+        half = client.get("/v1/jobs")
+
+    assert seen == {"path": "/api/v1/jobs", "authorization": "Bearer ops.other"}
+    assert half == {"path": "/api/v1/jobs", "authorization": "Bearer tiler.s3cret"}
+
+
+def test_without_url_or_environment_a_client_calls_the_local_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("JOBNIK_API_URL", raising=False)
+    monkeypatch.delenv("JOBNIK_TOKEN", raising=False)
+
+    assert Producer().client.base_url == "http://127.0.0.1:8080"

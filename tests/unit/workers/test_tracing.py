@@ -78,4 +78,4 @@ def test_the_sdk_works_without_opentelemetry_and_says_how_to_get_it() -> None:
     assert lines[0] == "available False"
     assert lines[1] == "reports ['COMPLETED']"
     assert lines[2].startswith("refused ")
-    assert "pip install 'jobnik[otel]'" in lines[2]
+    assert "pip install '.[otel]'" in lines[2]

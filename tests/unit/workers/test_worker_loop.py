@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
-from jobnik.workers import DELEGATED, Backoff, FatalTaskError, Task, TaskContext, Worker
+from jobnik.workers import (
+    DELEGATED,
+    AccessRefused,
+    Backoff,
+    FatalTaskError,
+    Task,
+    TaskContext,
+    Worker,
+)
 from jobnik.workers import loop as worker_loop
 
 from .fake_api import FakeApi, task_json
@@ -274,6 +282,72 @@ def test_a_refused_report_is_counted_and_the_worker_goes_on() -> None:
         wait_until(lambda: len(fake.reports) == 2)
 
     assert (worker.stats.refused, worker.stats.done, worker.stats.running) == (1, 1, 0)
+
+
+# -- access refused: a configuration to fix, not a task's failure ---------------------------
+
+
+def run_until_stopped(worker: Worker, timeout: float = 2.0) -> BaseException | None:
+    """Run the worker until it stops by itself (or `timeout`, then stop it): what run() raised."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run(install_signal_handlers=False)
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            raised.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout)
+    worker.stop()
+    thread.join(TIMEOUT + worker.grace_period)
+    assert not thread.is_alive(), "worker.run() did not return"
+    return raised[0] if raised else None
+
+
+def test_a_403_to_a_handlers_call_hands_the_task_back_and_stops_the_worker() -> None:
+    fake = FakeApi(refused_paths=("/user-metadata",))
+    fake.add(task_json(1, attempt=2), task_json(2), task_json(3))
+
+    def handler(task: Task, context: TaskContext) -> None:
+        context.update_task_user_metadata({"uploadedAt": 1})
+
+    raised = run_until_stopped(make_worker(fake, handler))
+
+    assert isinstance(raised, AccessRefused)
+    assert (raised.error.status, raised.error.code) == (403, "FORBIDDEN")
+    assert "check its token (JOBNIK_TOKEN)" in str(raised)
+    assert fake.reports == []  # no attempt spent on a FAILED report
+    (released,) = fake.releases
+    assert released.path == f"/v1/tasks/{task_json(1)['id']}/release"
+    assert released.body["attempt"] == 2
+    assert released.body["reason"].startswith("access refused: 403 FORBIDDEN")
+    assert len(fake.dequeues) == 1  # and no more work asked for
+    assert len(fake.queue) == 2
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refused_dequeue_stops_the_worker_saying_why(status: int) -> None:
+    fake = FakeApi(refused_paths=("/tasks/dequeue",), refused_status=status)
+    worker = make_worker(fake, lambda task, context: None, concurrency=3)
+
+    raised = run_until_stopped(worker)
+
+    assert isinstance(raised, AccessRefused)
+    assert raised.error.status == status
+    assert len(fake.dequeues) <= 3  # each poller's first try, no backing off and polling on
+
+
+def test_a_refused_report_stops_the_worker() -> None:
+    fake = FakeApi(refused_paths=("/status",), refused_status=401)
+    fake.add(task_json(1), task_json(2))
+
+    raised = run_until_stopped(make_worker(fake, lambda task, context: None))
+
+    assert isinstance(raised, AccessRefused)
+    assert len(fake.reports) == 1
+    assert len(fake.queue) == 1
 
 
 # -- the task context -----------------------------------------------------------------------
