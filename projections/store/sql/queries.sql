@@ -120,3 +120,22 @@ FROM operations_v1_jobs o JOIN jobs_v1 j ON j.id = o.job_id
 WHERE o.open AND o.last_event_at < %(before)s
     AND NOT EXISTS (SELECT 1 FROM summaries_v1 m WHERE m.job_id = o.job_id AND m.in_progress > 0)
 ORDER BY o.last_event_at LIMIT %(limit)s;
+
+-- == schedules ==================================================================================
+
+-- name: schedule_by_id
+SELECT * FROM schedules_v1 WHERE id = %(id)s;
+
+-- name: schedule_by_name
+SELECT id FROM schedules_v1 WHERE name = %(n)s;
+
+-- name: schedule_run_at
+-- The fire key: the job of a schedule's run for a nominal time.
+SELECT job_id FROM schedule_fires_v1 WHERE schedule_id = %(s)s AND nominal_time = %(t)s;
+
+-- name: due_schedules
+-- Schedules whose clock has something to do at %(now)s: a nominal time due, or a fire waiting
+-- for the previous run to end.
+SELECT id FROM schedules_v1 WHERE NOT paused
+    AND (next_fire_at <= %(now)s OR buffered_time IS NOT NULL)
+    ORDER BY next_fire_at, id LIMIT %(limit)s;
