@@ -7,6 +7,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -22,7 +23,12 @@ from jobnik.domain.schedule_commands import NewSchedule, ScheduleCommands
 from jobnik.domain.schedules import JobTemplate, StageTemplate, TaskTemplate
 from jobnik.domain.statuses import JobStatus
 from jobnik.domain.timing import Timing
+from jobnik.projections.rebuild import parallel
+from jobnik.projections.rebuild.bluegreen import rebuild
+from jobnik.projections.rebuild.verify import verify
 from jobnik.projections.store.base import SqlStore
+
+from .test_rebuild import snapshot
 
 START = datetime(2026, 1, 5, 12, 0, 30, tzinfo=UTC)
 ALICE = Principal("alice", Role.PRODUCER)
@@ -378,3 +384,87 @@ def test_a_hook_run_is_one_task_naming_the_schedule_and_nominal_time(
         "nominalTime": minute(1).isoformat(),
         "trigger": "schedule",
     }
+
+
+def test_a_nightly_0230_schedule_across_the_zones_clock_changes(
+    store: SqlStore, schedules: ScheduleCommands, clock: Clock
+) -> None:
+    """Berlin, 2026: on 29 March 02:30 does not exist (02:00 → 03:00): the run is at 03:00, once;
+    on 25 October 02:30 happens twice (03:00 → 02:00): the run is at the first, once."""
+    berlin = ZoneInfo("Europe/Berlin")
+
+    def run_days(start: datetime, days: int) -> None:
+        clock.at(start)
+        for _ in range(days * 24 * 6):  # a sweep every 10 minutes
+            clock.advance(minutes=10)
+            schedules.sweep()
+
+    clock.at(datetime(2026, 3, 27, 12, tzinfo=UTC))
+    schedule = schedules.create(
+        NewSchedule("nightly", Timing("30 2 * * *", "Europe/Berlin", None), TEMPLATE, "allowAll"),
+        by=ALICE,
+    )
+    run_days(clock.now, 4)
+    schedules.pause(schedule.id, by=ALICE, reason="until autumn")
+    clock.at(datetime(2026, 10, 23, 12, tzinfo=UTC))
+    schedules.resume(schedule.id, by=ALICE)
+    run_days(clock.now, 4)
+    assert [t.astimezone(berlin).isoformat() for t, _, _ in runs(store)] == [
+        "2026-03-28T02:30:00+01:00",
+        "2026-03-29T03:00:00+02:00",
+        "2026-03-30T02:30:00+02:00",
+        "2026-03-31T02:30:00+02:00",
+        "2026-10-24T02:30:00+02:00",
+        "2026-10-25T02:30:00+02:00",
+        "2026-10-26T02:30:00+01:00",
+        "2026-10-27T02:30:00+01:00",
+    ]
+    assert schedule_row(store, schedule.id)["missed"] == 0
+
+
+def schedule_workload(jobs: Jobnik, schedules: ScheduleCommands, clock: Clock) -> None:
+    """Every kind of schedule event at least once."""
+    skip = every_minute(schedules, "skip", overlap="skip", catchup_window_seconds=120)
+    buffer = every_minute(schedules, "buffer", overlap="bufferOne", catchup="all")
+    cancel = every_minute(schedules, "cancel", overlap="cancelPrevious")
+    hook = schedules.create(
+        NewSchedule(
+            "hook", Timing("*/2 * * * *", "Europe/Berlin", None), JobTemplate("h", {}, hook="h")
+        ),
+        by=ALICE,
+    )
+    for n in (1, 2, 3, 7, 8):
+        clock.at(minute(n) + timedelta(seconds=1))
+        schedules.sweep()
+    jobs.dequeue("render")
+    schedules.pause(skip.id, by=ALICE, reason="pause")
+    schedules.resume(skip.id, by=ALICE, reason="resume")
+    schedules.trigger(buffer.id, by=ALICE, reason="now")
+    schedules.backfill(cancel.id, minute(-5), minute(2), by=ALICE, reason="fill")
+    schedules.delete(hook.id, by=ALICE, reason="gone")
+    for job in rows(jobs.store, "SELECT id FROM jobs_v1 WHERE status = 'PENDING'")[:3]:
+        end(jobs, job["id"])
+    clock.at(minute(9) + timedelta(seconds=1))
+    schedules.sweep()
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_rebuilt_schedules_equal_their_live_twins_and_verify_finds_no_difference(
+    store: SqlStore,
+    jobs: Jobnik,
+    schedules: ScheduleCommands,
+    clock: Clock,
+    processes: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(parallel, "MIN_EVENTS", 0)  # two processes: the routed parts too
+    schedule_workload(jobs, schedules, clock)
+    live = snapshot(store)
+    kinds = {type(e).__name__ for s in live["schedules_v1"] for e in events(store, s["id"])}
+    assert {"ScheduleFireSkipped", "ScheduleFireBuffered", "ScheduleFiresMissed"} <= kinds
+    assert len(live["schedule_fires_v1"]) > 10
+
+    rebuild(store, processes=processes)
+
+    assert snapshot(store) == live
+    assert verify(store) == []
