@@ -215,12 +215,12 @@ class LastStatus(CatchUpProjection):
         wanted = {job_of(e) for _, e in batch} - created
         jobs = {
             r["job_id"]: JobRow(r["job_id"], r["name"], r["status"])
-            for r in _select_in(cur, sql, "SELECT * FROM last_status_v1_jobs", "job_id", wanted)
+            for r in select_in(cur, sql, "SELECT * FROM last_status_v1_jobs", "job_id", wanted)
         }
         names = {j.name for j in jobs.values()} | {
             e.name for _, e in batch if isinstance(e, Job.JobCreated)
         }
-        rows = _select_in(cur, sql, "SELECT * FROM last_status_v1", "name", names)
+        rows = select_in(cur, sql, "SELECT * FROM last_status_v1", "name", names)
         return State(
             jobs,
             {
@@ -237,7 +237,7 @@ class LastStatus(CatchUpProjection):
         )
 
 
-def _select_in(
+def select_in(
     cur: Cursor, sql: Sql, select: str, column: str, values: set[Any]
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []

@@ -12,7 +12,7 @@ JSON_COLUMNS: Final = frozenset(
 UUID_COLUMNS: Final = frozenset(
     {"id", "job_id", "stage_id", "task_id", "entity_id", "last_job_id"}
     | {"parent_task_id", "parent_job_id"}
-    | {"schedule_id"}
+    | {"schedule_id", "last_failed_job_id"}
 )
 TIME_COLUMNS: Final = frozenset(
     {"creation_time", "update_time", "start_time", "end_time", "lease_expires_at", "time"}
@@ -22,7 +22,7 @@ TIME_COLUMNS: Final = frozenset(
     | {"created_at"}  # Idempotency-Keys
     | {"expires_at", "issued_at", "revoked_at"}  # tokens
     | {"cursor_time", "next_fire_at", "buffered_time", "last_fire_time"}  # schedules
-    | {"nominal_time", "fired_at"}
+    | {"nominal_time", "fired_at", "failing_since"}
 )
 BOOL_COLUMNS: Final = frozenset(
     {"started", "stage_open", "job_open", "deleted", "finishing", "completing", "completion"}

@@ -21,8 +21,10 @@ from jobnik.domain.errors import (
 from jobnik.domain.principals import Actor, Principal, Role
 from jobnik.domain.schedule_commands import NewSchedule, ScheduleCommands
 from jobnik.domain.schedules import JobTemplate, StageTemplate, TaskTemplate
-from jobnik.domain.statuses import JobStatus
+from jobnik.domain.statuses import JobStatus, TaskStatus
 from jobnik.domain.timing import Timing
+from jobnik.projections.catchup.registry import CATCH_UP
+from jobnik.projections.catchup.runner import catch_up
 from jobnik.projections.rebuild import parallel
 from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.rebuild.verify import verify
@@ -468,3 +470,40 @@ def test_rebuilt_schedules_equal_their_live_twins_and_verify_finds_no_difference
 
     assert snapshot(store) == live
     assert verify(store) == []
+
+
+def outcome_rows(store: SqlStore) -> list[dict[str, Any]]:
+    return rows(store, "SELECT * FROM schedule_outcomes_v1")
+
+
+@pytest.mark.parametrize("batch", [1, 1000])
+def test_the_runs_outcomes_count_each_end_and_the_failing_streak(
+    store: SqlStore, jobs: Jobnik, schedules: ScheduleCommands, clock: Clock, batch: int
+) -> None:
+    template = JobTemplate(
+        "flaky", {}, stages=(StageTemplate("flaky", {}, {}, (TaskTemplate({}, {}, 1),)),)
+    )
+    schedule = schedules.create(
+        NewSchedule("flaky", Timing(None, "UTC", 60), template, "allowAll"), by=ALICE
+    )
+    ends = ["FAILED", "FAILED", "COMPLETED", "FAILED", "FAILED", "FAILED"]
+    for n, outcome in enumerate(ends, start=1):
+        clock.at(minute(n))
+        schedules.sweep()
+        task = jobs.dequeue("flaky")
+        jobs.report_task(task.id, TaskStatus(outcome), attempt=task.attempt)
+    clock.at(minute(7))
+    schedules.sweep()  # a seventh run, not ended
+    for projection in CATCH_UP:
+        while catch_up(store, projection, batch):
+            pass
+
+    [outcome] = outcome_rows(store)
+    runs_by_job = {job: t for t, job, _ in runs(store)}
+    assert outcome["schedule_id"] == schedule.id
+    assert (outcome["completed"], outcome["failed"], outcome["aborted"]) == (1, 5, 0)
+    assert outcome["failing"] == 3
+    assert runs_by_job[outcome["last_failed_job_id"]] == minute(6)
+    assert runs_by_job[outcome["last_job_id"]] == minute(7)
+    assert outcome["last_status"] == "PENDING"
+    assert verify(store, names=["schedule_runs"]) == []
