@@ -12,7 +12,7 @@ step, in whichever process leads then, takes it again.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 from uuid import UUID
@@ -22,6 +22,7 @@ from jobnik.domain.commands import command
 from jobnik.domain.errors import (
     BackfillTooLarge,
     InvalidBackfill,
+    JobnikError,
     JobNotFound,
     ScheduleExists,
 )
@@ -67,10 +68,12 @@ class Backfill:
 
 @dataclass
 class Sweep:
-    """What one sweep of the schedules did."""
+    """What one sweep of the schedules did; `refused`: the schedules whose step was refused
+    (each with its error), which the next sweep tries again."""
 
     steps: int = 0
     fired: int = 0
+    refused: list[tuple[UUID, JobnikError]] = field(default_factory=list)
 
 
 class ScheduleCommands:
@@ -181,7 +184,11 @@ class ScheduleCommands:
             for _ in range(STEPS_PER_SCHEDULE):
                 if stopping():
                     return done
-                run = self.step(schedule_id)
+                try:
+                    run = self.step(schedule_id)
+                except JobnikError as e:  # (deleted meanwhile, a conflict run out of tries)
+                    done.refused.append((schedule_id, e))
+                    break
                 if run is None:
                     break
                 done.steps += 1

@@ -11,6 +11,7 @@ import typer
 
 from jobnik.scripts.durations import parse_duration
 from jobnik.scripts.projections_cli import open_store, projections
+from jobnik.scripts.schedules_cli import schedules
 from jobnik.scripts.tokens_cli import tokens
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ app.add_typer(worker, name="worker")
 jobs = typer.Typer(help="Repair jobs and tasks.", no_args_is_help=True, rich_markup_mode="markdown")
 app.add_typer(jobs, name="jobs")
 app.add_typer(tokens, name="tokens")
+app.add_typer(schedules, name="schedules")
 
 
 @jobs.command("redispatch")

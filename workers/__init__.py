@@ -20,6 +20,8 @@ from jobnik.workers.models import (
     Report,
     Reported,
     Rerun,
+    Schedule,
+    ScheduleRun,
     Stage,
     Task,
 )
@@ -41,6 +43,8 @@ __all__ = [
     "Report",
     "Reported",
     "Rerun",
+    "Schedule",
+    "ScheduleRun",
     "Stage",
     "Task",
     "TaskContext",
