@@ -3,12 +3,13 @@ operator's commands with their reasons, runs, stuck runs, metrics and the OpenAP
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 import pytest
 
-from .conftest import Api, Json
+from .conftest import Api, Json, Secured
 
 HOURLY: Json = {
     "name": "hourly-report",
@@ -201,3 +202,47 @@ def test_the_openapi_document_names_every_schedule_error(api: Api) -> None:
     assert "BACKFILL_TOO_LARGE" in backfill["400"]["description"]
     assert "SCHEDULE_NOT_FOUND" in backfill["404"]["description"]
     assert "operator" in paths["/v1/schedules/{scheduleId}"]["delete"]["description"]
+
+
+def actions(html: str) -> list[str]:
+    return re.findall(r'<button type="button" class="action[^"]*"[^>]*>([^<]+)<', html)
+
+
+def test_the_console_shows_schedules_next_fires_and_runs_with_their_actions(api: Api) -> None:
+    made = create(api, HOOKED)
+    for _ in range(2):
+        api.http.post(f"/v1/schedules/{made['id']}/trigger")
+
+    listing = api.http.get("/ui/schedules")
+    page = api.http.get(f"/ui/schedules/{made['id']}")
+
+    assert listing.status_code == page.status_code == 200
+    assert f'href="/ui/schedules/{made["id"]}">planner</a>' in listing.text
+    assert '<a href="/ui/schedules" aria-current="page">Schedules</a>' in listing.text
+    assert actions(listing.text) == ["Pause", "Trigger now"]
+    assert actions(page.text) == ["Pause", "Trigger now", "Delete"]
+    assert page.text.count("<time datetime=") == 5  # the next fires
+    assert page.text.count('<tr data-job="') == 2  # the runs
+    assert f'data-url="/v1/schedules/{made["id"]}/trigger"' in page.text
+
+    api.http.post(f"/v1/schedules/{made['id']}/pause", json={"reason": "quiet"})
+    paused = api.http.get(f"/ui/schedules/{made['id']}").text
+    assert actions(paused) == ["Resume", "Trigger now", "Delete"]
+    assert "None while paused." in paused
+    assert "(quiet)" in paused
+
+
+def test_the_console_offers_a_schedules_actions_to_the_roles_that_may_do_them(
+    secured: Secured,
+) -> None:
+    made = secured.http.post("/v1/schedules", json=HOOKED).json()
+    seen = {}
+    for role in ("reader", "producer", "operator"):
+        page = secured.call(secured.bearers[role], "GET", f"/ui/schedules/{made['id']}")
+        assert page.status_code == 200, page.text
+        seen[role] = actions(page.text)
+    assert seen == {
+        "reader": [],
+        "producer": ["Pause", "Trigger now"],
+        "operator": ["Pause", "Trigger now", "Delete"],
+    }
