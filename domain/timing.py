@@ -156,6 +156,17 @@ class Timing:
                 return
             yield t
 
+    def following(self, first: datetime, count: int) -> list[datetime]:
+        """`first` and the nominal times after it, `count` in all (fewer when croniter finds no
+        later date)."""
+        found = [first]
+        try:
+            while len(found) < count:
+                found.append(self.next_after(found[-1]))
+        except CroniterError:
+            pass
+        return found[:count]
+
     def count(self, after: datetime, until: datetime, limit: int) -> int:
         """How many nominal times (`after`, `until`] holds, counted up to `limit`."""
         if self.interval_seconds is not None:

@@ -57,12 +57,9 @@ class ScheduleView:
 
     def next_fires(self, count: int) -> list[datetime]:
         """The next `count` nominal times (none while paused)."""
-        if self.paused or self.next_fire_at is None:
+        if self.paused or self.next_fire_at is None or count <= 0:
             return []
-        found = [self.next_fire_at]
-        for _ in range(min(count, MAX_NEXT) - 1):
-            found.append(self.timing.next_after(found[-1]))
-        return found
+        return self.timing.following(self.next_fire_at, min(count, MAX_NEXT))
 
 
 @dataclass(frozen=True)
