@@ -288,11 +288,22 @@ class MemoryStore:
     def __init__(self) -> None:
         self.tables = Tables()
         self.log: list[Any] = []
+        self._writing: MemorySession | None = None
 
     @contextmanager
     def session(self, *, write: bool) -> Iterator[MemorySession]:
+        """A write session opened inside another one joins it, as SqlStore's do."""
+        if write and self._writing is not None:
+            yield self._writing
+            return
         session = MemorySession(self)
-        yield session  # an exception propagates and the copy is dropped: a rollback
+        if write:
+            self._writing = session
+        try:
+            yield session  # an exception propagates and the copy is dropped: a rollback
+        finally:
+            if write:
+                self._writing = None
         if write:
             self.tables, self.log = session.tables, session.log
 
