@@ -22,6 +22,7 @@ from jobnik.api.middleware import RequestMiddleware
 from jobnik.api.openapi import document_errors
 from jobnik.api.permissions import document_security
 from jobnik.api.routes import (
+    activity,
     catchup,
     health,
     history,
@@ -47,6 +48,7 @@ from jobnik.domain.errors import StoreInUse
 from jobnik.domain.schedule_commands import ScheduleCommands
 from jobnik.projections.catchup.registry import CATCH_UP, INLINE, outdated, status
 from jobnik.projections.catchup.runner import CatchUpRunner
+from jobnik.projections.queries.activity import ActivityViews
 from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.catchup_views import CatchUpViews
 from jobnik.projections.queries.operations import OperationsViews, Thresholds
@@ -143,12 +145,13 @@ def create_app(
     )
     app.state.waiters = Waiters(views.store, settings.max_waiters, settings.min_position_wait)
     app.state.operations, app.state.clock = OperationsViews(views.store), _now
+    app.state.activity = ActivityViews(views.store)
     app.state.schedules = ScheduleCommands(jobnik)
     app.state.schedule_views = ScheduleViews(views.store)
     if telemetry.metrics is not None:
         _add_store_metrics(app, telemetry.metrics)
     errors.install(app)
-    modules = (jobs, stages, tasks, history, catchup, tokens, queues, schedules, health)
+    modules = (jobs, stages, tasks, history, catchup, tokens, queues, activity, schedules, health)
     for module in (*modules, metrics) if telemetry.metrics is not None else modules:
         # The routes themselves, not `include_router`: FastAPI keeps an included router as a
         # nested one, which it matches twice per request and whose route list it re-walks for

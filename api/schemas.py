@@ -198,7 +198,19 @@ class HeartbeatOut(OutModel):
 class LogLineOut(OutModel):
     time: datetime
     attempt: int
+    actor: str = Field(
+        description="who appended it: the token, or `worker`/`api` without access control"
+    )
+    position: int = Field(description="its append's log position (the TaskLogged event's)")
     line: str
+
+
+class LogPageOut(ApiModel):
+    """A page of a task's log lines, oldest first; `next` is the cursor for the next page
+    (None: the page was not full)."""
+
+    items: list[LogLineOut]
+    next: str | None = None
 
 
 class Appended(OutModel):

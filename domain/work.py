@@ -369,11 +369,22 @@ class WorkCommands:
         *,
         by: Principal = Actor.WORKER,
     ) -> Task:
-        """Append lines to the task's log; any attempt may log (each line records its attempt
-        and its actor)."""
+        """Append lines to the log of the task's latest attempt (`attempt`, when given, must be
+        it), open or ended; each line records its attempt and its actor. Lines naming another
+        attempt are recorded and refused (StaleAttempt, 409); with access control on, so are
+        lines from a token other than the one that opened the attempt (Forbidden, 403)."""
+        now = self.clock()
         with self._write() as s:
             task = s.task(task_id)
             by.check_stage_type(task.stage_type)
-            task.append_log(lines, self.clock(), by, attempt)
+            refused: StaleAttempt | Forbidden | None = None
+            if task.opened_by_another(by):
+                refused = task.refuse_another(attempt, "log", now, by)
+            elif attempt is not None and attempt != task.attempt:
+                refused = task.refuse(attempt, "log", now, by)
+            else:
+                task.append_log(lines, now, by, attempt)
             s.save(task)
+        if refused is not None:
+            raise refused
         return task

@@ -150,8 +150,9 @@ def rerun_stage(
     body: Annotated[RerunRequest | None, Body()] = None,
 ) -> RerunOut:
     """jobnik: run every FAILED and ABORTED task of the stage again, each with a fresh attempt
-    budget; the stage and its job reopen. The stage must be the job's current one (else rerun
-    the job). Answers what the rerun did."""
+    budget (in an aborted job, also those whose attempt the abort cancelled: that attempt's late
+    calls are then 409 STALE_ATTEMPT); the stage and its job reopen. The stage must be the job's
+    current one (else rerun the job). Answers what the rerun did."""
     reason = (body or RerunRequest()).reason
     return RerunOut.of(jobnik.rerun_stage(stage_id, by=by, reason=reason))
 

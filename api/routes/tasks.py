@@ -5,19 +5,22 @@ from __future__ import annotations
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Response
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
+from pydantic import AfterValidator
 
 from jobnik.api.batch_schemas import ReportAnswer, TaskReport
 from jobnik.api.deps import (
     AsOfQuery,
     JobnikDep,
     OnceDep,
+    SettingsDep,
     ViewsDep,
     WorkDep,
     reject_unknown_query,
 )
 from jobnik.api.errors import error_answers
 from jobnik.api.history_schemas import ChildJobOut
+from jobnik.api.limits import PARSED_BODY
 from jobnik.api.operator_schemas import (
     JOB_NOT_ENDED,
     MALFORMED,
@@ -35,14 +38,22 @@ from jobnik.api.schemas import (
     HeartbeatOut,
     LogLineOut,
     LogLines,
+    LogPageOut,
     Message,
     StageType,
     TaskOut,
     TaskStatusChange,
 )
-from jobnik.domain.errors import BatchTooLarge, OtherTasksFailed, TaskNotFound, TaskNotRerunnable
+from jobnik.domain.errors import (
+    BatchTooLarge,
+    OtherTasksFailed,
+    TaskNotFound,
+    TaskNotRerunnable,
+    TooManyLogLines,
+)
 from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import TaskStatus
+from jobnik.projections.queries.logs import CURSOR, LogCursor
 
 P = Permission
 router = APIRouter(
@@ -162,17 +173,62 @@ def give_back(jobnik: JobnikDep, task_id: TaskId, body: GiveBack, by: PrincipalD
     return TaskOut.of(jobnik.give_back(task_id, body.attempt, body.reason, by=by))
 
 
-@router.post("/tasks/{taskId}/logs", status_code=201, openapi_extra=needs(P.WORK))
+async def _lines_within_cap(request: Request, settings: SettingsDep) -> None:
+    """TOO_MANY_LOG_LINES before the lines are validated one by one (FastAPI validates the body
+    after the route's dependencies; the input gate has parsed it)."""
+    parsed = request.scope.get(PARSED_BODY)  # (its bytes, its value) for a JSON body
+    lines = parsed[1].get("lines") if parsed and isinstance(parsed[1], dict) else None
+    if isinstance(lines, list) and len(lines) > settings.max_log_lines:
+        raise TooManyLogLines(
+            f"request/body/lines has {len(lines)} lines; at most {settings.max_log_lines} "
+            "per request"
+        )
+
+
+@router.post(
+    "/tasks/{taskId}/logs",
+    status_code=201,
+    dependencies=[Depends(_lines_within_cap)],
+    openapi_extra=needs(P.WORK),
+)
 def append_logs(jobnik: JobnikDep, task_id: TaskId, body: LogLines, by: PrincipalDep) -> Appended:
-    """Append lines to the task's log (append-only, kept as events)."""
+    """Append lines to the log of the task's latest attempt (append-only, kept as events), open
+    or ended: `attempt`, when given, must be it (else 409 STALE_ATTEMPT), and with access control
+    on the token must be the one that dequeued it (else 403 FORBIDDEN); both refusals are
+    recorded. At most JOBNIK_MAX_LOG_LINES (default 1,000) lines per request: 400
+    TOO_MANY_LOG_LINES beyond."""
     jobnik.append_log(task_id, body.lines, body.attempt, by=by)
     return Appended(appended=len(body.lines))
 
 
-@router.get("/tasks/{taskId}/logs", openapi_extra=needs(P.READ))
-def get_logs(views: ViewsDep, task_id: TaskId) -> list[LogLineOut]:
-    """The task's log lines, oldest first."""
-    return [LogLineOut(time=t, attempt=a, line=line) for t, a, line in views.task_logs(task_id)]
+def _cursor(text: str | None) -> str | None:
+    if text is not None:
+        LogCursor.parse(text)  # (its ValueError: 400 VALIDATION_ERROR)
+    return text
+
+
+LogAfter = Annotated[
+    str | None,
+    Query(
+        pattern=f"^{CURSOR.pattern}$",
+        description="a page's `next`, or a log position (the lines appended after it)",
+    ),
+    AfterValidator(_cursor),
+]
+
+
+@router.get("/tasks/{taskId}/logs", response_model=LogPageOut, openapi_extra=needs(P.READ))
+def get_logs(
+    views: ViewsDep,
+    task_id: TaskId,
+    after: LogAfter = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> LogPageOut:
+    """The task's log lines, oldest first, `limit` at a time; each with its attempt, the actor
+    that appended it and its append's log position."""
+    page = views.logs.page(task_id, None if after is None else LogCursor.parse(after), limit)
+    items = [LogLineOut.model_validate(vars(line)) for line in page.lines]
+    return LogPageOut(items=items, next=None if page.next is None else str(page.next))
 
 
 @router.post(

@@ -42,7 +42,7 @@ from uuid import UUID
 from jobnik.domain.jobs import Job
 from jobnik.domain.statuses import JobStatus
 from jobnik.domain.tasks import Task
-from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql
+from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql, select_in
 from jobnik.projections.store.cursor import Cursor
 
 STATUS_AFTER: Final[Mapping[type, Callable[[Any], str | None]]] = {
@@ -235,19 +235,6 @@ class LastStatus(CatchUpProjection):
             },
             Counter(),
         )
-
-
-def select_in(
-    cur: Cursor, sql: Sql, select: str, column: str, values: set[Any]
-) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    ordered = sorted(values, key=str)
-    for start in range(0, len(ordered), 500):
-        part = ordered[start : start + 500]
-        params = {f"v{i}": cur.dialect.dump(column, v) for i, v in enumerate(part)}
-        marks = ", ".join(f"%({k})s" for k in params)
-        out += cur.all(sql(f"{select} WHERE {column} IN ({marks})"), params)
-    return out
 
 
 # -- reads ----------------------------------------------------------------------------------------

@@ -19,8 +19,7 @@ from uuid import UUID
 
 from jobnik.domain.jobs import Job
 from jobnik.domain.statuses import JobStatus
-from jobnik.projections.catchup.last_status import select_in
-from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql
+from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql, select_in
 from jobnik.projections.store.cursor import Cursor
 
 RUNS, OUTCOMES = "schedule_runs_v1", "schedule_outcomes_v1"

@@ -36,6 +36,7 @@ class Dialect:
     }
 
     for_update: ClassVar[str] = " FOR UPDATE"  # row locks, where a backend has them
+    joins_writes: ClassVar[bool] = True  # independent writes as one statement (executor.py)
 
     @cached_property
     def _named(self) -> dict[str, str]:
@@ -113,6 +114,7 @@ class SQLiteDialect(Dialect):
     }
 
     for_update: ClassVar[str] = ""  # one writer at a time: nothing to lock row by row
+    joins_writes: ClassVar[bool] = False  # (SQLite runs one write per statement)
 
     def params(self, template: str) -> str:
         return queries.sqlite_params(template)

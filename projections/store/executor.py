@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cache
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from eventsourcing.domain import DomainEventProtocol
 
@@ -14,6 +16,8 @@ from jobnik.projections.store.dialect import Dialect
 
 
 class _Cursor(Protocol):
+    dialect: Dialect
+
     def execute(self, sql: str, params: Mapping[str, Any]) -> None: ...
 
     def executemany(self, sql: str, params: list[dict[str, Any]]) -> None: ...
@@ -105,9 +109,63 @@ class OpExecutor:
 
 
 def _send(cur: _Cursor, statements: Sequence[tuple[str, dict[str, Any]]]) -> None:
-    """One-row statements, in order."""
-    for sql, params in statements:
-        cur.execute(sql, params)
+    """One-row statements, in order: on a dialect that joins writes, each run that may be
+    joined as one statement (`joinable`)."""
+    if not statements:
+        return
+    joins = cur.dialect.joins_writes
+    for run in joinable(statements) if joins else ([s] for s in statements):
+        if len(run) == 1:
+            cur.execute(*run[0])
+        else:
+            sql = joined(tuple(sql for sql, _ in run))
+            cur.execute(sql, {f"w{i}_{k}": v for i, (_, p) in enumerate(run) for k, v in p.items()})
+
+
+# PostgreSQL runs the parts of one statement (`WITH w0 AS (<write>), w1 AS (<write>) <write>`)
+# on one snapshot, in no defined order: a part does not see what another writes. So only writes
+# whose order cannot matter are joined: each an INSERT, UPDATE or DELETE of its own table, none
+# reading a table an earlier part of its statement writes. Joined, they cost the server one
+# statement's start, end and result, and the client one statement to send.
+MAX_PARTS: Final = 8  # (each shape is prepared: keep them few)
+_WRITE: Final = re.compile(r"(?:INSERT INTO|UPDATE|DELETE FROM) (\w+)\b")
+_READ: Final = re.compile(r"\b(?:FROM|JOIN|USING) (\w+)\b")
+_PLACEHOLDER: Final = re.compile(r"%\((\w+)\)s")
+
+
+@functools.lru_cache(maxsize=1024)
+def _tables(sql: str) -> tuple[str, frozenset[str]]:
+    """The table `sql` writes and those it reads (the executor's statements: plain writes of
+    one table)."""
+    found = _WRITE.match(sql)
+    assert found is not None, sql
+    return found.group(1), frozenset(_READ.findall(sql, found.end()))
+
+
+def joinable(
+    statements: Sequence[tuple[str, dict[str, Any]]],
+) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """`statements` in order, in runs that can be joined (`joined`); a run may be one."""
+    run: list[tuple[str, dict[str, Any]]] = []
+    written: set[str] = set()
+    for statement in statements:
+        table, reads = _tables(statement[0])
+        if run and (table in written or not reads.isdisjoint(written) or len(run) == MAX_PARTS):
+            yield run
+            run, written = [], set()
+        run.append(statement)
+        written.add(table)
+    if run:
+        yield run
+
+
+@functools.lru_cache(maxsize=1024)
+def joined(sqls: tuple[str, ...]) -> str:
+    """One statement doing the writes `sqls` (a run of `joinable`), part i's parameters renamed
+    `w<i>_<name>`."""
+    parts = [_PLACEHOLDER.sub(rf"%(w{i}_\1)s", sql) for i, sql in enumerate(sqls)]
+    head = ", ".join(f"w{i} AS ({text})" for i, text in enumerate(parts[:-1]))
+    return f"WITH {head} {parts[-1]}"
 
 
 def _merge_adds(ops: list[Add]) -> list[Op]:

@@ -18,14 +18,13 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
+import orjson
 import psycopg
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import StoredEvent
 
 from jobnik.domain.errors import ConcurrencyConflict
 from jobnik.domain.tasks import Task
-from jobnik.projections.inline.tables import JOBS, STAGES, TASKS, TOKENS
-from jobnik.projections.store import eventlog
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.session import SqlSession
 
@@ -35,8 +34,6 @@ if TYPE_CHECKING:  # (the store makes its sessions: a runtime import would go in
 # SQLSTATEs that mean "run the command again": serialization_failure (the stale-read check
 # raises it), deadlock_detected, unique_violation (an aggregate version taken meanwhile).
 RETRYABLE: Final = frozenset({"40001", "40P01", "23505"})
-# The freshness check's parameters, by table: the ids and the versions loaded.
-FRESH: Final = {TASKS: ("ti", "tv"), STAGES: ("si", "sv"), JOBS: ("ji", "jv"), TOKENS: ("ki", "kv")}
 
 
 class PostgresSession(SqlSession):
@@ -59,20 +56,28 @@ class PostgresSession(SqlSession):
         self._predicted: list[tuple[UUID, bool, int]] = []
 
     def lock(self) -> None:
-        """Take the writer lock, checking that what was loaded before it is still current."""
-        if self.locked:
-            return
+        """Take the writer lock, checking that what was loaded before it is still current (with
+        the session's first events, when it saves: `_append`)."""
+        if not self.locked:
+            self._append_events([])
+
+    def _append_events(self, stored: Sequence[StoredEvent]) -> None:
+        """Queue `append`: the writer lock with its checks the first time, and `stored`."""
+        seen = (
+            []
+            if self.locked
+            else [{"id": str(k), "version": v, "tbl": t} for k, (t, v) in self._seen.items()]
+        )
         self.locked = self.wrote = True
-        self.cur.execute(self.d.sql("lock_writers", events=self.store.events_table))
-        if not self._seen:
-            return
-        params: dict[str, Any] = {name: [] for pair in FRESH.values() for name in pair}
-        for key, (table, version) in self._seen.items():
-            ids, versions = FRESH[table]
-            params[ids].append(key)
-            params[versions].append(version)
-        params["n"] = len(self._seen)
-        self.cur.execute(self.d.sql("assert_fresh"), params)
+        events = [
+            [str(e.originator_id), e.originator_version, e.topic, e.state.decode()] for e in stored
+        ]
+        params = {"seen": orjson.dumps(seen).decode(), "events": orjson.dumps(events).decode()}
+        inserted = self.conn.cursor()
+        inserted.execute(self.d.sql("append"), params)
+        if stored:
+            self._inserts.append(inserted)
+            self._position = None
 
     def hold_queue(self, *job_ids: UUID) -> None:
         """Lock the queue rows of `job_ids` and of their child jobs, at any depth (an abort
@@ -180,43 +185,9 @@ class PostgresSession(SqlSession):
         """Queue the events' INSERT and their read-model rows, which name each event's position
         relative to the last one inserted (`jobnik_position`: under the writer lock the
         positions are consecutive)."""
-        inserted = self.conn.cursor()
-        eventlog.insert_postgres(inserted, self.store.events_table, stored)
-        self._inserts.append(inserted)
-        self._position = None
+        self._append_events(stored)
         last = len(stored) - 1
         self.store.apply(self.cur, events, [i - last for i in range(len(stored))], self._deltas)
-
-    def begin(self) -> None:
-        """The transaction's first statements: BEGIN, and the shared lock that keeps a
-        rebuild's swap from dropping the tables this session reads (see store/postgres.py)."""
-        self.cur.raw.execute("BEGIN", prepare=False)
-        self.cur.execute(self.d.sql("writing"))
-
-    def end(self) -> None:
-        """End a session that wrote nothing (its command refused, or found no work): a commit,
-        which keeps the connection's prepared statements (psycopg drops them at a rollback)."""
-        self.cur.raw.execute("COMMIT", prepare=False)
-
-    def commit(self) -> None:
-        """Commit. The transaction holding the writer lock commits without waiting for its WAL
-        flush, so the lock goes as soon as its commit record is written; a second, one-row
-        transaction then commits synchronously, which flushes the WAL through that record too.
-        Both travel together, and the command answers only once both are durable: nothing
-        acknowledged is lost, while concurrent commands' flushes share fsyncs (PostgreSQL's
-        group commit) instead of queueing behind the lock one by one. A transaction holding no
-        lock wrote nothing: its commit only ends it."""
-        if self.locked:
-            self.cur.execute("SET LOCAL synchronous_commit TO OFF")
-            self.cur.raw.execute("COMMIT", prepare=False)
-            # After the explicit COMMIT, what follows up to the pipeline's sync is one implicit
-            # transaction, committed synchronously. PostgreSQL flushes a commit only for a
-            # transaction that has an xid and wrote WAL: a transactional logical message does
-            # both and writes no table row. Decoders of logical replication slots see an empty
-            # message with the prefix "jobnik.flush", which they may ignore.
-            self.cur.execute("SELECT pg_logical_emit_message(true, 'jobnik.flush', '')")
-        else:
-            self.end()
 
     @property
     def position(self) -> int | None:
@@ -227,6 +198,34 @@ class PostgresSession(SqlSession):
             assert row is not None
             self._position = int(row["last"])
         return self._position
+
+    def begin(self) -> None:
+        """The transaction's first statements: BEGIN, and the shared lock that keeps a
+        rebuild's swap from dropping the tables this session reads (see store/postgres.py)."""
+        self.cur.raw.execute("BEGIN", prepare=False)
+        self.cur.execute(self.d.sql("writing"))
+
+    def abandon(self) -> None:
+        """Roll back what this session sent (its command failed after writing)."""
+        self.cur.raw.execute("ROLLBACK", prepare=False)
+
+    def commit(self) -> None:
+        """Commit. The transaction holding the writer lock commits without waiting for its WAL
+        flush (`append` set it so), so the lock goes as soon as its commit record is written;
+        a second, one-row transaction in the same round trip then commits synchronously, which
+        flushes the WAL through that record too. The command answers only once both are
+        durable: nothing acknowledged is lost, while concurrent commands' flushes share fsyncs
+        (PostgreSQL's group commit) instead of queueing behind the lock one by one. A session
+        that wrote nothing only ends its transaction, with a commit: a rollback would make
+        psycopg forget the statements it prepared on the connection."""
+        self.cur.raw.execute("COMMIT", prepare=False)
+        if self.locked:
+            # After the explicit COMMIT, the statement up to the pipeline's sync is a
+            # transaction of its own, committed synchronously. PostgreSQL flushes a commit only
+            # for a transaction that has an xid and wrote WAL: a transactional logical message
+            # does both and writes no table row. Decoders of logical replication slots see an
+            # empty message with the prefix "jobnik.flush", which they may ignore.
+            self.cur.execute("SELECT pg_logical_emit_message(true, 'jobnik.flush', '')")
 
 
 def error(e: psycopg.Error) -> Exception:

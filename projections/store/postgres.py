@@ -91,29 +91,29 @@ class PostgresStore(SqlStore):
                 yield SqlSession(self, cur, write=False)
             return
         with wrapped(), self.pg.get_connection() as conn:
-            session = PostgresSession(self, conn)
             try:
                 with conn.pipeline():
+                    session = PostgresSession(self, conn)
                     session.begin()
                     try:
                         yield session
                         session.close()
                     except BaseException:
-                        if not session.wrote:
-                            session.end()
+                        if session.wrote:
+                            session.abandon()
+                        else:
+                            session.commit()
                         raise
                     session.commit()
                     began = time.perf_counter()
-                if session.locked:  # the commit's round trip: the lock's wait and hold
+                if session.locked:  # the commit's round trips: the lock's wait and hold
                     session.cur.lock_wait = time.perf_counter() - began
                 session.position  # noqa: B018 - read while the connection is the session's
             except psycopg.Error as e:
-                conn.rollback()
                 raise pgsession.error(e) from e
-            except BaseException:
+            finally:
                 if conn.info.transaction_status.name != "IDLE":
                     conn.rollback()
-                raise
 
     def connection_kwargs(self) -> dict[str, Any]:
         """The library pool's connection arguments (a copy), for the connections jobnik opens

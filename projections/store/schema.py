@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Final
 
 JSON_COLUMNS: Final = frozenset(
-    {"data", "user_metadata", "result", "failure_patterns", "stage_types"} | {"template"}
+    {"data", "user_metadata", "result", "failure_patterns", "stage_types", "lines"} | {"template"}
 )
 UUID_COLUMNS: Final = frozenset(
     {"id", "job_id", "stage_id", "task_id", "entity_id", "last_job_id"}

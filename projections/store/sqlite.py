@@ -28,7 +28,7 @@ from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.dialect import SQLITE
 from jobnik.projections.store.errors import wrapped
 from jobnik.projections.store.executor import OpExecutor
-from jobnik.projections.store.leader import FileLock, LeaderLock
+from jobnik.projections.store.leader import FileLock, LeaderLock, ProcessLock
 from jobnik.projections.store.names import checked
 from jobnik.projections.store.session import SqlSession
 
@@ -150,6 +150,8 @@ class SqliteStore(SqlStore):
             yield SqliteSession(self, cur, write=write)
 
     def leader_lock(self, name: str) -> LeaderLock:
+        if self.lite.pool.is_sqlite_memory_mode:
+            return ProcessLock(name, self.path)
         return FileLock(name, self.path)
 
     # -- what a rebuild needs ------------------------------------------------------------------

@@ -59,16 +59,16 @@ def interleave_before_lock(
     monkeypatch: pytest.MonkeyPatch, call: Callable[[], Any], times: int = 1
 ) -> list[int]:
     """The next `times` sessions to take the writer lock first let `call` commit elsewhere."""
-    original = PostgresSession.lock
+    original = PostgresSession._append_events
     ran: list[int] = []
 
-    def lock(self: PostgresSession) -> None:
+    def append(self: PostgresSession, stored: Any) -> None:
         if not self.locked and self.write and len(ran) < times:
             ran.append(1)
             elsewhere(call)
-        original(self)
+        original(self, stored)
 
-    monkeypatch.setattr(PostgresSession, "lock", lock)
+    monkeypatch.setattr(PostgresSession, "_append_events", append)
     return ran
 
 

@@ -67,19 +67,10 @@ SELECT count(*) FROM (
     SELECT 1 FROM queue_v1 WHERE job_id IN (SELECT id FROM tree) ORDER BY task_id FOR UPDATE
 ) held;
 
--- name: assert_fresh
--- The rows a write session loaded before the writer lock (by table: arrays of ids and of the
--- versions read) are unchanged: serialization_failure unless all %(n)s are.
-SELECT jobnik_assert_fresh(
-    (SELECT count(*) FROM tasks_v1 t
-        JOIN unnest(%(ti)s::uuid[], %(tv)s::bigint[]) v(id, version) USING (id, version))
-    + (SELECT count(*) FROM stages_v1 s
-        JOIN unnest(%(si)s::uuid[], %(sv)s::bigint[]) v(id, version) USING (id, version))
-    + (SELECT count(*) FROM jobs_v1 j
-        JOIN unnest(%(ji)s::uuid[], %(jv)s::bigint[]) v(id, version) USING (id, version))
-    + (SELECT count(*) FROM tokens_v1 k
-        JOIN unnest(%(ki)s::uuid[], %(kv)s::bigint[]) v(id, version) USING (id, version)),
-    %(n)s::bigint);
+-- name: append
+-- The writer lock, with the checks and settings that come with it, then the events; the last
+-- one's log position (migration 010).
+SELECT jobnik_append(%(seen)s::json, %(events)s::json) AS last;
 
 -- name: assert_summary_fresh
 -- Stage completions predicted before the writer lock still hold: completed - total equals
