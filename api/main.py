@@ -29,6 +29,7 @@ from jobnik.api.routes import (
     jobs,
     metrics,
     queues,
+    schedules,
     stages,
     tasks,
     tokens,
@@ -38,6 +39,7 @@ from jobnik.api.sweeper import Sweeper
 from jobnik.api.telemetry import Telemetry
 from jobnik.api.telemetry.commands import ObservedCommands
 from jobnik.api.telemetry.metrics import GROUP_COMMANDS, WRITER_LOCK_WAIT, ServerMetrics
+from jobnik.api.telemetry.schedule_metrics import ScheduleMetrics
 from jobnik.api.telemetry.service_metrics import JobnikServiceGauges, QueueMetrics
 from jobnik.api.telemetry.tracing import (
     background_rounds,
@@ -48,12 +50,14 @@ from jobnik.api.telemetry.tracing import (
 from jobnik.api.waiters import Waiters
 from jobnik.domain.application import Jobnik
 from jobnik.domain.errors import StoreInUse
+from jobnik.domain.schedule_commands import ScheduleCommands
 from jobnik.projections.catchup.registry import CATCH_UP, INLINE, outdated, status
 from jobnik.projections.catchup.runner import CatchUpRunner
 from jobnik.projections.queries.activity import ActivityViews
 from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.catchup_views import CatchUpViews
 from jobnik.projections.queries.operations import OperationsViews, Thresholds
+from jobnik.projections.queries.schedules import ScheduleViews
 from jobnik.projections.queries.tokens import TokenViews
 from jobnik.projections.queries.views import Views
 from jobnik.projections.rebuild.bluegreen import rebuild, rebuild_outdated
@@ -83,6 +87,11 @@ TAGS: Final = [
         "name": "history",
         "description": "The event log: audit trails, feeds, live streams, and "
         "the views derived from it (lastStatus, run statistics).",
+    },
+    {
+        "name": "schedules",
+        "description": "Recurring jobs: cron expressions in a time zone or intervals, their "
+        "runs, pause, resume, trigger and backfill.",
     },
     {"name": "health", "description": "Liveness."},
     {
@@ -143,10 +152,12 @@ def create_app(
     app.state.waiters = Waiters(views.store, settings.max_waiters, settings.min_position_wait)
     app.state.operations, app.state.clock = OperationsViews(views.store), _now
     app.state.activity = ActivityViews(views.store)
+    app.state.schedules = ScheduleCommands(jobnik)
+    app.state.schedule_views = ScheduleViews(views.store)
     if telemetry.metrics is not None:
         _add_store_metrics(app, telemetry.metrics)
     errors.install(app)
-    modules = (jobs, stages, tasks, history, catchup, tokens, queues, activity, health)
+    modules = (jobs, stages, tasks, history, catchup, tokens, queues, activity, schedules, health)
     for module in (*modules, metrics) if telemetry.metrics is not None else modules:
         # The routes themselves, not `include_router`: FastAPI keeps an included router as a
         # nested one, which it matches twice per request and whose route list it re-walks for
@@ -183,7 +194,10 @@ def _add_store_metrics(app: FastAPI, metrics: ServerMetrics) -> None:
     def thresholds() -> Thresholds:
         s = state.settings
         return Thresholds(
-            s.stuck_lease_expiries, s.stuck_job_idle_seconds, s.stuck_queue_idle_seconds
+            s.stuck_lease_expiries,
+            s.stuck_job_idle_seconds,
+            s.stuck_queue_idle_seconds,
+            s.stuck_schedule_failures,
         )
 
     store = state.operations.store
@@ -192,6 +206,7 @@ def _add_store_metrics(app: FastAPI, metrics: ServerMetrics) -> None:
     gauges = JobnikServiceGauges(state.operations)
     metrics.add(gauges)
     metrics.add(QueueMetrics(state.operations, lambda: state.clock(), thresholds))
+    metrics.add(ScheduleMetrics(state.schedule_views))
     state.service_metrics = CollectorRegistry(auto_describe=True)
     state.service_metrics.register(gauges)
 
@@ -286,6 +301,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
             interval,
             purge=keys.purge,
             round=background_rounds(telemetry.provider),
+            schedules=ScheduleCommands(jobnik),
         )
         if interval > 0
         else None

@@ -14,7 +14,11 @@ from jobnik.api.schemas import ApiModel
 from jobnik.projections.queries.operations import Queue, Stuck
 
 StuckKind = Literal[
-    "LEASE_EXPIRED_REPEATEDLY", "DELEGATION_NOT_REDISPATCHED", "JOB_IDLE", "QUEUE_NOT_DEQUEUED"
+    "LEASE_EXPIRED_REPEATEDLY",
+    "DELEGATION_NOT_REDISPATCHED",
+    "JOB_IDLE",
+    "QUEUE_NOT_DEQUEUED",
+    "SCHEDULE_RUNS_FAILING",
 ]
 
 
@@ -62,6 +66,9 @@ class StuckOut(ApiModel):
     stage_id: UUID | None
     task_id: UUID | None
     stage_type: str | None
+    schedule_id: UUID | None = Field(
+        default=None, description="the schedule (SCHEDULE_RUNS_FAILING), or null"
+    )
 
     @classmethod
     def of(cls, s: Stuck) -> StuckOut:
@@ -73,6 +80,7 @@ class StuckOut(ApiModel):
             stage_id=s.stage_id,
             task_id=s.task_id,
             stage_type=s.stage_type,
+            schedule_id=s.schedule_id,
         )
 
 

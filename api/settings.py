@@ -102,6 +102,13 @@ class Settings(BaseSettings):
         le=MAX_STUCK_IDLE_SECONDS,
         description="GET /v1/stuck: queued tasks waiting with no dequeue for longer",
     )
+    stuck_schedule_failures: int = Field(
+        3,
+        ge=1,
+        le=MAX_STUCK_LEASE_EXPIRIES,
+        description="GET /v1/stuck: a schedule whose latest ended runs failed this many times "
+        "in a row",
+    )
     log_format: Literal["text", "json"] = Field(
         "text", description="`jobnik serve`'s log lines: readable text, or one JSON object each"
     )

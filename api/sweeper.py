@@ -1,7 +1,8 @@
 """The lease sweeper: a background thread; only the process holding the leader lock sweeps.
 
-It also purges expired Idempotency-Keys (expired keys already count as absent at lookup; the
-purge only keeps the table small)."""
+It also steps the schedules' clocks (each due nominal time run, skipped, buffered or recorded
+as missed: domain/schedule_commands.py) and purges expired Idempotency-Keys (expired keys
+already count as absent at lookup; the purge only keeps the table small)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from jobnik.domain.application import Jobnik
+from jobnik.domain.schedule_commands import ScheduleCommands
 from jobnik.projections.store.leader import LeaderLock, Round, unobserved
 
 log = logging.getLogger(__name__)
@@ -28,9 +30,11 @@ class Sweeper:
         interval: float,
         purge: Callable[[], int] | None = None,
         round: Round = unobserved,
+        schedules: ScheduleCommands | None = None,
     ) -> None:
         self.jobnik, self.lock, self.interval, self.purge = jobnik, lock, interval, purge
         self.round = round  # each round runs in it, told how many tasks and keys it took
+        self.schedules = schedules
         self._purged_at = -PURGE_EVERY
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="jobnik-sweeper", daemon=True)
@@ -61,13 +65,31 @@ class Sweeper:
         if total:
             log.info("leases swept", extra={"action": "leases_swept", "tasks": total})
         self.swept += total
+        steps = self._fire_schedules(self.schedules) if self.schedules is not None else 0
         purged = 0
         if self.purge is not None and time.monotonic() - self._purged_at >= PURGE_EVERY:
             self._purged_at = time.monotonic()
             if purged := self.purge():
                 log.info("idempotency keys purged", extra={"action": "keys_purged", "keys": purged})
-        did(total + purged)
+        did(total + steps + purged)
         return total
+
+    def _fire_schedules(self, schedules: ScheduleCommands) -> int:
+        """Step the schedules that are due; how many steps it took."""
+        done = schedules.sweep(self._stop.is_set)
+        if done.steps:
+            log.info(
+                "schedules stepped",
+                extra={"action": "schedules_stepped", "steps": done.steps, "runs": done.fired},
+            )
+        for schedule_id, error in done.refused:
+            log.warning(
+                "schedule %s: step refused: %s",
+                schedule_id,
+                error.message,
+                extra={"action": "schedule_refused", "schedule_id": str(schedule_id)},
+            )
+        return int(done.steps)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

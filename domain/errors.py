@@ -344,3 +344,63 @@ class Exposed(JobnikError):
     """refusing to serve without access control on a non-loopback address"""
 
     code = "EXPOSED_WITHOUT_AUTH"
+
+
+class ScheduleNotFound(NotFound):
+    """no such schedule (or it was deleted)"""
+
+    code = "SCHEDULE_NOT_FOUND"
+
+
+class ScheduleExists(JobnikError):
+    """a schedule of this name exists: delete it first, or pick another name"""
+
+    code = "SCHEDULE_EXISTS"
+
+
+class TimingRequired(InvalidRequest):
+    """a schedule has either a cron expression or an interval in seconds, not both"""
+
+    code = "SCHEDULE_TIMING_REQUIRED"
+
+
+class InvalidCron(InvalidRequest):
+    """not a cron expression that fires: five fields or an alias such as @daily"""
+
+    code = "INVALID_CRON_EXPRESSION"
+
+
+class InvalidTimezone(InvalidRequest):
+    """not an IANA time zone name"""
+
+    code = "INVALID_TIME_ZONE"
+
+
+class InvalidInterval(InvalidRequest):
+    """a schedule's interval is a whole number of seconds, 1 or more"""
+
+    code = "INVALID_INTERVAL"
+
+
+class UnknownPolicy(InvalidRequest):
+    """an overlap or catch-up policy that does not exist"""
+
+    code = "UNKNOWN_POLICY"
+
+
+class InvalidJobTemplate(InvalidRequest):
+    """a schedule's job has stages or a hook stage type: one of the two"""
+
+    code = "INVALID_JOB_TEMPLATE"
+
+
+class InvalidBackfill(InvalidRequest):
+    """a backfill's range starts before it ends, and ends no later than now"""
+
+    code = "INVALID_BACKFILL_RANGE"
+
+
+class BackfillTooLarge(InvalidRequest):
+    """a backfill's range holds more nominal times than one backfill fires"""
+
+    code = "BACKFILL_TOO_LARGE"

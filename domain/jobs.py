@@ -183,6 +183,15 @@ class Job(Entity):
         def apply(self, job: Job) -> None:
             job.deleted = True
 
+    class JobCreatedBySchedule(Entity.Event):
+        """The job is a run of the schedule `schedule_id` (`schedule_name`) for its nominal
+        time `nominal_time`, started by `trigger` (schedule, buffered, trigger, backfill)."""
+
+        schedule_id: UUID
+        schedule_name: str
+        nominal_time: datetime
+        trigger: str
+
     # -- commands -------------------------------------------------------------------------
 
     @classmethod
@@ -388,6 +397,27 @@ class Job(Entity):
         self, user_metadata: dict[str, Any], now: datetime, actor: Principal
     ) -> None:
         self._emit(self.JobUserMetadataReplaced, now, actor, user_metadata=user_metadata)
+
+    def run_of(
+        self,
+        schedule_id: UUID,
+        schedule_name: str,
+        nominal_time: datetime,
+        trigger: str,
+        now: datetime,
+        actor: Principal,
+    ) -> None:
+        """Record that this new job is a schedule's run for `nominal_time`."""
+        self._emit(
+            self.JobCreatedBySchedule,
+            now,
+            actor,
+            f"schedule '{schedule_name}', nominal time {nominal_time.isoformat()}",
+            schedule_id=schedule_id,
+            schedule_name=schedule_name,
+            nominal_time=nominal_time,
+            trigger=trigger,
+        )
 
     def delete(
         self, now: datetime, actor: Principal = Actor.API, reason: str | None = None

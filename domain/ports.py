@@ -11,6 +11,7 @@ from uuid import UUID
 
 from jobnik.domain.base import Entity
 from jobnik.domain.jobs import Job
+from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
@@ -46,6 +47,23 @@ class Session(Protocol):
 
     def token(self, token_id: UUID) -> Token:
         """The token (revoked ones too); TokenNotFound when none has that id."""
+        ...
+
+    def schedule(self, schedule_id: UUID) -> Schedule:
+        """The schedule, read under the writer lock when the session writes (ScheduleNotFound
+        when none, or deleted)."""
+        ...
+
+    def schedule_named(self, name: str) -> UUID | None:
+        """The id of the schedule named `name`, if one exists."""
+        ...
+
+    def run_at(self, schedule_id: UUID, nominal_time: datetime) -> UUID | None:
+        """The job of the schedule's run for `nominal_time` (its fire key), if it has one."""
+        ...
+
+    def due_schedules(self, now: datetime, limit: int) -> list[UUID]:
+        """Schedules not paused with a nominal time due at `now`, or a buffered fire."""
         ...
 
     def stage_at(self, job_id: UUID, order: int) -> Stage | None: ...

@@ -14,6 +14,7 @@ import typer
 from jobnik.scripts.durations import parse_duration
 from jobnik.scripts.failures import EXIT_STATUSES, EXIT_USAGE, Failure, JobnikGroup
 from jobnik.scripts.projections_cli import projections
+from jobnik.scripts.schedules_cli import schedules
 from jobnik.scripts.stores import migrated, open_store
 from jobnik.scripts.tokens_cli import tokens
 
@@ -45,6 +46,7 @@ app.add_typer(worker, name="worker")
 jobs = typer.Typer(help="Repair jobs and tasks.", no_args_is_help=True, rich_markup_mode="markdown")
 app.add_typer(jobs, name="jobs")
 app.add_typer(tokens, name="tokens")
+app.add_typer(schedules, name="schedules")
 
 
 CreateDatabase = Annotated[

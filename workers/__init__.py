@@ -20,6 +20,8 @@ from jobnik.workers.models import (
     Report,
     Reported,
     Rerun,
+    Schedule,
+    ScheduleRun,
     Stage,
     Task,
 )
@@ -42,6 +44,8 @@ __all__ = [
     "Report",
     "Reported",
     "Rerun",
+    "Schedule",
+    "ScheduleRun",
     "Stage",
     "Task",
     "TaskContext",

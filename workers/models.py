@@ -236,3 +236,74 @@ class Reported:
             code=body.get("code"),
             message=body.get("message"),
         )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule: its timing (`cron` in `timezone`, or `interval_seconds`), the job template
+    its runs create, its policies, its next fire times, its last run and its counts."""
+
+    id: str
+    name: str
+    cron: str | None
+    timezone: str
+    interval_seconds: int | None
+    job: dict[str, Any]
+    overlap_policy: str
+    catchup_policy: str
+    catchup_window_seconds: int
+    paused: bool
+    pause_reason: str | None
+    next_fire_times: list[datetime]
+    last_fire_time: datetime | None
+    last_job_id: str | None
+    last_status: str | None
+    counts: dict[str, int]
+    failing_runs: int
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Schedule:
+        return cls(
+            id=body["id"],
+            name=body["name"],
+            cron=body.get("cron"),
+            timezone=body.get("timezone", "UTC"),
+            interval_seconds=body.get("intervalSeconds"),
+            job=body.get("job") or {},
+            overlap_policy=body.get("overlapPolicy", ""),
+            catchup_policy=body.get("catchupPolicy", ""),
+            catchup_window_seconds=body.get("catchupWindowSeconds", 0),
+            paused=bool(body.get("paused")),
+            pause_reason=body.get("pauseReason"),
+            next_fire_times=[t for t in map(_time, body.get("nextFireTimes") or []) if t],
+            last_fire_time=_time(body.get("lastFireTime")),
+            last_job_id=body.get("lastJobId"),
+            last_status=body.get("lastStatus"),
+            counts=body.get("counts") or {},
+            failing_runs=body.get("failingRuns", 0),
+        )
+
+
+@dataclass(frozen=True)
+class ScheduleRun:
+    """A schedule's run: its nominal time, what started it (schedule, buffered, trigger,
+    backfill), its job, and the job's status (None: just started by a trigger or backfill);
+    `already_ran`: that nominal time had a run, this job's."""
+
+    nominal_time: datetime
+    job_id: str
+    started_by: str | None = None
+    status: str | None = None
+    already_ran: bool = False
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> ScheduleRun:
+        nominal = _time(body["nominalTime"])
+        assert nominal is not None
+        return cls(
+            nominal_time=nominal,
+            job_id=body["jobId"],
+            started_by=body.get("startedBy"),
+            status=body.get("status"),
+            already_ran=bool(body.get("alreadyRan")),
+        )

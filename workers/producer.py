@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from jobnik.workers.client import JobnikClient, client_of
-from jobnik.workers.models import Job, Rerun, Stage, Task
+from jobnik.workers.models import Job, Rerun, Schedule, ScheduleRun, Stage, Task
 
 
 def _with_reason(body: dict[str, Any], reason: str | None) -> dict[str, Any]:
@@ -15,7 +16,7 @@ def _with_reason(body: dict[str, Any], reason: str | None) -> dict[str, Any]:
 
 class Producer:
     """Creates jobs, stages and tasks; pauses, resumes, aborts, re-prioritises, deletes and
-    reruns them."""
+    reruns them; creates and steers schedules."""
 
     def __init__(
         self, client: JobnikClient | str | None = None, *, token: str | None = None
@@ -163,3 +164,89 @@ class Producer:
 
     def update_task_user_metadata(self, task_id: str, metadata: Mapping[str, Any]) -> None:
         self.client.patch(f"/v1/tasks/{task_id}/user-metadata", dict(metadata))
+
+    # -- schedules ------------------------------------------------------------------------
+
+    def create_schedule(
+        self,
+        name: str,
+        job: Mapping[str, Any],
+        *,
+        cron: str | None = None,
+        timezone: str = "UTC",
+        interval_seconds: int | None = None,
+        overlap_policy: str | None = None,
+        catchup_policy: str | None = None,
+        catchup_window_seconds: int | None = None,
+    ) -> Schedule:
+        """A schedule running `job` (a template: `name`, `data`, `priority`, `userMetadata`,
+        and `stages` with their `tasks`, or a `hook` stage type) at each time of `cron` in
+        `timezone`, or every `interval_seconds`. Policies: overlap skip (default), bufferOne,
+        allowAll, cancelPrevious; catch-up latest (default) or all."""
+        body: dict[str, Any] = {"name": name, "job": dict(job), "timezone": timezone}
+        optional = {
+            "cron": cron,
+            "intervalSeconds": interval_seconds,
+            "overlapPolicy": overlap_policy,
+            "catchupPolicy": catchup_policy,
+            "catchupWindowSeconds": catchup_window_seconds,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        return Schedule.from_json(self.client.post("/v1/schedules", body))
+
+    def schedules(self, *, name: str | None = None) -> list[Schedule]:
+        """Every schedule (or the one named `name`), by name."""
+        found: list[Schedule] = []
+        page = 1
+        while True:
+            params: dict[str, Any] = {"page": page, "page_size": 100}
+            if name is not None:
+                params["name"] = name
+            answer = self.client.get("/v1/schedules", params=params)
+            found += [Schedule.from_json(s) for s in answer["items"]]
+            if not answer["items"] or len(found) >= answer["total"]:
+                return found
+            page += 1
+
+    def schedule(self, schedule_id: str, *, next_fires: int = 5) -> Schedule:
+        return Schedule.from_json(
+            self.client.get(f"/v1/schedules/{schedule_id}", params={"next": next_fires})
+        )
+
+    def schedule_runs(
+        self, schedule_id: str, *, before: datetime | None = None, limit: int = 20
+    ) -> list[ScheduleRun]:
+        """The schedule's runs, latest nominal time first (before `before`, if given)."""
+        params: dict[str, Any] = {"limit": limit}
+        if before is not None:
+            params["before"] = before.isoformat()
+        answer = self.client.get(f"/v1/schedules/{schedule_id}/runs", params=params)
+        return [ScheduleRun.from_json(r) for r in answer["items"]]
+
+    def pause_schedule(self, schedule_id: str, *, reason: str | None = None) -> Schedule:
+        path = f"/v1/schedules/{schedule_id}/pause"
+        return Schedule.from_json(self.client.post(path, _with_reason({}, reason)))
+
+    def resume_schedule(self, schedule_id: str, *, reason: str | None = None) -> Schedule:
+        """The clock goes on from now: what fell due while paused does not run."""
+        path = f"/v1/schedules/{schedule_id}/resume"
+        return Schedule.from_json(self.client.post(path, _with_reason({}, reason)))
+
+    def trigger_schedule(self, schedule_id: str, *, reason: str | None = None) -> ScheduleRun:
+        """A run now, whatever the overlap policy."""
+        path = f"/v1/schedules/{schedule_id}/trigger"
+        return ScheduleRun.from_json(self.client.post(path, _with_reason({}, reason)))
+
+    def backfill_schedule(
+        self, schedule_id: str, start: datetime, end: datetime, *, reason: str | None = None
+    ) -> list[ScheduleRun]:
+        """A run for each nominal time from `start` to `end` (both included, aware datetimes,
+        `end` not after now) that has none yet; at most 100 nominal times."""
+        body = _with_reason({"start": start.isoformat(), "end": end.isoformat()}, reason)
+        answer = self.client.post(f"/v1/schedules/{schedule_id}/backfill", body)
+        return [ScheduleRun.from_json(r) for r in answer["runs"]]
+
+    def delete_schedule(self, schedule_id: str, *, reason: str | None = None) -> None:
+        """Stop the schedule (an operator's); its runs' jobs and history stay."""
+        params = {"reason": reason} if reason is not None else None
+        self.client.request("DELETE", f"/v1/schedules/{schedule_id}", params=params)

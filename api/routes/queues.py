@@ -80,18 +80,30 @@ async def get_stuck(
             "dequeue, for longer (default JOBNIK_STUCK_QUEUE_IDLE_SECONDS)",
         ),
     ] = None,
+    schedule_failures: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=MAX_STUCK_LEASE_EXPIRIES,
+            description="schedules whose latest ended runs failed this many times in a row "
+            "(default JOBNIK_STUCK_SCHEDULE_FAILURES)",
+        ),
+    ] = None,
 ) -> StuckListOut:
     """jobnik: work that is not moving, each item with its kind, the reason in words and since
     when: LEASE_EXPIRED_REPEATEDLY (an unfinished task whose lease expired more than N times;
     since its latest expiry), DELEGATION_NOT_REDISPATCHED (a delegated task whose child jobs all
     ended but which was not queued again), JOB_IDLE (an unfinished job with no event and no task
     in progress for longer than a threshold; since its latest event), QUEUE_NOT_DEQUEUED (a
-    stage type whose dequeueable tasks waited longer than a threshold with no dequeue meanwhile).
-    At most 1000 items of each kind, oldest first."""
+    stage type whose dequeueable tasks waited longer than a threshold with no dequeue meanwhile),
+    SCHEDULE_RUNS_FAILING (a schedule whose latest ended runs failed N times in a row; since
+    the first of them, with the last failed run's job). At most 1000 items of each kind, oldest
+    first."""
     thresholds = Thresholds(
         settings.stuck_lease_expiries if lease_expiries is None else lease_expiries,
         settings.stuck_job_idle_seconds if job_idle_seconds is None else job_idle_seconds,
         settings.stuck_queue_idle_seconds if queue_idle_seconds is None else queue_idle_seconds,
+        settings.stuck_schedule_failures if schedule_failures is None else schedule_failures,
     )
     found = await run_in_threadpool(operations.stuck, thresholds, clock())
     return StuckListOut(items=[StuckOut.of(item) for item in found])

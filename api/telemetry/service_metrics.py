@@ -36,6 +36,7 @@ STUCK_KINDS: Final = (
     "DELEGATION_NOT_REDISPATCHED",
     "JOB_IDLE",
     "QUEUE_NOT_DEQUEUED",
+    "SCHEDULE_RUNS_FAILING",
 )
 JOB_STATUSES: Final = tuple(s.value for s in JobStatus)
 STAGE_STATUSES: Final = tuple(s.value for s in StageStatus)
@@ -87,7 +88,7 @@ def _sample_name(family: Metric) -> str:
     return family.name + "_total" if family.type == "counter" else family.name
 
 
-def _guarded(name: str, collect: Callable[[], list[Metric]]) -> list[Metric]:
+def guarded(name: str, collect: Callable[[], list[Metric]]) -> list[Metric]:
     """The metrics `collect` reads, or none when the database fails meanwhile: the rest of the
     scrape (HTTP and process metrics) is still served, and the failure is logged."""
     try:
@@ -110,7 +111,7 @@ class JobnikServiceGauges(Collector):
         self.count_labels = Kept(_count_labels)
 
     def collect(self) -> Iterable[Metric]:
-        return _guarded("service gauges", self._collect)
+        return guarded("service gauges", self._collect)
 
     def describe(self) -> Iterable[Metric]:
         return list(self.families())
@@ -210,7 +211,7 @@ class QueueMetrics(Collector):
         self.type_labels = Kept(_queue_labels)
 
     def collect(self) -> Iterable[Metric]:
-        return _guarded("queue metrics", self._collect)
+        return guarded("queue metrics", self._collect)
 
     def describe(self) -> Iterable[Metric]:
         return list(self.families())

@@ -1,8 +1,10 @@
 """Every projection jobnik keeps, with its name and version, and the set-up of its registry rows.
 
 - `inline`: the inline read models (jobs, stages, summaries, tasks, queue, task logs, history
-  index, tokens), one unit: they are written together in the transaction of every command.
-- `last_status`, `run_stats`, `operations`, `activity`: the catch-up projections (runner.py).
+  index, tokens, schedules and their fire keys), one unit: they are written together in the
+  transaction of every command.
+- `last_status`, `run_stats`, `operations`, `activity`, `schedule_runs`: the catch-up
+  projections (runner.py).
 
 A projection's `version` is the version of the code that computes its rows. Bump it whenever that
 code changes what it writes (a fixed bug, a new column, a new event handled): at start-up the
@@ -25,6 +27,7 @@ from jobnik.projections.catchup.last_status import LastStatus
 from jobnik.projections.catchup.operations import Operations
 from jobnik.projections.catchup.projection import CatchUpProjection
 from jobnik.projections.catchup.run_stats import RunStats
+from jobnik.projections.catchup.schedule_runs import ScheduleRuns
 from jobnik.projections.inline.tables import PRIMARY_KEYS, TABLES
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.dialect import Dialect
@@ -80,6 +83,7 @@ CATCH_UP: Final[tuple[CatchUpProjection, ...]] = (
     RunStats(),
     Operations(),
     Activity(),
+    ScheduleRuns(),
 )
 ALL: Final[tuple[Projection, ...]] = (INLINE, *CATCH_UP)
 

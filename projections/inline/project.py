@@ -17,6 +17,7 @@ from jobnik.domain.statuses import JobStatus, Priority, StageStatus
 from jobnik.projections.inline.history import entity_row
 from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, Update, own_row
 from jobnik.projections.inline.queue import is_open
+from jobnik.projections.inline.schedules import SCHEDULE_PROJECT
 from jobnik.projections.inline.tables import (
     ENTITY_JOBS,
     JOBS,
@@ -223,6 +224,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Stage.StageUserMetadataReplaced: lambda e, _: [_stage(e, user_metadata=e.user_metadata)],
     **TASK_PROJECT,
     **TOKEN_PROJECT,
+    **SCHEDULE_PROJECT,
 }
 
 

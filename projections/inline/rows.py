@@ -7,6 +7,7 @@ from typing import Any
 
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
+from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
@@ -50,3 +51,18 @@ def token_from_row(row: Mapping[str, Any]) -> Token:
     state = {k: row[k] for k in ("name", "role", "stage_types", "expires_at", "secret_hash")}
     state["revoked"] = row["revoked_at"] is not None
     return Token.restore(row["id"], row["version"], row["issued_at"], row["update_time"], state)
+
+
+SCHEDULE_STATE = (
+    *("name", "cron", "timezone", "interval_seconds", "template", "overlap", "catchup"),
+    *("catchup_window", "paused", "pause_reason", "next_fire_at", "buffered_time"),
+    *("last_job_id", "last_fire_time"),
+)
+
+
+def schedule_from_row(row: Mapping[str, Any]) -> Schedule:
+    state = {k: row[k] for k in SCHEDULE_STATE}
+    state.update(cursor=row["cursor_time"], deleted=False)
+    return Schedule.restore(
+        row["id"], row["version"], row["creation_time"], row["update_time"], state
+    )

@@ -8,7 +8,11 @@ JOBS, STAGES, SUMMARIES = "jobs_v1", "stages_v1", "summaries_v1"
 TASKS, QUEUE, LOGS = "tasks_v1", "queue_v1", "task_logs_v2"
 ENTITY_JOBS, JOB_EVENTS = "entity_jobs_v1", "job_events_v1"
 TOKENS = "tokens_v1"
-TABLES: Final = (JOBS, STAGES, SUMMARIES, TASKS, QUEUE, LOGS, ENTITY_JOBS, JOB_EVENTS, TOKENS)
+SCHEDULES, SCHEDULE_FIRES = "schedules_v1", "schedule_fires_v1"
+TABLES: Final = (
+    *(JOBS, STAGES, SUMMARIES, TASKS, QUEUE, LOGS, ENTITY_JOBS, JOB_EVENTS, TOKENS),
+    *(SCHEDULES, SCHEDULE_FIRES),
+)
 PRIMARY_KEYS: Final = {
     JOBS: "id",
     STAGES: "id",
@@ -19,6 +23,8 @@ PRIMARY_KEYS: Final = {
     ENTITY_JOBS: "entity_id",
     JOB_EVENTS: "job_id, position",
     TOKENS: "id",
+    SCHEDULES: "id",
+    SCHEDULE_FIRES: "schedule_id, nominal_time",
 }
 # The same, as column tuples.
 KEYS: Final = {t: tuple(c.strip() for c in cols.split(",")) for t, cols in PRIMARY_KEYS.items()}

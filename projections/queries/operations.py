@@ -77,6 +77,7 @@ class Stuck:
     stage_id: UUID | None = None
     task_id: UUID | None = None
     stage_type: str | None = None
+    schedule_id: UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class Thresholds:
     lease_expiries: int  # a task whose lease expired more than this many times
     job_idle_seconds: float  # an unfinished job with no event for longer
     queue_idle_seconds: float  # queued tasks waiting, and no dequeue, for longer
+    schedule_failures: int = 3  # a schedule whose latest ended runs failed this many in a row
 
 
 class OperationsViews:
@@ -180,6 +182,10 @@ class OperationsViews:
                 d.sql("idle_jobs"),
                 {"before": d.dump("since", idle_before), "limit": STUCK_LIMIT},
             )
+            failing = cur.all(
+                d.sql("failing_schedules"),
+                {"k": thresholds.schedule_failures, "limit": STUCK_LIMIT},
+            )
         items = [
             _task_stuck(
                 "LEASE_EXPIRED_REPEATEDLY",
@@ -208,6 +214,16 @@ class OperationsViews:
                 r["job_id"],
             )
             for r in jobs
+        ]
+        items += [
+            Stuck(
+                "SCHEDULE_RUNS_FAILING",
+                f"schedule '{r['name']}': its latest {r['failing']} ended runs failed in a row",
+                r["failing_since"],
+                r["last_failed_job_id"],
+                schedule_id=r["id"],
+            )
+            for r in failing
         ]
         idle_after = now - timedelta(seconds=thresholds.queue_idle_seconds)
         for q in self.queues() if queues is None else queues:

@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Final
 
 JSON_COLUMNS: Final = frozenset(
-    {"data", "user_metadata", "result", "failure_patterns", "stage_types", "lines"}
+    {"data", "user_metadata", "result", "failure_patterns", "stage_types", "lines"} | {"template"}
 )
 UUID_COLUMNS: Final = frozenset(
     {"id", "job_id", "stage_id", "task_id", "entity_id", "last_job_id"}
     | {"parent_task_id", "parent_job_id"}
+    | {"schedule_id", "last_failed_job_id"}
 )
 TIME_COLUMNS: Final = frozenset(
     {"creation_time", "update_time", "start_time", "end_time", "lease_expires_at", "time"}
@@ -20,10 +21,12 @@ TIME_COLUMNS: Final = frozenset(
     | {"finish_time", "delegated_at"}
     | {"created_at"}  # Idempotency-Keys
     | {"expires_at", "issued_at", "revoked_at"}  # tokens
+    | {"cursor_time", "next_fire_at", "buffered_time", "last_fire_time"}  # schedules
+    | {"nominal_time", "fired_at", "failing_since"}
 )
 BOOL_COLUMNS: Final = frozenset(
     {"started", "stage_open", "job_open", "deleted", "finishing", "completing", "completion"}
-    | {"open"}
+    | {"open", "paused"}
 )
 # Columns that hold a log position: written through `jobnik_position` on PostgreSQL.
 POSITION_COLUMNS: Final = frozenset({"position", "seq"})

@@ -18,20 +18,28 @@ from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import StoredEvent
 
 from jobnik.domain.base import Entity
-from jobnik.domain.errors import JobNotFound, StageNotFound, TaskNotFound, TokenNotFound
+from jobnik.domain.errors import (
+    JobNotFound,
+    ScheduleNotFound,
+    StageNotFound,
+    TaskNotFound,
+    TokenNotFound,
+)
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
+from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
 from jobnik.projections.inline.rows import (
     job_from_row,
+    schedule_from_row,
     stage_from_row,
     summary_from_row,
     task_from_row,
     token_from_row,
 )
-from jobnik.projections.inline.tables import JOBS, STAGES, TASKS, TOKENS
+from jobnik.projections.inline.tables import JOBS, SCHEDULES, STAGES, TASKS, TOKENS
 from jobnik.projections.store.cursor import Cursor
 
 if TYPE_CHECKING:  # (the store makes its sessions: a runtime import would go in a circle)
@@ -42,6 +50,7 @@ BY_ID: Final = {
     STAGES: "stage_by_id",
     TASKS: "task_by_id",
     TOKENS: "token_by_id",
+    SCHEDULES: "schedule_by_id",
 }
 
 
@@ -85,6 +94,31 @@ class SqlSession:
 
     def token(self, token_id: UUID) -> Token:
         return cast(Token, self._load(TOKENS, token_id, token_from_row, TokenNotFound))
+
+    def schedule(self, schedule_id: UUID) -> Schedule:
+        """Loaded under the writer lock (its row is not among the loads an optimistic session
+        checks when it takes the lock)."""
+        self.lock()
+        return cast(
+            Schedule, self._load(SCHEDULES, schedule_id, schedule_from_row, ScheduleNotFound)
+        )
+
+    def schedule_named(self, name: str) -> UUID | None:
+        rows = self._rows("schedule_by_name", n=name)
+        return UUID(str(rows[0]["id"])) if rows else None
+
+    def run_at(self, schedule_id: UUID, nominal_time: datetime) -> UUID | None:
+        d = self.d
+        rows = self._rows(
+            "schedule_run_at",
+            s=d.dump("schedule_id", schedule_id),
+            t=d.dump("nominal_time", nominal_time),
+        )
+        return UUID(str(rows[0]["job_id"])) if rows else None
+
+    def due_schedules(self, now: datetime, limit: int) -> list[UUID]:
+        rows = self._rows("due_schedules", now=self.d.dump("next_fire_at", now), limit=int(limit))
+        return [UUID(str(r["id"])) for r in rows]
 
     def claim(self, stage_type: str) -> Task | None:
         row = self._next_in_queue(stage_type)

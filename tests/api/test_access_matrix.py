@@ -22,6 +22,7 @@ class Targets:
     stage: str
     task: str
     ended_job: str
+    schedule: str
 
 
 def arrange(s: Secured) -> Targets:
@@ -32,12 +33,32 @@ def arrange(s: Secured) -> Targets:
     (task,) = s.api.add_tasks(stage["id"])
     ended = s.api.create_job(name="ended")
     s.api.set_job_status(ended["id"], "ABORTED")
-    return Targets(job["id"], stage["id"], task["id"], ended["id"])
+    schedule = s.http.post("/v1/schedules", json=SCHEDULE).json()
+    return Targets(job["id"], stage["id"], task["id"], ended["id"], schedule["id"])
+
+
+SCHEDULE = {"name": "matrix", "intervalSeconds": 3600, "job": {"name": "matrix", "hook": "m"}}
 
 
 def _requests(t: Targets) -> dict[str, Request]:
     job, stage, task = f"/v1/jobs/{t.job}", f"/v1/stages/{t.stage}", f"/v1/tasks/{t.task}"
+    schedule = f"/v1/schedules/{t.schedule}"
     return {
+        "create_schedule": ("POST", "/v1/schedules", {**SCHEDULE, "name": "another"}),
+        "list_schedules": ("GET", "/v1/schedules", None),
+        "get_schedule": ("GET", schedule, None),
+        "list_runs": ("GET", f"{schedule}/runs", None),
+        "pause_schedule": ("POST", f"{schedule}/pause", {"reason": "matrix"}),
+        "resume_schedule": ("POST", f"{schedule}/resume", None),
+        "trigger_schedule": ("POST", f"{schedule}/trigger", None),
+        "backfill_schedule": (
+            "POST",
+            f"{schedule}/backfill",
+            {"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T01:00:00Z"},
+        ),
+        "delete_schedule": ("DELETE", schedule, None),
+        "schedules": ("GET", "/ui/schedules", None),
+        "schedule": ("GET", f"/ui/schedules/{t.schedule}", None),
         "find_jobs": ("GET", "/v1/jobs", None),
         "create_job": ("POST", "/v1/jobs", {"name": "matrix", "data": {}}),
         "finish_job": ("POST", f"{job}/finish", None),

@@ -248,6 +248,7 @@ def test_a_task_whose_lease_expired_more_than_n_times_is_stuck_until_it_ends(api
         "stageId": stage["id"],
         "taskId": task["id"],
         "stageType": "flaky",
+        "scheduleId": None,
     }
     assert "3 times" in item["reason"]
     assert parse_time(item["since"]) == t0 + timedelta(hours=2, minutes=45)

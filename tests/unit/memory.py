@@ -16,9 +16,16 @@ from typing import Any, cast
 from uuid import UUID
 
 from jobnik.domain.base import Entity
-from jobnik.domain.errors import JobNotFound, StageNotFound, TaskNotFound, TokenNotFound
+from jobnik.domain.errors import (
+    JobNotFound,
+    ScheduleNotFound,
+    StageNotFound,
+    TaskNotFound,
+    TokenNotFound,
+)
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
+from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
@@ -26,6 +33,7 @@ from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, U
 from jobnik.projections.inline.queue import queue_row
 from jobnik.projections.inline.rows import (
     job_from_row,
+    schedule_from_row,
     stage_from_row,
     summary_from_row,
     task_from_row,
@@ -37,6 +45,8 @@ from jobnik.projections.inline.tables import (
     JOBS,
     PRIMARY_KEYS,
     QUEUE,
+    SCHEDULE_FIRES,
+    SCHEDULES,
     STAGES,
     SUMMARIES,
     SUMMARY_COUNTERS,
@@ -159,6 +169,28 @@ class MemorySession:
     def token(self, token_id: UUID) -> Token:
         return cast(Token, self._load(TOKENS, token_id, token_from_row, TokenNotFound))
 
+    def schedule(self, schedule_id: UUID) -> Schedule:
+        return cast(
+            Schedule, self._load(SCHEDULES, schedule_id, schedule_from_row, ScheduleNotFound)
+        )
+
+    def schedule_named(self, name: str) -> UUID | None:
+        row = self.tables.maybe(SCHEDULES, name=name)
+        return row["id"] if row else None
+
+    def run_at(self, schedule_id: UUID, nominal_time: datetime) -> UUID | None:
+        row = self.tables.maybe(SCHEDULE_FIRES, schedule_id=schedule_id, nominal_time=nominal_time)
+        return row["job_id"] if row else None
+
+    def due_schedules(self, now: datetime, limit: int) -> list[UUID]:
+        rows = [
+            r
+            for r in self.tables.rows[SCHEDULES]
+            if not r["paused"]
+            and (r["buffered_time"] is not None or (r["next_fire_at"] or now) <= now)
+        ]
+        return [r["id"] for r in rows[:limit]]
+
     def stage_at(self, job_id: UUID, order: int) -> Stage | None:
         row = self.tables.maybe(STAGES, job_id=job_id, stage_order=order)
         return cast(Stage, self._remember(row, stage_from_row)) if row else None
@@ -256,11 +288,22 @@ class MemoryStore:
     def __init__(self) -> None:
         self.tables = Tables()
         self.log: list[Any] = []
+        self._writing: MemorySession | None = None
 
     @contextmanager
     def session(self, *, write: bool) -> Iterator[MemorySession]:
+        """A write session opened inside another one joins it, as SqlStore's do."""
+        if write and self._writing is not None:
+            yield self._writing
+            return
         session = MemorySession(self)
-        yield session  # an exception propagates and the copy is dropped: a rollback
+        if write:
+            self._writing = session
+        try:
+            yield session  # an exception propagates and the copy is dropped: a rollback
+        finally:
+            if write:
+                self._writing = None
         if write:
             self.tables, self.log = session.tables, session.log
 

@@ -120,3 +120,52 @@ FROM operations_v1_jobs o JOIN jobs_v1 j ON j.id = o.job_id
 WHERE o.open AND o.last_event_at < %(before)s
     AND NOT EXISTS (SELECT 1 FROM summaries_v1 m WHERE m.job_id = o.job_id AND m.in_progress > 0)
 ORDER BY o.last_event_at LIMIT %(limit)s;
+
+-- == schedules ==================================================================================
+
+-- name: schedule_by_id
+SELECT * FROM schedules_v1 WHERE id = %(id)s;
+
+-- name: schedule_by_name
+SELECT id FROM schedules_v1 WHERE name = %(n)s;
+
+-- name: schedule_run_at
+-- The fire key: the job of a schedule's run for a nominal time.
+SELECT job_id FROM schedule_fires_v1 WHERE schedule_id = %(s)s AND nominal_time = %(t)s;
+
+-- name: due_schedules
+-- Schedules whose clock has something to do at %(now)s: a nominal time due, or a fire waiting
+-- for the previous run to end.
+SELECT id FROM schedules_v1 WHERE NOT paused
+    AND (next_fire_at <= %(now)s OR buffered_time IS NOT NULL)
+    ORDER BY next_fire_at, id LIMIT %(limit)s;
+
+-- name: count_schedules
+-- {where}: the filter (a name, or 1 = 1).
+SELECT count(*) AS n FROM schedules_v1 s WHERE {where};
+
+-- name: schedule_views
+-- Schedules with their last run's job status and their runs' outcomes; {where}: the filter.
+SELECT s.*, j.status AS last_job_status, o.completed AS o_completed, o.failed AS o_failed,
+    o.aborted AS o_aborted, o.failing AS o_failing
+FROM schedules_v1 s LEFT JOIN jobs_v1 j ON j.id = s.last_job_id
+    LEFT JOIN schedule_outcomes_v1 o ON o.schedule_id = s.id
+WHERE {where} ORDER BY s.name LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: schedule_runs
+-- A schedule's runs, latest nominal time first, with their jobs' status (live, else the last
+-- known); {before}: the page's bound (or 1 = 1).
+SELECT f.nominal_time, f.started_by, f.fired_at, f.job_id, j.status AS job_status,
+    r.status AS run_status
+FROM schedule_fires_v1 f LEFT JOIN jobs_v1 j ON j.id = f.job_id
+    LEFT JOIN schedule_runs_v1 r ON r.job_id = f.job_id
+WHERE f.schedule_id = %(s)s AND {before} ORDER BY f.nominal_time DESC LIMIT %(limit)s;
+
+-- name: failing_schedules
+-- Schedules whose latest %(k)s or more ended runs failed in a row, longest failing first.
+SELECT s.id, s.name, o.failing, o.failing_since, o.last_failed_job_id
+FROM schedule_outcomes_v1 o JOIN schedules_v1 s ON s.id = o.schedule_id
+WHERE o.failing >= %(k)s ORDER BY o.failing_since, s.id LIMIT %(limit)s;
+
+-- name: schedule_counters
+SELECT name, fired, skipped, missed FROM schedules_v1 ORDER BY name;

@@ -1,0 +1,58 @@
+"""The schedules' counters, read from their read model at scrape time (like service_metrics.py:
+the same in every server process, kept across restarts): runs fired, fires missed, fires
+skipped because the previous run was still going, by schedule name."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from jobnik.api.telemetry.service_metrics import guarded
+from jobnik.projections.queries.schedules import ScheduleViews
+
+
+class ScheduleMetrics(Collector):
+    """`jobnik_schedule_fires_total`, `jobnik_schedule_misses_total`,
+    `jobnik_schedule_overlaps_skipped_total`, by `schedule` (its name)."""
+
+    def __init__(self, views: ScheduleViews) -> None:
+        self.views = views
+
+    def collect(self) -> Iterable[Metric]:
+        return guarded("schedule metrics", self._collect)
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self.families())
+
+    @staticmethod
+    def families() -> tuple[CounterMetricFamily, ...]:
+        by = ["schedule"]
+        return (
+            CounterMetricFamily(
+                "jobnik_schedule_fires",
+                "Runs a schedule started (by its clock, a buffered fire, a trigger or a backfill)",
+                labels=by,
+            ),
+            CounterMetricFamily(
+                "jobnik_schedule_misses",
+                "Nominal times a schedule did not run: older than its catch-up window, or "
+                "passed over by its catch-up policy latest",
+                labels=by,
+            ),
+            CounterMetricFamily(
+                "jobnik_schedule_overlaps_skipped",
+                "Fires a schedule skipped because its previous run was still going",
+                labels=by,
+            ),
+        )
+
+    def _collect(self) -> list[Metric]:
+        families = fires, misses, skipped = self.families()
+        for c in self.views.counters():
+            fires.add_metric([c.name], c.fired)
+            misses.add_metric([c.name], c.missed)
+            skipped.add_metric([c.name], c.skipped)
+        return list(families)
