@@ -142,7 +142,9 @@ def describe(error: Mapping[str, Any]) -> str:
     if kind == "json_invalid":
         return "request/body is not valid JSON"
     if kind == "extra_forbidden":
-        return f"{_path(loc[:-1])} must NOT have additional properties ('{loc[-1]}')"
+        return f"{_path(loc[:-1])} must NOT have additional properties ('{_short(loc[-1])}')"
+    if kind == "additional_property":
+        return f"{_path(loc)} must NOT have additional properties ('{_short(ctx.get('key'))}')"
     where = _path(loc)
     messages = {
         "uuid_parsing": 'must match format "uuid"',
@@ -170,6 +172,12 @@ def describe(error: Mapping[str, Any]) -> str:
         "json_invalid": "is not valid JSON",
     }
     return f"{where} {messages.get(kind, error.get('msg', 'is invalid'))}"
+
+
+def _short(key: Any) -> str:
+    """A key for a message: at most 50 characters."""
+    text = str(key)
+    return text if len(text) <= 50 else text[:50] + "..."
 
 
 def _allowed(ctx: Mapping[str, Any]) -> str:

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from jobnik.api import console, errors, fastpath, positions
 from jobnik.api.access import Access, Authenticate, TokenTable
+from jobnik.api.bodies import Bounds
 from jobnik.api.idempotency import IdempotencyKeys
 from jobnik.api.limits import InputGate, Limits
 from jobnik.api.middleware import RequestMiddleware
@@ -155,7 +156,9 @@ def create_app(
     console.install(app)
     document_errors(app)
     app.add_middleware(fastpath.HotRoutes, routes=fastpath.hot_routes(app))  # innermost
-    app.add_middleware(InputGate, limits=Limits.of(settings))
+    app.add_middleware(
+        InputGate, limits=Limits.of(settings), check=Bounds.of(app.router.routes, settings)
+    )
     app.add_middleware(Authenticate, access=app.state.access)  # before any body is read
     # the request id is set while the others run
     app.add_middleware(RequestMiddleware, metrics=telemetry.metrics is not None)

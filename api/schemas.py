@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -18,8 +20,10 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainValidator,
     SerializerFunctionWrapHandler,
     model_serializer,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
@@ -42,8 +46,19 @@ JobName = Annotated[str, Field(min_length=2, max_length=50)]
 StageType = Annotated[str, Field(min_length=1, max_length=50)]
 Traceparent = Annotated[str, Field(pattern=TRACEPARENT)]
 Tracestate = Annotated[str, Field(pattern=TRACESTATE)]
-# A free-form JSON object; made readable when a stored one fails to render (api/readable.py).
-Payload = Annotated[dict[str, Any], BeforeValidator(if_asked)]
+
+
+def _payload(value: Any) -> dict[str, Any]:
+    """A free-form JSON object as it is: the input gate has checked its contents, so only its
+    type is validated (not each of its keys); made readable when a stored one fails to render
+    (api/readable.py)."""
+    value = if_asked(value)
+    if not isinstance(value, dict):
+        raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
+    return value
+
+
+Payload = Annotated[dict[str, Any], PlainValidator(_payload, json_schema_input_type=dict[str, Any])]
 INT32_MAX = 2**31 - 1  # the stores' INTEGER columns (attempts, counters)
 INT64_MAX = 2**63 - 1  # log positions (BIGINT)
 Attempt = Annotated[int, Field(ge=1, le=INT32_MAX)]
@@ -70,6 +85,29 @@ DateTimeQuery = Annotated[AwareDatetime, BeforeValidator(_iso_text), AfterValida
 
 class ApiModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_more_keys_than_names(cls, data: Any) -> Any:
+        """An object with more keys than the model has names (its fields' and their aliases)
+        holds an unknown key among its first ones: refused for that key alone, where pydantic
+        would report each unknown key (a body may hold a hundred thousand)."""
+        if isinstance(data, dict):
+            names = _names(cls)
+            if len(data) > len(names):
+                key = next(k for k in itertools.islice(data, len(names) + 1) if k not in names)
+                raise PydanticCustomError(
+                    "additional_property", "unknown field {key}", {"key": str(key)}
+                )
+        return data
+
+
+@functools.cache
+def _names(model: type[BaseModel]) -> frozenset[str]:
+    """The keys an object of `model` may hold: its fields' names and aliases."""
+    return frozenset(
+        name for field, info in model.model_fields.items() for name in (field, info.alias) if name
+    )
 
 
 class OutModel(ApiModel):

@@ -6,13 +6,14 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
+from pydantic import FailFast
 
 from jobnik.api.batch_schemas import BATCH_ANSWER, tasks_response
+from jobnik.api.bodies import GatedRoute, MostItems
 from jobnik.api.deps import (
     AsOfQuery,
     JobnikDep,
     OnceDep,
-    SettingsDep,
     TraceDep,
     ViewsDep,
     reject_unknown_query,
@@ -31,6 +32,7 @@ from jobnik.api.schemas import (
     INT32_MAX,
     CreateTask,
     Message,
+    Payload,
     StageOut,
     StageStatusChange,
     StageType,
@@ -44,12 +46,20 @@ from jobnik.domain.statuses import StageStatus
 
 P = Permission
 router = APIRouter(
-    prefix="/v1", tags=["stages"], dependencies=[Depends(authorize), Depends(reject_unknown_query)]
+    prefix="/v1",
+    route_class=GatedRoute,
+    tags=["stages"],
+    dependencies=[Depends(authorize), Depends(reject_unknown_query)],
 )
 
 StageId = Annotated[UUID, Path(alias="stageId")]
 ReturnTasks = Annotated[bool, Query(alias="should_return_tasks")]
-NewTasks = Annotated[list[CreateTask], Body(min_length=1)]
+NewTasks = Annotated[
+    list[CreateTask],
+    Body(min_length=1),
+    MostItems("max_tasks_per_request", TooManyTasks, "tasks"),
+    FailFast(),
+]
 # The dequeue's query parameters (api/fastpath.py validates them with these types too).
 LeaseSeconds = Annotated[
     int | None,
@@ -114,7 +124,7 @@ def get_stage_summary(views: ViewsDep, stage_id: StageId) -> SummaryOut:
 def update_stage_user_metadata(
     jobnik: JobnikDep,
     stage_id: StageId,
-    body: Annotated[dict[str, Any], Body()],
+    body: Annotated[Payload, Body()],
     by: PrincipalDep,
 ) -> Message:
     """Replace the stage's user metadata (any status)."""
@@ -175,7 +185,6 @@ def get_tasks_by_stage_id(views: ViewsDep, paging: PagingDep, stage_id: StageId)
 )
 def add_tasks(
     jobnik: JobnikDep,
-    settings: SettingsDep,
     stage_id: StageId,
     body: NewTasks,
     incoming: TraceDep,
@@ -184,11 +193,6 @@ def add_tasks(
 ) -> Any:
     """Add tasks to a CREATED, PENDING or WAITING stage; they start PENDING. At most
     JOBNIK_MAX_TASKS_PER_REQUEST (default 1,000) per request: 400 TOO_MANY_TASKS beyond."""
-    if len(body) > settings.max_tasks_per_request:
-        raise TooManyTasks(
-            f"request/body has {len(body)} tasks; at most {settings.max_tasks_per_request} "
-            "per request"
-        )
     new = [
         NewTask(
             data=t.data,

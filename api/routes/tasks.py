@@ -6,8 +6,10 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
+from pydantic import FailFast
 
 from jobnik.api.batch_schemas import ReportAnswer, TaskReport
+from jobnik.api.bodies import GatedRoute, MostItems
 from jobnik.api.deps import (
     AsOfQuery,
     JobnikDep,
@@ -35,6 +37,7 @@ from jobnik.api.schemas import (
     LogLineOut,
     LogLines,
     Message,
+    Payload,
     StageType,
     TaskOut,
     TaskStatusChange,
@@ -45,11 +48,20 @@ from jobnik.domain.statuses import TaskStatus
 
 P = Permission
 router = APIRouter(
-    prefix="/v1", tags=["tasks"], dependencies=[Depends(authorize), Depends(reject_unknown_query)]
+    prefix="/v1",
+    route_class=GatedRoute,
+    tags=["tasks"],
+    dependencies=[Depends(authorize), Depends(reject_unknown_query)],
 )
 
 TaskId = Annotated[UUID, Path(alias="taskId")]
-Reports = Annotated[list[TaskReport], Body(min_length=1)]  # a batched report's body
+# a batched report's body
+Reports = Annotated[
+    list[TaskReport],
+    Body(min_length=1),
+    MostItems("max_batch_size", BatchTooLarge, "tasks"),
+    FailFast(),
+]
 
 
 @router.get(
@@ -88,7 +100,7 @@ def get_task_by_id(views: ViewsDep, task_id: TaskId, as_of: AsOfQuery = None) ->
 
 @router.patch("/tasks/{taskId}/user-metadata", openapi_extra=needs(P.PRODUCE))
 def update_task_user_metadata(
-    jobnik: JobnikDep, task_id: TaskId, body: Annotated[dict[str, Any], Body()], by: PrincipalDep
+    jobnik: JobnikDep, task_id: TaskId, body: Annotated[Payload, Body()], by: PrincipalDep
 ) -> Message:
     """Replace the task's user metadata (any status)."""
     jobnik.replace_task_user_metadata(task_id, body, by=by)

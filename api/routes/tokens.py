@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
 
+from jobnik.api.bodies import GatedRoute
 from jobnik.api.deps import JobnikDep, reject_unknown_query
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import Message, OutModel
@@ -17,6 +18,7 @@ from jobnik.projections.queries.tokens import TokenRow, TokenViews
 P = Permission
 router = APIRouter(
     prefix="/v1",
+    route_class=GatedRoute,
     tags=["tokens"],
     dependencies=[Depends(authorize), Depends(reject_unknown_query)],
 )
