@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from jobnik.api import console, errors, fastpath, positions
 from jobnik.api.access import Access, Authenticate, TokenTable
 from jobnik.api.bodies import Bounds
+from jobnik.api.headers import DocsHeaders
 from jobnik.api.idempotency import IdempotencyKeys
 from jobnik.api.limits import InputGate, Limits
 from jobnik.api.middleware import RequestMiddleware
@@ -110,6 +111,7 @@ def create_app(
     app = FastAPIOffline(  # /docs with Swagger UI's files served from /docs/assets, no CDN
         redoc_url=None,
         static_url="/docs/assets",
+        swagger_ui_parameters={"validatorUrl": None},  # (an image from swagger.io otherwise)
         title="jobnik",
         version="0.1.0",
         description=DESCRIPTION,
@@ -156,6 +158,7 @@ def create_app(
     console.install(app)
     document_errors(app)
     app.add_middleware(fastpath.HotRoutes, routes=fastpath.hot_routes(app))  # innermost
+    app.add_middleware(DocsHeaders)
     app.add_middleware(
         InputGate, limits=Limits.of(settings), check=Bounds.of(app.router.routes, settings)
     )
