@@ -322,6 +322,13 @@ class TokenExists(JobnikError):
     code = "TOKEN_EXISTS"
 
 
+class LastAdminToken(JobnikError):
+    """the last active admin token: revoked, no token could manage the others (`jobnik tokens
+    create NAME --role admin` makes another first)"""
+
+    code = "LAST_ADMIN_TOKEN"
+
+
 class Exposed(JobnikError):
     """refusing to serve without access control on a non-loopback address"""
 
