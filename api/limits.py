@@ -29,6 +29,7 @@ from urllib.parse import parse_qsl
 
 import anyio
 import orjson
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobnik.api import errors
@@ -377,6 +378,8 @@ class InputGate:
         except JobnikError as exc:
             await errors.response_for(exc)(scope, receive, send)
             return
+        except ClientDisconnect:
+            return
         await self.app(scope, replay(body, receive), send)
 
     async def _parse(self, scope: Scope, body: bytes) -> Any:
@@ -405,13 +408,14 @@ class InputGate:
 
 
 async def read_body(receive: Receive, limit: int | None = None) -> bytes:
-    """The request's whole body; PayloadTooLarge past `limit` bytes."""
+    """The request's whole body; PayloadTooLarge past `limit` bytes, ClientDisconnect when the
+    client leaves before its end (nothing may run on a part of a body)."""
     chunks: list[bytes] = []
     seen = 0
     while True:
         message = await receive()
-        if message["type"] != "http.request":
-            break
+        if message["type"] != "http.request":  # the client left before its body ended
+            raise ClientDisconnect()
         chunk = message.get("body", b"")
         seen += len(chunk)
         if limit is not None and seen > limit:

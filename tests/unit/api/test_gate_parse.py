@@ -4,6 +4,7 @@ answers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -11,7 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobnik.api.limits import Limits, array_length, parse_json, parse_json_strictly
+from jobnik.api.limits import (
+    InputGate,
+    Limits,
+    array_length,
+    parse_json,
+    parse_json_strictly,
+)
 from jobnik.domain.errors import JobnikError, JsonTooDeep
 
 LIMITS = [Limits(), Limits(body_bytes=1 << 20, depth=3, string_length=8)]
@@ -108,3 +115,29 @@ def test_an_array_is_counted_on_its_text_as_its_parse_counts_it(
 @pytest.mark.parametrize("body", [b'{"a": [1, 2]}', b'"[1, 2]"', b"17", b"[" * 10 + b"]" * 10])
 def test_what_holds_no_array_within_the_depth_is_not_counted(body: bytes) -> None:
     assert array_length(body, 3) is None
+
+
+def test_a_body_its_client_left_before_its_end_reaches_no_application() -> None:
+    reached: list[Any] = []
+    sent: list[Any] = []
+
+    async def application(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope)
+
+    messages = iter(
+        [
+            {"type": "http.request", "body": b'{"name": "ab", "data": {}}  ', "more_body": True},
+            {"type": "http.disconnect"},
+        ]
+    )
+
+    async def receive() -> Any:
+        return next(messages)
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/jobs", "headers": []}
+    asyncio.run(InputGate(application, Limits())(scope, receive, send))
+
+    assert (reached, sent) == ([], [])
