@@ -230,10 +230,21 @@ def install(app: FastAPI) -> None:
 
 
 def _methods_of(request: Request) -> list[str]:
-    """The methods the routes of this request's path answer."""
+    """The methods the routes of this request's path answer (a route whose path parameter the
+    path does not fill with a value of its type serves another resource: `GET
+    /v1/tasks/{taskId}` is not one of `/v1/tasks/status`)."""
     methods: set[str] = set()
     for route in request.app.router.routes:
-        match, _ = route.matches({**request.scope, "method": "_"})
-        if match != Match.NONE:
+        match, child = route.matches({**request.scope, "method": "_"})
+        if match != Match.NONE and _fits(route, child.get("path_params", {})):
             methods.update(getattr(route, "methods", None) or ())
     return sorted(methods)
+
+
+def _fits(route: object, values: Mapping[str, Any]) -> bool:
+    """Whether `values` are of the types of the route's path parameters."""
+    dependant = getattr(route, "dependant", None)
+    for field in dependant.path_params if dependant is not None else ():
+        if field.validate(values.get(field.alias), loc=("path",))[1]:
+            return False
+    return True

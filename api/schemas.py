@@ -7,7 +7,7 @@ import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 from uuid import UUID
 
@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     PlainValidator,
     SerializerFunctionWrapHandler,
+    WithJsonSchema,
     model_serializer,
     model_validator,
 )
@@ -34,6 +35,7 @@ from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.projections.queries.results import JobView, StageView
+from jobnik.projections.queries.timetravel import in_utc
 
 # W3C trace context headers, as a request may carry them (here and in the body).
 TRACEPARENT_RE: Final = re.compile(r"^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$")
@@ -58,7 +60,14 @@ def _payload(value: Any) -> dict[str, Any]:
     return value
 
 
-Payload = Annotated[dict[str, Any], PlainValidator(_payload, json_schema_input_type=dict[str, Any])]
+# A free-form payload's schema names itself, for the document to state what it may hold from the
+# settings (api/openapi.py: `JsonObject`).
+FREE_FORM: Final = "x-jobnik-free-form"
+Payload = Annotated[
+    dict[str, Any],
+    PlainValidator(_payload, json_schema_input_type=dict[str, Any]),
+    WithJsonSchema({"type": "object", "additionalProperties": True, FREE_FORM: True}),
+]
 INT32_MAX = 2**31 - 1  # the stores' INTEGER columns (attempts, counters)
 INT64_MAX = 2**63 - 1  # log positions (BIGINT)
 Attempt = Annotated[int, Field(ge=1, le=INT32_MAX)]
@@ -72,15 +81,7 @@ def _iso_text(value: Any) -> Any:
     return value
 
 
-def _in_utc_range(value: datetime) -> datetime:
-    try:
-        value.astimezone(UTC)
-    except OverflowError:
-        raise PydanticCustomError("datetime_parsing", "out of range in UTC") from None
-    return value
-
-
-DateTimeQuery = Annotated[AwareDatetime, BeforeValidator(_iso_text), AfterValidator(_in_utc_range)]
+DateTimeQuery = Annotated[AwareDatetime, BeforeValidator(_iso_text), AfterValidator(in_utc)]
 
 
 class ApiModel(BaseModel):

@@ -19,6 +19,7 @@ from jobnik.api.deps import (
     reject_unknown_query,
 )
 from jobnik.api.errors import error_answers
+from jobnik.api.openapi import setting_maximum
 from jobnik.api.operator_schemas import (
     JOB_NOT_ENDED,
     MALFORMED,
@@ -73,6 +74,7 @@ BatchCount = Annotated[
         description="jobnik: claim up to this many tasks in one transaction, each its own "
         "attempt and lease; the answer is then an array (empty when none is queued). At "
         "most JOBNIK_MAX_BATCH_SIZE (default 100): 400 BATCH_TOO_LARGE beyond",
+        json_schema_extra=setting_maximum("max_batch_size"),
     ),
 ]
 
