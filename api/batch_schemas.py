@@ -34,7 +34,7 @@ BATCH_ANSWER: Final[dict[str, Any]] = {
 
 
 def tasks_response(tasks: Sequence[Task]) -> Response:
-    return TaskOut.rendered([TaskOut.row(t) for t in tasks])
+    return TaskOut.list_response([TaskOut.of(t) for t in tasks])
 
 
 class TaskReport(TaskStatusChange):
@@ -69,27 +69,18 @@ class ReportAnswer(OutModel):
 
     @classmethod
     def of(cls, outcome: Outcome) -> ReportAnswer:
-        return cls.model_validate(cls.row(outcome))
-
-    @staticmethod
-    def row(outcome: Outcome) -> dict[str, Any]:
-        """The item's answer as `rendered` takes it; an error's HTTP status is the single
-        report's."""
+        """The item's answer; an error's HTTP status is the single report's."""
         if outcome.error is not None:
             e = outcome.error
-            return {
-                "id": outcome.task_id,
-                "ok": False,
-                "httpStatus": status_for("update_task_status", e),
-                "code": e.code,
-                "message": str(e),
-            }
+            return cls(
+                id=outcome.task_id,
+                ok=False,
+                http_status=status_for("update_task_status", e),
+                code=e.code,
+                message=str(e),
+            )
         t = outcome.task
         assert t is not None
-        return {
-            "id": t.id,
-            "ok": True,
-            "httpStatus": 200,
-            "status": t.status,
-            "attempt": t.attempt,
-        }
+        return cls(
+            id=t.id, ok=True, http_status=200, status=TaskStatus(t.status), attempt=t.attempt
+        )

@@ -21,23 +21,9 @@ from pydantic import BaseModel
 from starlette.routing import BaseRoute, Match
 from starlette.types import Scope
 
-from jobnik.api.limits import PARSED_BODY, array_length
+from jobnik.api.limits import array_length, parsed_body
+from jobnik.api.schemas import MostItems
 from jobnik.api.settings import Settings
-from jobnik.domain.errors import InvalidRequest
-
-
-@dataclass(frozen=True)
-class MostItems:
-    """An array's bound: at most `Settings.<setting>` items, else `error` ("request/body has
-    N `noun`; at most M per request")."""
-
-    setting: str
-    error: type[InvalidRequest]
-    noun: str
-
-    def most(self, settings: Settings) -> int:
-        most: int = getattr(settings, self.setting)
-        return most
 
 
 @dataclass(frozen=True)
@@ -110,10 +96,7 @@ class GatedRequest(Request):
     """A request whose JSON body is the value the input gate parsed from it."""
 
     async def json(self) -> Any:
-        parsed = self.scope.get(PARSED_BODY)
-        if parsed is not None and parsed[0] == await self.body():
-            return parsed[1]
-        return await super().json()
+        return parsed_body(self.scope, await self.body())
 
 
 class GatedRoute(APIRoute):

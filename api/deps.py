@@ -13,6 +13,7 @@ from fastapi import Depends, Header, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel
 
+from jobnik.api.grouping import GroupCommit
 from jobnik.api.idempotency import IdempotencyKeys, fingerprint
 from jobnik.api.limits import INT64_MAX
 from jobnik.api.settings import Settings
@@ -28,6 +29,13 @@ from jobnik.projections.queries.views import Views
 async def get_jobnik(request: Request) -> Jobnik:
     jobnik: Jobnik = request.app.state.jobnik
     return jobnik
+
+
+async def get_work(request: Request) -> Jobnik | GroupCommit:
+    """The single-task worker commands: grouped (api/grouping.py) unless JOBNIK_GROUP_COMMIT
+    is off."""
+    work: Jobnik | GroupCommit = request.app.state.work
+    return work
 
 
 async def get_views(request: Request) -> Views:
@@ -46,6 +54,7 @@ async def get_settings(request: Request) -> Settings:
 
 
 JobnikDep = Annotated[Jobnik, Depends(get_jobnik)]
+WorkDep = Annotated[Jobnik | GroupCommit, Depends(get_work)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 AuditDep = Annotated[Audit, Depends(get_audit)]
 ViewsDep = Annotated[Views, Depends(get_views)]

@@ -13,9 +13,10 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CollectorRegistry
 
-from jobnik.api import console, errors, fastpath, positions
+from jobnik.api import console, errors, positions
 from jobnik.api.access import Access, Authenticate, TokenTable
 from jobnik.api.bodies import Bounds
+from jobnik.api.grouping import GroupCommit
 from jobnik.api.headers import DocsHeaders
 from jobnik.api.idempotency import IdempotencyKeys
 from jobnik.api.limits import InputGate, Limits
@@ -23,6 +24,7 @@ from jobnik.api.middleware import RequestMiddleware
 from jobnik.api.openapi import document_errors
 from jobnik.api.permissions import document_security
 from jobnik.api.routes import (
+    activity,
     catchup,
     health,
     history,
@@ -45,6 +47,7 @@ from jobnik.domain.application import Jobnik
 from jobnik.domain.errors import StoreInUse
 from jobnik.projections.catchup.registry import CATCH_UP, INLINE, outdated, status
 from jobnik.projections.catchup.runner import CatchUpRunner
+from jobnik.projections.queries.activity import ActivityViews
 from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.catchup_views import CatchUpViews
 from jobnik.projections.queries.operations import OperationsViews, Thresholds
@@ -56,13 +59,6 @@ from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 
 log = logging.getLogger(__name__)
-
-WORKER_ROUTES: Final = (
-    stages.dequeue_task,
-    tasks.update_task_status,
-    tasks.update_task_statuses,
-    tasks.heartbeat,
-)
 
 DESCRIPTION: Final = (
     "jobnik is an event-sourced workflow engine. Jobs hold ordered stages, stages hold tasks, "
@@ -131,8 +127,11 @@ def create_app(
     )
     if positions.note_written not in views.store.on_commit:  # a write's X-Jobnik-Position
         views.store.on_commit.append(positions.note_written)
-    if GROUP_COMMANDS.observe not in jobnik.on_group:
-        jobnik.on_group.append(GROUP_COMMANDS.observe)
+    app.state.work = (
+        GroupCommit(app.state.jobnik, GROUP_COMMANDS.observe)
+        if settings.group_commit
+        else app.state.jobnik
+    )
     app.state.idempotency = idempotency if idempotency is not None else IdempotencyKeys(views.store)
     app.state.token_views = TokenViews(views.store)
     app.state.access = (
@@ -140,24 +139,19 @@ def create_app(
     )
     app.state.waiters = Waiters(views.store, settings.max_waiters, settings.min_position_wait)
     app.state.operations, app.state.clock = OperationsViews(views.store), _now
+    app.state.activity = ActivityViews(views.store)
     if telemetry.metrics is not None:
         _add_store_metrics(app, telemetry.metrics)
     errors.install(app)
-    modules = (jobs, stages, tasks, history, catchup, tokens, queues, health)
+    modules = (jobs, stages, tasks, history, catchup, tokens, queues, activity, health)
     for module in (*modules, metrics) if telemetry.metrics is not None else modules:
         # The routes themselves, not `include_router`: FastAPI keeps an included router as a
         # nested one, which it matches twice per request and whose route list it re-walks for
         # changes each time (0.2 ms of CPU per request here). Each route already carries its
         # router's prefix, tags and dependencies.
         app.router.routes.extend(module.router.routes)
-    # The worker's routes first: the router tries routes in order, a path match each, and
-    # these carry most requests. No other route matches their paths and methods
-    # (tests/api/test_endpoints.py), so the order changes nothing else.
-    app.router.routes.sort(key=lambda r: getattr(r, "endpoint", None) not in WORKER_ROUTES)
-    fastpath.install(app)
     console.install(app)
     document_errors(app)
-    app.add_middleware(fastpath.HotRoutes, routes=fastpath.hot_routes(app))  # innermost
     app.add_middleware(DocsHeaders)
     app.add_middleware(
         InputGate, limits=Limits.of(settings), check=Bounds.of(app.router.routes, settings)
@@ -279,7 +273,6 @@ def app_from_settings(settings: Settings) -> FastAPI:
         store,
         lease_seconds=settings.lease_seconds,
         max_batch=settings.max_batch_size,
-        group_commit=settings.group_commit,
     )
     keys = IdempotencyKeys(store, settings.idempotency_ttl)
     interval = settings.sweep_interval

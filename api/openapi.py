@@ -35,8 +35,8 @@ STATUSES: Final[dict[int, str]] = {
     "JSON_TOO_DEEP, STRING_TOO_LONG, INVALID_CHARACTER (NUL or a lone surrogate), "
     "RESERVED_OBJECT (an object of only the keys `_type_` and `_data_`), "
     "NUMBER_OUT_OF_RANGE (NaN, Infinity, beyond a double or 64-bit integers), TOO_MANY_TASKS, "
-    "INVALID_FAILURE_PATTERN, HOST_NOT_ALLOWED, or a state rule of the operation (e.g. "
-    "ILLEGAL_*_STATUS_TRANSITION, JOB_NOT_IN_FINITE_STATE); nothing was written",
+    "TOO_MANY_LOG_LINES, INVALID_FAILURE_PATTERN, HOST_NOT_ALLOWED, or a state rule of the "
+    "operation (e.g. ILLEGAL_*_STATUS_TRANSITION, JOB_NOT_IN_FINITE_STATE); nothing was written",
     404: "JOB_NOT_FOUND, STAGE_NOT_FOUND or TASK_NOT_FOUND (dequeue: no task to hand out)",
     409: "TASK_STATUS_UPDATE_FAILED, STALE_ATTEMPT or CONCURRENCY_CONFLICT: the entity changed "
     "since it was read (another worker, the lease sweeper); read it again",

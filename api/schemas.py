@@ -5,13 +5,12 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 from uuid import UUID
 
-import orjson
 from fastapi import Response
 from pydantic import (
     AfterValidator,
@@ -22,6 +21,7 @@ from pydantic import (
     Field,
     PlainValidator,
     SerializerFunctionWrapHandler,
+    TypeAdapter,
     WithJsonSchema,
     model_serializer,
     model_validator,
@@ -30,6 +30,8 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from jobnik.api.readable import if_asked
+from jobnik.api.settings import Settings
+from jobnik.domain.errors import InvalidRequest, TooManyLogLines
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
@@ -84,6 +86,21 @@ def _iso_text(value: Any) -> Any:
 DateTimeQuery = Annotated[AwareDatetime, BeforeValidator(_iso_text), AfterValidator(in_utc)]
 
 
+@dataclass(frozen=True)
+class MostItems:
+    """An array's bound, in its type's `Annotated` metadata: at most `Settings.<setting>` items,
+    else `error` ("request/body has N `noun`; at most M per request"), counted by the input gate
+    before anything validates an item (api/bodies.py)."""
+
+    setting: str
+    error: type[InvalidRequest]
+    noun: str
+
+    def most(self, settings: Settings) -> int:
+        most: int = getattr(settings, self.setting)
+        return most
+
+
 class ApiModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
@@ -120,29 +137,21 @@ class OutModel(ApiModel):
         return {k: v for k, v in data.items() if v is not None}
 
     def response(self) -> Response:
-        """This model as the response body, serialised once. A route that returns the model has
-        FastAPI validate it again against its `response_model` before serialising it (about
-        0.1 ms of CPU per request here), so the worker's hot routes (dequeue, status report,
-        heartbeat) return this instead and declare `response_model` for the OpenAPI document."""
+        """This model as the response body. A route that returns the model has FastAPI
+        validate it again against its `response_model` before serialising it, so the worker's
+        routes return this instead, and declare `response_model` for the OpenAPI document."""
         return Response(self.model_dump_json(by_alias=True), media_type="application/json")
 
     @classmethod
-    def rendered(cls, rows: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Response:
-        """The response body of the model with these fields, or of a list of such models:
-        each row names the model's fields by alias, in the model's order, and leaves out those
-        that are None, and holds what the model would (UUIDs, datetimes, enums, JSON values).
-
-        orjson renders such rows byte for byte as `response` renders the models, in a sixth of
-        the time it takes to build and dump them; what orjson refuses (an integer beyond 64
-        bits, a lone surrogate, a deeper nesting than it takes) goes through the models."""
-        try:
-            body = orjson.dumps(rows, option=orjson.OPT_UTC_Z)
-        except orjson.JSONEncodeError:
-            if isinstance(rows, Mapping):
-                return cls.model_validate(rows).response()
-            models = ",".join(cls.model_validate(r).model_dump_json(by_alias=True) for r in rows)
-            body = f"[{models}]".encode()
+    def list_response(cls, models: Sequence[OutModel]) -> Response:
+        """A list of these models as the response body."""
+        body = _list_of(cls).dump_json(list(models), by_alias=True)
         return Response(body, media_type="application/json")
+
+
+@functools.cache
+def _list_of(model: type[OutModel]) -> TypeAdapter[list[Any]]:
+    return TypeAdapter(list[model])  # type: ignore[valid-type]
 
 
 # -- requests -----------------------------------------------------------------------------
@@ -230,7 +239,11 @@ class GiveBack(AttemptBody):
 
 
 class LogLines(ApiModel):
-    lines: Annotated[list[Annotated[str, Field(max_length=10_000)]], Field(min_length=1)]
+    lines: Annotated[
+        list[Annotated[str, Field(max_length=10_000)]],
+        Field(min_length=1),
+        MostItems("max_log_lines", TooManyLogLines, "lines"),
+    ]
     attempt: Attempt | None = None
 
 
@@ -244,7 +257,19 @@ class HeartbeatOut(OutModel):
 class LogLineOut(OutModel):
     time: datetime
     attempt: int
+    actor: str = Field(
+        description="who appended it: the token, or `worker`/`api` without access control"
+    )
+    position: int = Field(description="its append's log position (the TaskLogged event's)")
     line: str
+
+
+class LogPageOut(ApiModel):
+    """A page of a task's log lines, oldest first; `next` is the cursor for the next page
+    (None: the page was not full)."""
+
+    items: list[LogLineOut]
+    next: str | None = None
 
 
 class Appended(OutModel):
@@ -306,41 +331,25 @@ class TaskOut(OutModel):
 
     @classmethod
     def of(cls, t: Task) -> TaskOut:
-        return cls.model_validate(cls.row(t))
-
-    @staticmethod
-    def row(t: Task) -> dict[str, Any]:
-        """The task's fields as `rendered` takes them."""
-        row = {
-            "id": t.id,
-            "stageId": t.stage_id,
-            "data": t.data,
-            "userMetadata": t.user_metadata,
-            "status": t.status,
-            "attempts": t.attempts,
-            "maxAttempts": t.max_attempts,
-            "creationTime": t.created_on,
-            "updateTime": t.modified_on,
-        }
-        if t.start_time is not None:
-            row["startTime"] = t.start_time
-        if t.end_time is not None:
-            row["endTime"] = t.end_time
-        row["traceparent"] = t.traceparent
-        if t.tracestate is not None:
-            row["tracestate"] = t.tracestate
-        row["attempt"] = t.attempt
-        if t.lease_expires_at is not None:
-            row["leaseExpiresAt"] = t.lease_expires_at
-        if t.result is not None:
-            row["result"] = t.result
-        row["delegations"] = t.delegations
-        return row
-
-    @classmethod
-    def response_of(cls, t: Task) -> Response:
-        """`of(t).response()`, rendered from the task's row."""
-        return cls.rendered(cls.row(t))
+        return cls(
+            id=t.id,
+            stage_id=t.stage_id,
+            data=t.data,
+            user_metadata=t.user_metadata,
+            status=TaskStatus(t.status),
+            attempts=t.attempts,
+            max_attempts=t.max_attempts,
+            creation_time=t.created_on,
+            update_time=t.modified_on,
+            start_time=t.start_time,
+            end_time=t.end_time,
+            traceparent=t.traceparent,
+            tracestate=t.tracestate,
+            attempt=t.attempt,
+            lease_expires_at=t.lease_expires_at,
+            result=t.result,
+            delegations=t.delegations,
+        )
 
 
 class StageOut(OutModel):

@@ -168,6 +168,11 @@ class Settings(BaseSettings):
         ge=1,
         description="tasks one POST /v1/stages/{stageId}/tasks creates (400 TOO_MANY_TASKS)",
     )
+    max_log_lines: int = Field(
+        1000,
+        ge=1,
+        description="lines one POST /v1/tasks/{taskId}/logs appends (400 TOO_MANY_LOG_LINES)",
+    )
     max_batch_size: int = Field(
         DEFAULT_MAX_BATCH,
         ge=1,

@@ -9,9 +9,9 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from jobnik.domain.access import TokenCommands
+from jobnik.domain.batches import BatchCommands
 from jobnik.domain.commands import command, utcnow
 from jobnik.domain.errors import InvalidRequest, ParentTaskNotRunning
-from jobnik.domain.groups import GroupCommands
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Session
 from jobnik.domain.principals import Actor, Principal
@@ -58,11 +58,10 @@ class NewTask:
     tracestate: str | None = None
 
 
-class Jobnik(RerunCommands, GroupCommands, SweepCommands, TokenCommands):
+class Jobnik(RerunCommands, BatchCommands, SweepCommands, TokenCommands):
     """The Jobnik contract's commands, one transaction each; the worker's (WorkCommands;
-    batched: BatchCommands; sharing a transaction when called together: GroupCommands), the
-    server's take-backs (SweepCommands), the operator's reruns (RerunCommands) and access management
-    (TokenCommands) besides."""
+    batched: BatchCommands), the server's take-backs (SweepCommands), the operator's reruns
+    (RerunCommands) and access management (TokenCommands) besides."""
 
     # -- jobs -----------------------------------------------------------------------------
 

@@ -25,13 +25,14 @@ from jobnik.domain.errors import (
     JobnikError,
     NotFound,
     StaleAttempt,
+    TaskNotFound,
     TaskStatusUpdateFailed,
 )
 from jobnik.domain.ports import Session
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.domain.work import FirstRead, Report, WorkCommands
+from jobnik.domain.work import Report, Reporting, WorkCommands
 
 # What refuses one item of a batched report without touching the others: each is raised
 # before the item changes anything.
@@ -43,17 +44,6 @@ ITEM_ERRORS = (
     StaleAttempt,
     TaskStatusUpdateFailed,
 )
-
-
-@dataclass(frozen=True)
-class Reporting:
-    """A report with who sends it: `seen`, for a report without attempt, what fences it
-    (`FirstRead`); `trace`, the trace id its events carry when its principal names none."""
-
-    report: Report
-    by: Principal
-    seen: FirstRead | None = None
-    trace: str | None = None
 
 
 @contextmanager
@@ -68,6 +58,26 @@ def traced(trace: str | None) -> Iterator[None]:
         yield
     finally:
         REQUEST_TRACE.reset(token)
+
+
+@dataclass(frozen=True)
+class Claiming:
+    """A dequeue with who asks for it: `trace`, as `Reporting`'s."""
+
+    stage_type: str
+    by: Principal
+    lease_seconds: int | None = None
+    trace: str | None = None
+
+
+@dataclass(frozen=True)
+class Together:
+    """What `run_together` answers: each dequeue's task (or TaskNotFound), each report's
+    outcome, and the log position their transaction committed (None: it wrote nothing)."""
+
+    dequeued: list[Task | TaskNotFound]
+    reported: list[Outcome]
+    position: int | None
 
 
 @dataclass(frozen=True)
@@ -181,6 +191,39 @@ class BatchCommands(WorkCommands):
             with traced(accepted[task.id]):
                 self._cascade(s, task, s.stage(task.stage_id), s.job(task.job_id), now)
         return outcomes
+
+    @command
+    def run_together(self, dequeues: Sequence[Claiming], reports: Sequence[Reporting]) -> Together:
+        """Dequeues and reports of several workers in one transaction: the dequeues first (by
+        stage type, in their order), then the reports, one order they could have had one by
+        one. Each is answered as its own command would be: a dequeue with its own task,
+        attempt, lease and trace, or TaskNotFound when the claims ran out; a report as a
+        batch's item. An error after a report changed something fails them all, and changes
+        nothing."""
+        now = self.clock()
+        with self._write() as s:
+            self._before_reports(s, reports)  # (row locks that wait come before the claims)
+            dequeued = self._claim_each(s, dequeues, now)
+            reported = self._report_each(s, reports, now)
+        return Together(dequeued, reported, s.position)
+
+    def _claim_each(
+        self, s: Session, dequeues: Sequence[Claiming], now: datetime
+    ) -> list[Task | TaskNotFound]:
+        """Claim a task for each dequeue (by stage type, in their order) and dequeue it; one
+        left without gets TaskNotFound."""
+        by_type: dict[str, list[int]] = {}
+        for i, d in enumerate(dequeues):
+            by_type.setdefault(d.stage_type, []).append(i)
+        answers: list[Task | TaskNotFound] = [TaskNotFound() for _ in dequeues]
+        claims = []
+        for stage_type, waiting in by_type.items():
+            for i, task in zip(waiting, s.claim_batch(stage_type, len(waiting)), strict=False):
+                d = dequeues[i]
+                answers[i] = task
+                claims.append((task, d.by, d.lease_seconds, d.trace))
+        self._dequeue_each(s, claims, now)
+        return answers
 
     def _check_batch(self, size: int) -> None:
         if size > self.max_batch:

@@ -190,6 +190,12 @@ class TooManyTasks(InvalidRequest):
     code = "TOO_MANY_TASKS"
 
 
+class TooManyLogLines(InvalidRequest):
+    """too many log lines in one request"""
+
+    code = "TOO_MANY_LOG_LINES"
+
+
 class BatchTooLarge(InvalidRequest):
     """more tasks in one batch than the server takes"""
 

@@ -118,28 +118,6 @@ class Store(Protocol):
 
     def session(self, *, write: bool) -> AbstractContextManager[Session]: ...
 
-    def in_write_session(self) -> bool:
-        """Whether this context has a write session open (a session opened now joins it)."""
-        ...
-
-    def commits_untold(self) -> AbstractContextManager[None]:
-        """Meanwhile, the write sessions this context opens tell no commit listener of their
-        commit: a group commit's session, which tells each of its commands apart
-        (`committed_elsewhere`), those that wrote nothing not at all."""
-        ...
-
-    def forget(self, task_id: UUID) -> None:
-        """Drop what this process remembers of its last write of the task, if anything: the
-        next session reads the task from the database (where another process may have changed
-        it since)."""
-        ...
-
-    def committed_elsewhere(self, position: int) -> None:
-        """This context's command was committed, up to log position `position`, by a session
-        that told no one (`commits_untold`, a group commit's): what listens to commits hears
-        of it here, as it would have from this context's own session."""
-        ...
-
 
 def each(aggregates: Sequence[Entity | None]) -> Iterator[Entity]:
     """The aggregates that are there."""

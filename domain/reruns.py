@@ -15,7 +15,12 @@ ABORTED task, and a job that has not ended holds no FAILED or ABORTED stage. Hen
   results).
 
 Each rerun task gets a fresh attempt budget. Tasks still queued in a FAILED job go back to the
-queue as they are, and tasks still running finish their attempt.
+queue as they are, and tasks still running there finish their attempt: nothing cancelled it. In
+an ABORTED job, a task still running holds an attempt the abort cancelled (its heartbeat answers
+`cancelled`, its late report moves nothing): a rerun that reopens its stage ends that attempt
+(TaskAborted) and queues the task with the others, so it runs again under a new attempt and the
+old one's heartbeat, report or hand-back is refused as stale. Such a task counts, for a task
+rerun, as one more ABORTED task of its stage.
 """
 
 from __future__ import annotations
@@ -40,7 +45,14 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Session
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import JOB_RERUNNABLE, TASK_FINAL, TASK_RERUNNABLE, StageStatus
+from jobnik.domain.statuses import (
+    JOB_RERUNNABLE,
+    TASK_FINAL,
+    TASK_RERUNNABLE,
+    JobStatus,
+    StageStatus,
+    TaskStatus,
+)
 from jobnik.domain.tasks import Task
 from jobnik.domain.work import WorkCommands
 
@@ -69,6 +81,14 @@ def _check_rerunnable(job: Job) -> None:
         )
 
 
+def _ended_in(job: Job) -> frozenset[str]:
+    """The statuses of the tasks a rerun takes from a stage of `job` that did not complete:
+    FAILED and ABORTED, and in an aborted job IN_PROGRESS too (attempts the abort cancelled)."""
+    if job.status == JobStatus.ABORTED:
+        return TASK_RERUNNABLE | {TaskStatus.IN_PROGRESS}
+    return TASK_RERUNNABLE
+
+
 class RerunCommands(WorkCommands):
     """The operator's reruns: the operator and the reason given are recorded on the events of
     the job, stages and tasks each reopens."""
@@ -90,6 +110,8 @@ class RerunCommands(WorkCommands):
             _check_rerunnable(job)
             summary = s.summary(stage.id)
             others = summary.failed + summary.aborted - 1
+            if job.status == JobStatus.ABORTED:
+                others += summary.in_progress  # attempts the abort cancelled
             if others:
                 raise OtherTasksFailed(
                     f"{others} other task(s) of stage {stage.id} FAILED or were ABORTED: "
@@ -108,7 +130,7 @@ class RerunCommands(WorkCommands):
             stage = s.stage(stage_id)
             job = s.job(stage.job_id)
             _check_rerunnable(job)
-            tasks = s.tasks_in(stage.id, TASK_RERUNNABLE)
+            tasks = s.tasks_in(stage.id, _ended_in(job))
             if not tasks:
                 raise StageNotRerunnable(
                     f"stage {stage.id} is {stage.status} and has no FAILED or ABORTED task"
@@ -147,7 +169,7 @@ class RerunCommands(WorkCommands):
             for st in order[at:]:
                 if st.is_final:  # (a stage still waiting for its turn holds no ended task)
                     done = st.status == StageStatus.COMPLETED
-                    tasks += s.tasks_in(st.id, TASK_FINAL if done else TASK_RERUNNABLE)
+                    tasks += s.tasks_in(st.id, TASK_FINAL if done else _ended_in(job))
             return self._reopen(s, job, order, at, tasks, now, by, reason)
 
     def _reopen_current(
@@ -194,6 +216,8 @@ class RerunCommands(WorkCommands):
         for st in reopened:
             st.reopen(st is start, now, by, reason)
         for task in tasks:
+            if task.status == TaskStatus.IN_PROGRESS:  # (an attempt the job's abort cancelled)
+                task.abort(now, Actor.SYSTEM, f"the job's abort cancelled attempt {task.attempt}")
             task.rerun(now, by, reason)
         s.save(job, *reopened)
         if start is not None and start.completion and completing:

@@ -87,12 +87,12 @@ class TaskCommands:
     def held_by_another(self, actor: Principal) -> bool:
         """Whether the current attempt belongs to a token other than `actor`'s (fencing by
         identity: only while access control is on, for attempts a token opened)."""
-        return (
-            actor.authenticated
-            and self.status == S.IN_PROGRESS
-            and self.holder is not None
-            and self.holder != actor.name
-        )
+        return self.status == S.IN_PROGRESS and self.opened_by_another(actor)
+
+    def opened_by_another(self, actor: Principal) -> bool:
+        """Whether the task's latest attempt, open or ended, was opened by a token other than
+        `actor`'s (as `held_by_another`: only while access control is on)."""
+        return actor.authenticated and self.holder is not None and self.holder != actor.name
 
     def refuse_another(
         self, attempt: int | None, request: str, now: datetime, actor: Principal

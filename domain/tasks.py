@@ -198,7 +198,8 @@ class Task(TaskCommands, Entity):
             task.lease_expires_at, task.result = None, None
 
     class TaskAttemptRefused(Entity.Event):
-        """A report or heartbeat from an attempt that is no longer current: recorded, refused."""
+        """A worker's request (report, heartbeat, hand-back, log) from an attempt that is no
+        longer current, or from a token other than the one that opened it: recorded, refused."""
 
         attempt: int
         current_attempt: int

@@ -45,6 +45,16 @@ class Report:
     fatal: bool = False
     result: dict[str, Any] | None = None
 
+    def first_read(self, by: Principal) -> FirstRead | None:
+        """What fences this report by `by` when it names no attempt (Jobnik's SDK sends none):
+        the task's version at its first read (None: its attempt fences it). A worker token
+        must name its attempt (AttemptRequired)."""
+        if self.attempt is not None:
+            return None
+        if by.role is Role.WORKER:
+            raise AttemptRequired
+        return FirstRead()
+
 
 @dataclass
 class FirstRead:
@@ -61,6 +71,17 @@ class FirstRead:
             self.version = version
         elif version != self.version:
             raise TaskStatusUpdateFailed
+
+
+@dataclass(frozen=True)
+class Reporting:
+    """A report with who sends it: `seen`, for a report without attempt, what fences it
+    (`FirstRead`); `trace`, the trace id its events carry when its principal names none."""
+
+    report: Report
+    by: Principal
+    seen: FirstRead | None = None
+    trace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,18 +150,15 @@ class WorkCommands:
         since this request first read it (`FirstRead`: TaskStatusUpdateFailed, 409). A worker
         token must name its attempt (AttemptRequired).
         """
-        if attempt is None and by.role is Role.WORKER:
-            raise AttemptRequired
-        seen = None
-        if attempt is None:  # its first read is the database's, not this process's memory
-            seen = FirstRead()
-            self.store.forget(task_id)
-        report = Report(task_id, attempt, status, reason, fatal, result)
-        return self._report_one(report, seen, by=by)
+        return self.report(Report(task_id, attempt, status, reason, fatal, result), by=by)
+
+    def report(self, report: Report, *, by: Principal = Actor.WORKER) -> Task:
+        """`report_task` of a `Report`."""
+        return self._report_one(report, report.first_read(by), by=by)
 
     @command
     def _report_one(self, report: Report, seen: FirstRead | None, *, by: Principal) -> Task:
-        """`report_task`'s transaction (run again on a conflict)."""
+        """`report`'s transaction (run again on a conflict)."""
         now = self.clock()
         with self._write() as s:
             task = s.task(report.task_id)
@@ -351,11 +369,22 @@ class WorkCommands:
         *,
         by: Principal = Actor.WORKER,
     ) -> Task:
-        """Append lines to the task's log; any attempt may log (each line records its attempt
-        and its actor)."""
+        """Append lines to the log of the task's latest attempt (`attempt`, when given, must be
+        it), open or ended; each line records its attempt and its actor. Lines naming another
+        attempt are recorded and refused (StaleAttempt, 409); with access control on, so are
+        lines from a token other than the one that opened the attempt (Forbidden, 403)."""
+        now = self.clock()
         with self._write() as s:
             task = s.task(task_id)
             by.check_stage_type(task.stage_type)
-            task.append_log(lines, self.clock(), by, attempt)
+            refused: StaleAttempt | Forbidden | None = None
+            if task.opened_by_another(by):
+                refused = task.refuse_another(attempt, "log", now, by)
+            elif attempt is not None and attempt != task.attempt:
+                refused = task.refuse(attempt, "log", now, by)
+            else:
+                task.append_log(lines, now, by, attempt)
             s.save(task)
+        if refused is not None:
+            raise refused
         return task

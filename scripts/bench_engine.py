@@ -192,9 +192,8 @@ def drain_processes(target: Callable[..., None], url: str, stage_type: str, k: i
 
 def fig_engine(ctx: Ctx) -> None:
     """At each K: K threads of one process, then K worker processes (each its own store, as
-    real workers), each beside the raw SQL lifecycle run the same way; at the largest K, the
-    threads again with group commit. The goal is judged on the processes; in one process the
-    engine's Python is serialised by the GIL."""
+    real workers), each beside the raw SQL lifecycle run the same way. The goal is judged on
+    the processes; in one process the engine's Python is serialised by the GIL."""
     n = ctx.sizes.lifecycle_tasks
     with ctx.database("engine") as url, engine(url) as store:
         app = Jobnik(store)
@@ -209,17 +208,6 @@ def fig_engine(ctx: Ctx) -> None:
             ratios[k, "threads"] = lifecycle(
                 ctx, f"K={k}", got, floor, f"{k} threads", f"; worker CPU {got.cpu_ms:.2f} ms/task"
             )
-            if k == max(ctx.sizes.ks):  # the same threads with group commit (domain/groups.py)
-                populate(app, f"life-g{k}", n)
-                grouped = drain(Jobnik(store, group_commit=True), f"life-g{k}", k)
-                lifecycle(
-                    ctx,
-                    f"K={k} (threads, group commit)",
-                    grouped,
-                    floor,
-                    f"{k} threads",
-                    f"; worker CPU {grouped.cpu_ms:.2f} ms/task",
-                )
             populate(app, f"life-p{k}", n)
             raw.load(f"floor-p{k}", n)
             got = drain_processes(engine_worker, url, f"life-p{k}", k)

@@ -26,7 +26,9 @@ projections = typer.Typer(
 
 Name = Annotated[
     str | None,
-    typer.Argument(help="inline, last_status, run_stats or operations (default: all of them)"),
+    typer.Argument(
+        help="inline, last_status, run_stats, operations or activity (default: all of them)"
+    ),
 ]
 
 

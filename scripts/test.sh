@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Run the tests: `bash scripts/test.sh [pytest args]`, from a fresh clone with nothing installed.
+# `bash scripts/test.sh --fast [pytest args]`: the inner loop, a few minutes: the unit tests, the
+# HTTP tests (on a database in memory) and the storage contract on SQLite.
 # The project and its test extras live in ./.venv, (re)installed when it is missing or when
 # pyproject.toml changed since the last install. PostgreSQL: see tests/conftest.py.
 set -euo pipefail
@@ -32,4 +34,10 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  export JOBNIK_TEST_BACKENDS=sqlite
+  exec .venv/bin/python -m pytest -m "not slow" tests/unit tests/api \
+    tests/integration/test_session_contract.py "$@"
+fi
 exec .venv/bin/python -m pytest "$@"

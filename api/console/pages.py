@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Final
 from uuid import UUID
 
+from markupsafe import Markup
+
+from jobnik.api.console import charts, explain
 from jobnik.api.console.filters import PAGE_SIZE, JobFilters
 from jobnik.api.history_schemas import JobRunOut
 from jobnik.api.routes.catchup import job_run
-from jobnik.domain.errors import JobNotFound
+from jobnik.domain.errors import JobNotFound, TaskNotFound
 from jobnik.domain.jobs import Job
 from jobnik.domain.statuses import JobStatus, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
+from jobnik.projections.catchup.activity import WINDOW_MINUTES
+from jobnik.projections.queries.activity import ActivityViews, JobMinute, TypeActivity
 from jobnik.projections.queries.audit import Audit, Entry
 from jobnik.projections.queries.catchup_views import CatchUpViews
 from jobnik.projections.queries.results import StageView
@@ -22,6 +28,9 @@ from jobnik.projections.queries.views import Views, Window
 ENDED = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.ABORTED})
 RERUNNABLE_TASKS = frozenset({TaskStatus.FAILED, TaskStatus.ABORTED})
 FAILURES = ["TaskFailed", "TaskRetried"]  # the events whose reason is a task's last error
+CHART_MINUTES: Final = 60  # the queues page's window
+CHART_TYPES: Final = 10  # stage types charted a page
+JOB_CHART_MINUTES: Final = 30  # the narrowest a job's chart gets
 
 
 @dataclass(frozen=True)
@@ -84,10 +93,13 @@ def job_page(
     views: Views,
     audit: Audit,
     catchup: CatchUpViews,
+    activity: ActivityViews,
     job_id: UUID,
     stage_id: UUID | None,
     task_page: int,
     as_of: AsOf | None,
+    now: datetime,
+    task_id: UUID | None = None,
 ) -> dict[str, Any]:
     """A job: its stages, the tasks of one of them (paged), its children, its run."""
     view = views.job(job_id, with_stages=True, as_of=as_of)
@@ -100,27 +112,49 @@ def job_page(
             every = views.stage(shown.stage.id, with_tasks=True, as_of=as_of).tasks or []
             paged = Paged(task_page, len(every))
             tasks = every[paged.window.offset : paged.window.offset + paged.size]
+        elif task_id is not None:
+            tasks = [t for t in _task(views, task_id) if t.stage_id == shown.stage.id]
+            paged = Paged(1, len(tasks))
         else:
             listing = views.tasks(stage_id=shown.stage.id)
             paged = Paged(task_page, views.total(listing))
             tasks = views.read(listing, Window(offset=paged.window.offset, limit=paged.size))
     children = views.jobs(parent_job_id=job_id)
+    run = _run(views, catchup, job_id) if as_of is None else None
     return {
         "job": view.job,
         "stages": stages,
         "shown": shown,
         "tasks": tasks,
+        "only_task": task_id if as_of is None else None,
         "paged": paged,
         "errors": _last_errors(audit, job_id, tasks),
         "children": [c.job for c in views.read(children, Window(limit=PAGE_SIZE))],
         "children_total": views.total(children),
         "parent": _parent(views, view.job),
-        "run": _run(views, catchup, job_id) if as_of is None else None,
+        "run": run,
+        "progress": explain.progress(view.job, stages),
+        "counters": explain.run_counters(run.tasks) if run else [],
+        "waiting": {
+            t.id: explain.waiting(t, shown.stage, view.job, None if as_of else now)
+            for t in tasks
+            if shown is not None
+        },
+        "completions": None
+        if as_of is not None
+        else completions_chart(activity.job(job_id), None if view.job.status in ENDED else now),
         "as_of": as_of,
         "ended": view.job.status in ENDED,
         "position": audit.last_position(),
         "rerunnable": RERUNNABLE_TASKS,
     }
+
+
+def _task(views: Views, task_id: UUID) -> list[Task]:
+    try:
+        return [views.task(task_id)]
+    except TaskNotFound:  # (a link to a task deleted since: no task to show)
+        return []
 
 
 def _parent(views: Views, job: Job) -> Job | None:
@@ -148,3 +182,75 @@ def history_page(audit: Audit, views: Views, job_id: UUID, after: int) -> dict[s
         name = None
     entries: list[Entry] = page.items
     return {"job_id": job_id, "name": name, "entries": entries, "next": page.next, "after": after}
+
+
+@dataclass(frozen=True)
+class TypeCharts:
+    """A stage type's hour on the queues page: its figures and two charts."""
+
+    stage_type: str
+    queued: int
+    completed: int
+    retried: int
+    failed: int
+    dequeued: int
+    depth: Markup
+    throughput: Markup
+
+
+def type_charts(index: int, a: TypeActivity) -> TypeCharts:
+    start = a.minutes[0].start
+    total = {k: sum(getattr(m, k) for m in a.minutes) for k in ("completed", "retried", "failed")}
+    return TypeCharts(
+        a.stage_type,
+        a.queued,
+        dequeued=sum(m.dequeued for m in a.minutes),
+        depth=charts.line(
+            f"depth-{index}",
+            f"Queued tasks of {a.stage_type}, minute by minute",
+            start,
+            charts.Series("queued", "s-queued", [m.queued for m in a.minutes]),
+        ),
+        throughput=charts.bars(
+            f"throughput-{index}",
+            f"Tasks of {a.stage_type} ended per minute",
+            start,
+            [
+                charts.Series("completed", "s-completed", [m.completed for m in a.minutes]),
+                charts.Series("retried", "s-retried", [m.retried for m in a.minutes]),
+                charts.Series("failed", "s-failed", [m.failed for m in a.minutes]),
+            ],
+        ),
+        **total,
+    )
+
+
+def queues_page(activity: ActivityViews, now: datetime, page: int) -> dict[str, Any]:
+    """The stage types with queued tasks or activity in the last hour, charted, a page of them."""
+    paged = Paged(page, 0, CHART_TYPES)
+    total, found = activity.stage_types(
+        now, CHART_MINUTES, offset=paged.window.offset, limit=CHART_TYPES
+    )
+    return {
+        "activity": [type_charts(i, a) for i, a in enumerate(found)],
+        "paged": Paged(page, total, CHART_TYPES),
+        "minutes": CHART_MINUTES,
+    }
+
+
+def completions_chart(minutes: list[JobMinute], until: datetime | None) -> Markup | None:
+    """The job's completed tasks per minute as bars, on to `until` (a job still running: now),
+    `JOB_CHART_MINUTES` at least (None: no completion in the day kept)."""
+    if not minutes:
+        return None
+    counts = [m.completed for m in minutes]
+    if until is not None:
+        later = (until - minutes[-1].start) // timedelta(minutes=1)
+        counts += [0] * max(0, min(later, WINDOW_MINUTES - len(counts)))
+    earlier = max(0, JOB_CHART_MINUTES - len(counts))
+    return charts.bars(
+        "completions",
+        "Tasks of this job completed per minute",
+        minutes[0].start - timedelta(minutes=earlier),
+        [charts.Series("completed", "s-completed", [0] * earlier + counts)],
+    )

@@ -14,12 +14,15 @@ from jobnik.api.access import Access
 from jobnik.api.console import pages
 from jobnik.api.console.filters import JobFilters
 from jobnik.api.console.render import page
+from jobnik.api.console.search import search as find
 from jobnik.api.cookies import clear_token_cookie, same_origin, set_token_cookie
 from jobnik.api.deps import AuditDep, ViewsDep
 from jobnik.api.permissions import authorize, needs
+from jobnik.api.routes.activity import ActivityDep, NowDep
 from jobnik.api.routes.catchup import CatchUpDep
 from jobnik.domain.errors import Forbidden, InvalidRequest, Unauthenticated
 from jobnik.domain.principals import Permission
+from jobnik.projections.queries.lookup import Lookup
 from jobnik.projections.queries.timetravel import AsOf
 
 READ = needs(Permission.READ)
@@ -46,14 +49,20 @@ def job(
     views: ViewsDep,
     audit: AuditDep,
     catchup: CatchUpDep,
+    activity: ActivityDep,
+    now: NowDep,
     job_id: UUID,
     stage: UUID | None = None,
+    task: UUID | None = None,
     page_number: Annotated[int, Query(alias="page", ge=1, le=10**9)] = 1,
     as_of: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Response:
-    """A job; as it was at an event with `as_of` (a log position or a time)."""
+    """A job; as it was at an event with `as_of` (a log position or a time); `stage`: the
+    stage whose tasks it shows; `task`: that task alone."""
     at = AsOf.parse(as_of) if as_of else None
-    context = pages.job_page(views, audit, catchup, job_id, stage, page_number, at)
+    context = pages.job_page(
+        views, audit, catchup, activity, job_id, stage, page_number, at, now, task
+    )
     return page(request, "job.html", **context)
 
 
@@ -66,9 +75,38 @@ def history(
 
 
 @router.get("/queues", openapi_extra=READ)
-def queues(request: Request) -> Response:
-    """Queues per stage type and stuck work, polled by the page's script from `/v1`."""
-    return page(request, "queues.html")
+def queues(
+    request: Request,
+    activity: ActivityDep,
+    now: NowDep,
+    page_number: Annotated[int, Query(alias="page", ge=1, le=10**9)] = 1,
+) -> Response:
+    """Each stage type's last hour charted (the activity projection); queues per stage type and
+    stuck work, polled by the page's script from `/v1`."""
+    context = pages.queues_page(activity, now, page_number)
+    return page(request, "queues.html", **context)
+
+
+@router.get("/search", openapi_extra=READ)
+def search(
+    request: Request,
+    views: ViewsDep,
+    audit: AuditDep,
+    id: Annotated[str, Query(max_length=200)] = "",
+) -> Response:
+    """A job, stage or task by its id or its first digits: its page, else the matches."""
+    answer = find(Lookup(views.store), audit, id)
+    if answer.go is not None:
+        return RedirectResponse(answer.go, status_code=303)
+    return page(
+        request,
+        "search.html",
+        answer.status,
+        query=answer.query,
+        found=answer.found,
+        error=answer.error,
+        deleted_job=answer.deleted_job,
+    )
 
 
 def _access(request: Request) -> Access:

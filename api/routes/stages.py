@@ -9,13 +9,14 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from pydantic import FailFast
 
 from jobnik.api.batch_schemas import BATCH_ANSWER, tasks_response
-from jobnik.api.bodies import GatedRoute, MostItems
+from jobnik.api.bodies import GatedRoute
 from jobnik.api.deps import (
     AsOfQuery,
     JobnikDep,
     OnceDep,
     TraceDep,
     ViewsDep,
+    WorkDep,
     reject_unknown_query,
 )
 from jobnik.api.errors import error_answers
@@ -33,6 +34,7 @@ from jobnik.api.schemas import (
     INT32_MAX,
     CreateTask,
     Message,
+    MostItems,
     Payload,
     StageOut,
     StageStatusChange,
@@ -61,7 +63,7 @@ NewTasks = Annotated[
     MostItems("max_tasks_per_request", TooManyTasks, "tasks"),
     FailFast(),
 ]
-# The dequeue's query parameters (api/fastpath.py validates them with these types too).
+# The dequeue's query parameters.
 LeaseSeconds = Annotated[
     int | None,
     Query(ge=1, le=7 * 24 * 3600, description="jobnik: lease for a client that heartbeats"),
@@ -161,8 +163,9 @@ def rerun_stage(
     body: Annotated[RerunRequest | None, Body()] = None,
 ) -> RerunOut:
     """jobnik: run every FAILED and ABORTED task of the stage again, each with a fresh attempt
-    budget; the stage and its job reopen. The stage must be the job's current one (else rerun
-    the job). Answers what the rerun did."""
+    budget (in an aborted job, also those whose attempt the abort cancelled: that attempt's late
+    calls are then 409 STALE_ATTEMPT); the stage and its job reopen. The stage must be the job's
+    current one (else rerun the job). Answers what the rerun did."""
     reason = (body or RerunRequest()).reason
     return RerunOut.of(jobnik.rerun_stage(stage_id, by=by, reason=reason))
 
@@ -216,6 +219,7 @@ def add_tasks(
 )
 def dequeue_task(
     jobnik: JobnikDep,
+    work: WorkDep,
     stage_type: Annotated[StageType, Path(alias="stageType")],
     lease_seconds: LeaseSeconds = None,
     count: BatchCount = None,
@@ -225,5 +229,5 @@ def dequeue_task(
     """Claim the highest-priority, longest-waiting eligible task of this stage type; with
     `count`, up to that many of them."""
     if count is None:
-        return TaskOut.response_of(jobnik.dequeue(stage_type, lease_seconds, by=by))
+        return TaskOut.of(work.dequeue(stage_type, lease_seconds, by=by)).response()
     return tasks_response(jobnik.dequeue_batch(stage_type, count, lease_seconds, by=by))

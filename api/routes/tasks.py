@@ -6,15 +6,16 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
-from pydantic import FailFast
+from pydantic import AfterValidator, FailFast
 
 from jobnik.api.batch_schemas import ReportAnswer, TaskReport
-from jobnik.api.bodies import GatedRoute, MostItems
+from jobnik.api.bodies import GatedRoute
 from jobnik.api.deps import (
     AsOfQuery,
     JobnikDep,
     OnceDep,
     ViewsDep,
+    WorkDep,
     reject_unknown_query,
 )
 from jobnik.api.errors import error_answers
@@ -36,15 +37,23 @@ from jobnik.api.schemas import (
     HeartbeatOut,
     LogLineOut,
     LogLines,
+    LogPageOut,
     Message,
+    MostItems,
     Payload,
     StageType,
     TaskOut,
     TaskStatusChange,
 )
-from jobnik.domain.errors import BatchTooLarge, OtherTasksFailed, TaskNotFound, TaskNotRerunnable
+from jobnik.domain.errors import (
+    BatchTooLarge,
+    OtherTasksFailed,
+    TaskNotFound,
+    TaskNotRerunnable,
+)
 from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import TaskStatus
+from jobnik.projections.queries.logs import CURSOR, LogCursor
 
 P = Permission
 router = APIRouter(
@@ -109,11 +118,11 @@ def update_task_user_metadata(
 
 @router.put("/tasks/{taskId}/status", response_model=TaskOut, openapi_extra=needs(P.WORK))
 def update_task_status(
-    jobnik: JobnikDep, task_id: TaskId, body: TaskStatusChange, by: PrincipalDep
+    work: WorkDep, task_id: TaskId, body: TaskStatusChange, by: PrincipalDep
 ) -> Response:
     """Report COMPLETED (with an optional result) or FAILED (RETRIED while attempts remain);
     jobnik: DELEGATED once the handler created child jobs (the task waits for them)."""
-    task = jobnik.report_task(
+    task = work.report_task(
         task_id,
         TaskStatus(body.status),
         attempt=body.attempt,
@@ -122,7 +131,7 @@ def update_task_status(
         result=body.result,
         by=by,
     )
-    return TaskOut.response_of(task)
+    return TaskOut.of(task).response()
 
 
 @router.put(
@@ -143,11 +152,9 @@ def update_task_statuses(
     request's order. At most JOBNIK_MAX_BATCH_SIZE (default 100) items: 400 BATCH_TOO_LARGE
     beyond."""
     answer = once(
-        lambda: [
-            ReportAnswer.row(o) for o in jobnik.report_batch([r.report() for r in body], by=by)
-        ]
+        lambda: [ReportAnswer.of(o) for o in jobnik.report_batch([r.report() for r in body], by=by)]
     )
-    return answer if isinstance(answer, Response) else ReportAnswer.rendered(answer)
+    return answer if isinstance(answer, Response) else ReportAnswer.list_response(answer)
 
 
 @router.get("/tasks/{taskId}/children", openapi_extra=needs(P.READ))
@@ -175,17 +182,49 @@ def give_back(jobnik: JobnikDep, task_id: TaskId, body: GiveBack, by: PrincipalD
     return TaskOut.of(jobnik.give_back(task_id, body.attempt, body.reason, by=by))
 
 
-@router.post("/tasks/{taskId}/logs", status_code=201, openapi_extra=needs(P.WORK))
+@router.post(
+    "/tasks/{taskId}/logs",
+    status_code=201,
+    openapi_extra=needs(P.WORK),
+)
 def append_logs(jobnik: JobnikDep, task_id: TaskId, body: LogLines, by: PrincipalDep) -> Appended:
-    """Append lines to the task's log (append-only, kept as events)."""
+    """Append lines to the log of the task's latest attempt (append-only, kept as events), open
+    or ended: `attempt`, when given, must be it (else 409 STALE_ATTEMPT), and with access control
+    on the token must be the one that dequeued it (else 403 FORBIDDEN); both refusals are
+    recorded. At most JOBNIK_MAX_LOG_LINES (default 1,000) lines per request: 400
+    TOO_MANY_LOG_LINES beyond."""
     jobnik.append_log(task_id, body.lines, body.attempt, by=by)
     return Appended(appended=len(body.lines))
 
 
-@router.get("/tasks/{taskId}/logs", openapi_extra=needs(P.READ))
-def get_logs(views: ViewsDep, task_id: TaskId) -> list[LogLineOut]:
-    """The task's log lines, oldest first."""
-    return [LogLineOut(time=t, attempt=a, line=line) for t, a, line in views.task_logs(task_id)]
+def _cursor(text: str | None) -> str | None:
+    if text is not None:
+        LogCursor.parse(text)  # (its ValueError: 400 VALIDATION_ERROR)
+    return text
+
+
+LogAfter = Annotated[
+    str | None,
+    Query(
+        pattern=f"^{CURSOR.pattern}$",
+        description="a page's `next`, or a log position (the lines appended after it)",
+    ),
+    AfterValidator(_cursor),
+]
+
+
+@router.get("/tasks/{taskId}/logs", response_model=LogPageOut, openapi_extra=needs(P.READ))
+def get_logs(
+    views: ViewsDep,
+    task_id: TaskId,
+    after: LogAfter = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> LogPageOut:
+    """The task's log lines, oldest first, `limit` at a time; each with its attempt, the actor
+    that appended it and its append's log position."""
+    page = views.logs.page(task_id, None if after is None else LogCursor.parse(after), limit)
+    items = [LogLineOut.model_validate(vars(line)) for line in page.lines]
+    return LogPageOut(items=items, next=None if page.next is None else str(page.next))
 
 
 @router.post(

@@ -42,7 +42,7 @@ from uuid import UUID
 from jobnik.domain.jobs import Job
 from jobnik.domain.statuses import JobStatus
 from jobnik.domain.tasks import Task
-from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql
+from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql, select_in
 from jobnik.projections.store.cursor import Cursor
 
 STATUS_AFTER: Final[Mapping[type, Callable[[Any], str | None]]] = {
@@ -215,12 +215,12 @@ class LastStatus(CatchUpProjection):
         wanted = {job_of(e) for _, e in batch} - created
         jobs = {
             r["job_id"]: JobRow(r["job_id"], r["name"], r["status"])
-            for r in _select_in(cur, sql, "SELECT * FROM last_status_v1_jobs", "job_id", wanted)
+            for r in select_in(cur, sql, "SELECT * FROM last_status_v1_jobs", "job_id", wanted)
         }
         names = {j.name for j in jobs.values()} | {
             e.name for _, e in batch if isinstance(e, Job.JobCreated)
         }
-        rows = _select_in(cur, sql, "SELECT * FROM last_status_v1", "name", names)
+        rows = select_in(cur, sql, "SELECT * FROM last_status_v1", "name", names)
         return State(
             jobs,
             {
@@ -235,19 +235,6 @@ class LastStatus(CatchUpProjection):
             },
             Counter(),
         )
-
-
-def _select_in(
-    cur: Cursor, sql: Sql, select: str, column: str, values: set[Any]
-) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    ordered = sorted(values, key=str)
-    for start in range(0, len(ordered), 500):
-        part = ordered[start : start + 500]
-        params = {f"v{i}": cur.dialect.dump(column, v) for i, v in enumerate(part)}
-        marks = ", ".join(f"%({k})s" for k in params)
-        out += cur.all(sql(f"{select} WHERE {column} IN ({marks})"), params)
-    return out
 
 
 # -- reads ----------------------------------------------------------------------------------------

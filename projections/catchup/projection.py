@@ -92,6 +92,20 @@ def batch_by_batch(projection: CatchUpProjection, sql: Sql) -> Replay:
     return apply
 
 
+def select_in(
+    cur: Cursor, sql: Sql, select: str, column: str, values: set[Any]
+) -> list[dict[str, Any]]:
+    """The rows of `select` whose `column` is one of `values`, 500 values a statement."""
+    out: list[dict[str, Any]] = []
+    ordered = sorted(values, key=str)
+    for start in range(0, len(ordered), 500):
+        part = ordered[start : start + 500]
+        params = {f"v{i}": cur.dialect.dump(column, v) for i, v in enumerate(part)}
+        marks = ", ".join(f"%({k})s" for k in params)
+        out += cur.all(sql(f"{select} WHERE {column} IN ({marks})"), params)
+    return out
+
+
 @contextmanager
 def pipelined(cur: Cursor) -> Iterator[None]:
     """Pipeline mode for a run of statements, where the driver has it (`Dialect.pipeline`): sent

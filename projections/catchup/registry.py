@@ -2,7 +2,7 @@
 
 - `inline`: the inline read models (jobs, stages, summaries, tasks, queue, task logs, history
   index, tokens), one unit: they are written together in the transaction of every command.
-- `last_status`, `run_stats`, `operations`: the catch-up projections (runner.py).
+- `last_status`, `run_stats`, `operations`, `activity`: the catch-up projections (runner.py).
 
 A projection's `version` is the version of the code that computes its rows. Bump it whenever that
 code changes what it writes (a fixed bug, a new column, a new event handled): at start-up the
@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Final
 
 from jobnik.projections.catchup import tracking
+from jobnik.projections.catchup.activity import Activity
 from jobnik.projections.catchup.last_status import LastStatus
 from jobnik.projections.catchup.operations import Operations
 from jobnik.projections.catchup.projection import CatchUpProjection
@@ -36,7 +37,8 @@ class InlineProjection:
     name = "inline"
     # Bump when inline/ (project.py, task_ops.py, history.py) changes what it writes.
     # 2: a FAILED stage's or job's queued tasks stay in the queue, closed; reruns.
-    version = 2
+    # 3: a task log append is one row (task_logs_v2).
+    version = 3
     tables: tuple[str, ...] = TABLES
     keys: Final = {t: tuple(c.strip() for c in PRIMARY_KEYS[t].split(",")) for t in TABLES}
     topics: tuple[str, ...] = ()  # every event
@@ -65,13 +67,20 @@ class InlineProjection:
         from them has the live tables' columns, in the live tables' order (a migrated database
         has the schema's, tests/integration/test_migrations.py)."""
         mentions = re.compile(r"\b(" + "|".join(self.tables) + r")\b").search
-        return [s for s in schema(dialect) if mentions(s)]
+        return [s for s in schema(dialect) if s.startswith(TABLE_OR_INDEX) and mentions(s)]
 
 
+# (the schema's functions name these tables too: they are the live tables', never a shadow's)
+TABLE_OR_INDEX: Final = ("CREATE TABLE", "CREATE INDEX", "CREATE UNIQUE INDEX")
 Projection = InlineProjection | CatchUpProjection
 
 INLINE: Final = InlineProjection()
-CATCH_UP: Final[tuple[CatchUpProjection, ...]] = (LastStatus(), RunStats(), Operations())
+CATCH_UP: Final[tuple[CatchUpProjection, ...]] = (
+    LastStatus(),
+    RunStats(),
+    Operations(),
+    Activity(),
+)
 ALL: Final[tuple[Projection, ...]] = (INLINE, *CATCH_UP)
 
 

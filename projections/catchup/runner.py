@@ -11,8 +11,8 @@ Driver: a small runner of ours over the library's notification log, not the libr
 projection runner, which cannot follow every backend's log, opens an application (and a
 connection pool) of its own, and commits once per event; a round here applies hundreds of events
 per transaction. Taken from the library: the notification log (gapless, commit-ordered ids), its
-stored form of events and their upcasting (decoded by `eventlog.Decoder`, which makes what the
-library's mapper makes), and its discipline: view rows and tracking position in one
+stored form of events and their upcasting (decoded by its mapper, with a faster transcoder of
+ours: eventlog.py), and its discipline: view rows and tracking position in one
 transaction. The tracking position lives in `jobnik_projections` (tracking.py) beside the
 projection's version.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 JOBS, STAGES, SUMMARIES = "jobs_v1", "stages_v1", "summaries_v1"
-TASKS, QUEUE, LOGS = "tasks_v1", "queue_v1", "task_logs_v1"
+TASKS, QUEUE, LOGS = "tasks_v1", "queue_v1", "task_logs_v2"
 ENTITY_JOBS, JOB_EVENTS = "entity_jobs_v1", "job_events_v1"
 TOKENS = "tokens_v1"
 TABLES: Final = (JOBS, STAGES, SUMMARIES, TASKS, QUEUE, LOGS, ENTITY_JOBS, JOB_EVENTS, TOKENS)
@@ -15,7 +15,7 @@ PRIMARY_KEYS: Final = {
     SUMMARIES: "stage_id",
     TASKS: "id",
     QUEUE: "task_id",
-    LOGS: "task_id, position, line_no",
+    LOGS: "task_id, position",
     ENTITY_JOBS: "entity_id",
     JOB_EVENTS: "job_id, position",
     TOKENS: "id",

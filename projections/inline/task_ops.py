@@ -134,22 +134,18 @@ def _task_redispatched(e: Task.TaskRedispatched, position: int) -> list[Op]:
 
 
 def _task_logged(e: Task.TaskLogged, position: int) -> list[Op]:
-    lines: list[Op] = [
-        Insert(
-            LOGS,
-            {
-                "task_id": e.originator_id,
-                "position": position,
-                "line_no": i,
-                "job_id": e.job_id,
-                "attempt": e.attempt,
-                "time": e.timestamp,
-                "line": line,
-            },
-        )
-        for i, line in enumerate(e.lines)
-    ]
-    return [_task(e), *lines]
+    """One row per append, as the event is one: its cost does not grow with its lines' count."""
+    row = {
+        "task_id": e.originator_id,
+        "position": position,
+        "job_id": e.job_id,
+        "attempt": e.attempt,
+        "actor": e.actor,
+        "time": e.timestamp,
+        "line_count": len(e.lines),
+        "lines": list(e.lines),
+    }
+    return [_task(e), Insert(LOGS, row)]
 
 
 def _task_rerun(e: Task.TaskRerun, position: int) -> list[Op]:

@@ -19,6 +19,7 @@ from jobnik.projections.inline.rows import (
     task_from_row,
 )
 from jobnik.projections.queries.audit import Audit
+from jobnik.projections.queries.logs import TaskLogs
 from jobnik.projections.queries.results import ChildJob, JobView, StageView
 from jobnik.projections.queries.timetravel import AsOf, TimeTravel
 from jobnik.projections.store.base import SqlStore
@@ -93,6 +94,10 @@ class Views:
     @cached_property
     def history(self) -> TimeTravel:
         return TimeTravel(Audit(self.store))
+
+    @cached_property
+    def logs(self) -> TaskLogs:
+        return TaskLogs(self.store)
 
     def job(self, job_id: UUID, *, with_stages: bool = False, as_of: AsOf | None = None) -> JobView:
         if as_of is not None:
@@ -323,20 +328,6 @@ class Views:
             if row is None:
                 raise TaskNotFound
             return task_from_row(row)
-
-    def task_logs(self, task_id: UUID) -> list[tuple[datetime, int, str]]:
-        with self.store.cursor(write=False) as cur:
-            row = cur.one(
-                f"SELECT id FROM tasks_v1 WHERE id = {self.p('id')}", self._by_id("id", task_id)
-            )
-            if row is None:
-                raise TaskNotFound
-            rows = cur.all(
-                f"SELECT time, attempt, line FROM task_logs_v1 WHERE task_id = {self.p('task_id')}"
-                " ORDER BY position, line_no",
-                self._by_id("task_id", task_id),
-            )
-            return [(r["time"], r["attempt"], r["line"]) for r in rows]
 
     def tasks(
         self,

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any, ClassVar, Final
-from uuid import UUID
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Notification
@@ -37,8 +36,6 @@ from jobnik.projections.store.session import SqlSession
 # opening a second transaction, so a caller can wrap a command and its own rows (an
 # Idempotency-Key, api/idempotency.py) in one all-or-nothing transaction.
 _AMBIENT: ContextVar[SqlSession | None] = ContextVar("jobnik_write_session", default=None)
-# Set while this context's write sessions tell no commit listener (`SqlStore.commits_untold`).
-_UNTOLD: ContextVar[bool] = ContextVar("jobnik_commits_untold", default=False)
 Recorder = PostgresApplicationRecorder | SQLiteApplicationRecorder
 
 
@@ -56,7 +53,7 @@ class SqlStore(ABC):
         self.log_app = log
         self.recorder = recorder
         self.mapper = log.mapper
-        self.decode = eventlog.Decoder(log.mapper)  # stored events to domain events
+        self.decode = log.mapper.to_domain_event  # stored events to domain events
         self.executor = OpExecutor(self.dialect)
         self.events_table = recorder.events_table_name
         # Called with the log position each write session committed, in the committing thread
@@ -159,44 +156,17 @@ class SqlStore(ABC):
             finally:
                 if token is not None:
                     _AMBIENT.reset(token)
-        self._committed(session)
-        if not _UNTOLD.get():
-            self._tell(session.position)
+        if session.position is not None:
+            for listener in self.on_commit:
+                listener(session.position)
         waited = session.cur.lock_wait
         if waited is not None:
             for observe in self.on_lock_wait:
                 observe(waited)
 
-    def _tell(self, position: int | None) -> None:
-        if position is not None:
-            for listener in self.on_commit:
-                listener(position)
-
-    def in_write_session(self) -> bool:
-        ambient = _AMBIENT.get()
-        return ambient is not None and ambient.store is self
-
-    @contextmanager
-    def commits_untold(self) -> Iterator[None]:
-        token = _UNTOLD.set(True)
-        try:
-            yield
-        finally:
-            _UNTOLD.reset(token)
-
-    def committed_elsewhere(self, position: int) -> None:
-        self._tell(position)
-
-    @abstractmethod
-    def forget(self, task_id: UUID) -> None:
-        """Drop what this process remembers of its last write of the task (the port's)."""
-
     @abstractmethod
     def _open(self, write: bool) -> AbstractContextManager[SqlSession]:
         """A session on a new transaction, committed when the block ends without error."""
-
-    def _committed(self, session: SqlSession) -> None:  # noqa: B027 - a hook, often empty
-        """After `session` committed."""
 
     def apply(
         self,

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from urllib.parse import unquote, urlparse
 
 DEFAULT_SQLITE_PATH = "jobnik.db"
+MEMORY = "sqlite:///:memory:"
 
 
 def library_env(env: Mapping[str, str]) -> dict[str, str]:
     """PostgreSQL when JOBNIK_DATABASE_URL is a postgresql:// URL, else a SQLite file.
 
-    JOBNIK_DATABASE_URL  postgresql://user:pass@host:port/db, or sqlite:///path/to/file.db
+    JOBNIK_DATABASE_URL  postgresql://user:pass@host:port/db, sqlite:///path/to/file.db, or
+                         sqlite:///:memory: (a new database in this process's memory)
     JOBNIK_POOL_SIZE     PostgreSQL connections kept open (default 5; up to 2x under load)
     """
     url = env.get("JOBNIK_DATABASE_URL", "").strip()
@@ -30,7 +33,9 @@ def library_env(env: Mapping[str, str]) -> dict[str, str]:
             "POSTGRES_CONNECT_TIMEOUT": env.get("JOBNIK_DB_TIMEOUT", "30"),
         }
     path = DEFAULT_SQLITE_PATH
-    if url.startswith("sqlite:///"):
+    if url == MEMORY:  # a database of its own, in this process's memory, gone when closed
+        path = f"file:jobnik-{uuid.uuid4().hex}?mode=memory&cache=shared"
+    elif url.startswith("sqlite:///"):
         path = url[len("sqlite:///") :]
     elif url:
         raise ValueError(

@@ -13,7 +13,13 @@ from uuid import UUID
 from psycopg.types.json import Jsonb
 
 from jobnik.projections.store import queries
-from jobnik.projections.store.schema import BOOL_COLUMNS, JSON_COLUMNS, TIME_COLUMNS, UUID_COLUMNS
+from jobnik.projections.store.schema import (
+    BOOL_COLUMNS,
+    JSON_COLUMNS,
+    POSITION_COLUMNS,
+    TIME_COLUMNS,
+    UUID_COLUMNS,
+)
 
 
 class Dialect:
@@ -30,6 +36,7 @@ class Dialect:
     }
 
     for_update: ClassVar[str] = " FOR UPDATE"  # row locks, where a backend has them
+    joins_writes: ClassVar[bool] = True  # independent writes as one statement (executor.py)
 
     @cached_property
     def _named(self) -> dict[str, str]:
@@ -50,6 +57,15 @@ class Dialect:
 
     def param(self, name: str) -> str:
         return f"%({name})s"
+
+    def value(self, column: str, name: str) -> str:
+        """The placeholder of parameter `name` as `column`'s value: a log position goes through
+        `jobnik_position` (a write session names it relative to the last event it inserted)."""
+        return (
+            f"jobnik_position({self.param(name)})"
+            if column in POSITION_COLUMNS
+            else self.param(name)
+        )
 
     def one_of(self, column: str, name: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
         """The condition `column` is one of `values`, and its parameters (named after `name`):
@@ -98,6 +114,7 @@ class SQLiteDialect(Dialect):
     }
 
     for_update: ClassVar[str] = ""  # one writer at a time: nothing to lock row by row
+    joins_writes: ClassVar[bool] = False  # (SQLite runs one write per statement)
 
     def params(self, template: str) -> str:
         return queries.sqlite_params(template)
@@ -107,6 +124,9 @@ class SQLiteDialect(Dialect):
 
     def param(self, name: str) -> str:
         return f":{name}"
+
+    def value(self, column: str, name: str) -> str:
+        return self.param(name)
 
     def one_of(self, column: str, name: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
         names = {f"{name}{i}": v for i, v in enumerate(values)}

@@ -1,15 +1,12 @@
-"""Turns row operations into SQL, batching what commutes (bulk task creation is one executemany).
-
-On a cursor that prepares its statements (PostgreSQL's write sessions), the same SET on several
-rows of one table (a batch of tasks dequeued or reported at one time), and a DELETE of several
-rows by one key, are each one statement over an array of keys (`= ANY`) instead of one per row:
-one statement shape, prepared once, whatever the batch's size."""
+"""Turns row operations into SQL, batching what commutes (bulk task creation is one executemany)."""
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cache
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from eventsourcing.domain import DomainEventProtocol
 
@@ -19,6 +16,8 @@ from jobnik.projections.store.dialect import Dialect
 
 
 class _Cursor(Protocol):
+    dialect: Dialect
+
     def execute(self, sql: str, params: Mapping[str, Any]) -> None: ...
 
     def executemany(self, sql: str, params: list[dict[str, Any]]) -> None: ...
@@ -32,7 +31,6 @@ class OpExecutor:
         self.d = dialect
         self.rename = rename
         self.sql = cache(self._renamed)
-        self.by_keys = cache(self._by_keys)
 
     def _renamed(self, kind: type, table: str, keys: tuple[str, ...], cols: tuple[str, ...]) -> str:
         sql = self._sql(kind, table, keys, cols)
@@ -44,7 +42,7 @@ class OpExecutor:
         if kind is Insert:
             return (
                 f"INSERT INTO {table} ({', '.join(cols)}) "
-                f"VALUES ({', '.join(p('v_' + c) for c in cols)})"
+                f"VALUES ({', '.join(self.d.value(c, 'v_' + c) for c in cols)})"
             )
         if kind is Update:
             sets = ", ".join(f"{c} = {p('v_' + c)}" for c in cols)
@@ -57,17 +55,6 @@ class OpExecutor:
         if kind is IndexEvent:
             return self.d.sql("file_event")
         return self.d.sql("enqueue")  # Enqueue
-
-    def _by_keys(self, kind: type, table: str, key: str, cols: tuple[str, ...]) -> str:
-        """`_sql`'s UPDATE or DELETE for every row whose `key` is in the array `%(keys)s`
-        (PostgreSQL)."""
-        where = f"{key} = ANY({self.d.param('keys')})"
-        if kind is Update:
-            sets = ", ".join(f"{c} = {self.d.param('v_' + c)}" for c in cols)
-            sql = f"UPDATE {table} SET {sets} WHERE {where}"
-        else:
-            sql = f"DELETE FROM {table} WHERE {where}"
-        return self.rename(sql) if self.rename is not None else sql
 
     def statement(self, op: Op) -> tuple[str, dict[str, Any]]:
         d = self.d
@@ -108,8 +95,6 @@ class OpExecutor:
     def _batch(self, cur: _Cursor, ops: list[Op], single: list[tuple[str, dict[str, Any]]]) -> None:
         if all(isinstance(op, Add) for op in ops):
             ops = _merge_adds(ops)  # type: ignore[arg-type]
-        elif hasattr(cur, "execute_prepared") and self._by_key_arrays(single.append, ops):
-            return
         grouped: dict[str, list[dict[str, Any]]] = {}
         for op in ops:
             sql, params = self.statement(op)
@@ -122,58 +107,65 @@ class OpExecutor:
                 single.clear()
                 cur.executemany(sql, params_list)
 
-    def _by_key_arrays(
-        self, add: Callable[[tuple[str, dict[str, Any]]], None], ops: list[Op]
-    ) -> bool:
-        """`ops`, Updates or Deletes of one table by one key column, as one statement per
-        distinct set of values (`_by_keys`), each passed to `add` (the one-row statements, whose
-        order it keeps); False, adding nothing, when they are not."""
-        first = ops[0]
-        if len(ops) < 2 or not isinstance(first, Update | Delete) or len(first.key) != 1:
-            return False
-        kind: type = type(first)
-        table, (key,) = first.table, first.key
-        cols = tuple(first.values) if isinstance(first, Update) else ()
-        groups: dict[Any, tuple[Mapping[str, Any], list[Any]]] = {}
-        for op in ops:
-            if (
-                not isinstance(op, Update | Delete)
-                or type(op) is not kind
-                or op.table != table
-                or tuple(op.key) != (key,)
-            ):
-                return False
-            values: Mapping[str, Any] = {}
-            if isinstance(op, Update):
-                if tuple(op.values) != cols:
-                    return False
-                values = op.values
-            # (typed: 1 and True, equal in Python, render differently)
-            same: Any = tuple((type(v), v) for v in values.values())
-            try:
-                hash(same)
-            except TypeError:  # a JSON document: a group of its own
-                same = id(op)
-            groups.setdefault(same, (values, []))[1].append(op.key[key])
-        sql = self.by_keys(kind, table, key, cols)
-        for values, keys in groups.values():
-            params = self.d.dump_row(values, "v_")
-            params["keys"] = [self.d.dump(key, k) for k in keys]
-            add((sql, params))
-        return True
-
 
 def _send(cur: _Cursor, statements: Sequence[tuple[str, dict[str, Any]]]) -> None:
-    """One-row statements, in order: as few as the cursor joins them into (PostgreSQL write
-    sessions: store/merge.py), prepared where it prepares, else one by one."""
+    """One-row statements, in order: on a dialect that joins writes, each run that may be
+    joined as one statement (`joinable`)."""
     if not statements:
         return
-    writes = getattr(cur, "execute_writes", None)
-    if writes is not None:
-        writes(statements)
-        return
-    for sql, params in statements:
-        getattr(cur, "execute_prepared", cur.execute)(sql, params)
+    joins = cur.dialect.joins_writes
+    for run in joinable(statements) if joins else ([s] for s in statements):
+        if len(run) == 1:
+            cur.execute(*run[0])
+        else:
+            sql = joined(tuple(sql for sql, _ in run))
+            cur.execute(sql, {f"w{i}_{k}": v for i, (_, p) in enumerate(run) for k, v in p.items()})
+
+
+# PostgreSQL runs the parts of one statement (`WITH w0 AS (<write>), w1 AS (<write>) <write>`)
+# on one snapshot, in no defined order: a part does not see what another writes. So only writes
+# whose order cannot matter are joined: each an INSERT, UPDATE or DELETE of its own table, none
+# reading a table an earlier part of its statement writes. Joined, they cost the server one
+# statement's start, end and result, and the client one statement to send.
+MAX_PARTS: Final = 8  # (each shape is prepared: keep them few)
+_WRITE: Final = re.compile(r"(?:INSERT INTO|UPDATE|DELETE FROM) (\w+)\b")
+_READ: Final = re.compile(r"\b(?:FROM|JOIN|USING) (\w+)\b")
+_PLACEHOLDER: Final = re.compile(r"%\((\w+)\)s")
+
+
+@functools.lru_cache(maxsize=1024)
+def _tables(sql: str) -> tuple[str, frozenset[str]]:
+    """The table `sql` writes and those it reads (the executor's statements: plain writes of
+    one table)."""
+    found = _WRITE.match(sql)
+    assert found is not None, sql
+    return found.group(1), frozenset(_READ.findall(sql, found.end()))
+
+
+def joinable(
+    statements: Sequence[tuple[str, dict[str, Any]]],
+) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """`statements` in order, in runs that can be joined (`joined`); a run may be one."""
+    run: list[tuple[str, dict[str, Any]]] = []
+    written: set[str] = set()
+    for statement in statements:
+        table, reads = _tables(statement[0])
+        if run and (table in written or not reads.isdisjoint(written) or len(run) == MAX_PARTS):
+            yield run
+            run, written = [], set()
+        run.append(statement)
+        written.add(table)
+    if run:
+        yield run
+
+
+@functools.lru_cache(maxsize=1024)
+def joined(sqls: tuple[str, ...]) -> str:
+    """One statement doing the writes `sqls` (a run of `joinable`), part i's parameters renamed
+    `w<i>_<name>`."""
+    parts = [_PLACEHOLDER.sub(rf"%(w{i}_\1)s", sql) for i, sql in enumerate(sqls)]
+    head = ", ".join(f"w{i} AS ({text})" for i, text in enumerate(parts[:-1]))
+    return f"WITH {head} {parts[-1]}"
 
 
 def _merge_adds(ops: list[Add]) -> list[Op]:

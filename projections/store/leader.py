@@ -7,10 +7,11 @@ import contextlib
 import fcntl
 import logging
 import os
+import threading
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import psycopg
 
@@ -95,3 +96,28 @@ class FileLock(LeaderLock):
                 fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
                 self._file.close()
             self._file = None
+
+
+class ProcessLock(LeaderLock):
+    """A database only this process opens (SQLite in memory): a lock of the process's own."""
+
+    _held: ClassVar[set[tuple[str, str]]] = set()
+    _guard: ClassVar = threading.Lock()
+
+    def __init__(self, name: str, database: str) -> None:
+        super().__init__(name)
+        self.key = (database, name)
+        self._mine = False
+
+    def acquire(self) -> bool:
+        with self._guard:
+            if not self._mine and self.key not in self._held:
+                self._held.add(self.key)
+                self._mine = True
+            return self._mine
+
+    def release(self) -> None:
+        with self._guard:
+            if self._mine:
+                self._held.discard(self.key)
+                self._mine = False

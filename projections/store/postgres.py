@@ -3,8 +3,8 @@
 Write sessions take turns on the event table's EXCLUSIVE lock, which the library's recorder needs
 anyway to keep notification ids in commit order. To hold it briefly a write session starts
 optimistic (`PostgresSession`): it loads its rows beside other writers and takes the lock at its
-first write, checking then that nothing it loaded has changed. Its statements travel in a few
-strings (batch.py).
+first write, checking then that nothing it loaded has changed. Its statements are pipelined
+(pgsession.py).
 
 Lock order. A write session reads optimistically (the read-model tables' ACCESS SHARE locks)
 before it waits for the event table's lock, while a rebuild's swap holds that lock and needs
@@ -16,20 +16,17 @@ wait for the swap before they read anything (`writing`, `swapping` in sql/querie
 
 from __future__ import annotations
 
-import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from functools import cached_property
 from typing import Any, Final
-from uuid import UUID
 
-import psycopg_pool
+import psycopg
 from eventsourcing.postgres import PostgresApplicationRecorder
 
-from jobnik.projections.store import routes
+from jobnik.projections.store import pgsession, routes
 from jobnik.projections.store.base import SqlStore
-from jobnik.projections.store.batch import batch_transaction
 from jobnik.projections.store.bulk import BulkWriter, PostgresBulk
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.dialect import POSTGRES
@@ -39,9 +36,8 @@ from jobnik.projections.store.executor import OpExecutor
 from jobnik.projections.store.leader import AdvisoryLock, LeaderLock
 from jobnik.projections.store.names import checked
 from jobnik.projections.store.pagewriter import Writer
-from jobnik.projections.store.pgsession import ParentRows, PostgresSession
+from jobnik.projections.store.pgsession import PostgresSession
 from jobnik.projections.store.session import SqlSession
-from jobnik.projections.store.written import RecentWrites
 
 MIGRATION_KEY: Final = zlib.crc32(b"jobnik-migrations")
 
@@ -56,15 +52,6 @@ class PostgresStore(SqlStore):
     ) -> None:
         super().__init__(env, log, recorder)
         self.pg = recorder.datastore
-        self._writer_pool: psycopg_pool.ConnectionPool[Any] | None = None
-        self._writers_lock = threading.Lock()
-        self.parents = ParentRows(self.dialect)  # rows write sessions read ahead
-        self.written = RecentWrites()  # what this process's write sessions last committed
-
-    def close(self) -> None:
-        if self._writer_pool is not None:  # opened by the first write session
-            self._writer_pool.close()
-        super().close()
 
     @contextmanager
     def cursor(
@@ -96,68 +83,43 @@ class PostgresStore(SqlStore):
 
     @contextmanager
     def _open(self, write: bool) -> Iterator[SqlSession]:
-        """Reads: a plain transaction. Writes: a batched one that takes the writer lock when it
-        first needs it (`PostgresSession`)."""
+        """Reads: a plain transaction. Writes: a pipelined one that takes the writer lock when
+        it first needs it (`PostgresSession`); a session that wrote nothing ends with a commit,
+        one that failed after writing rolls back."""
         if not write:
             with self.cursor(write=False) as cur:
                 yield SqlSession(self, cur, write=False)
             return
-        with (
-            wrapped(),
-            self._writers.connection() as conn,
-            batch_transaction(conn, self.dialect, [self.dialect.sql("writing")]) as bc,
-        ):
-            yield PostgresSession(self, bc)
-
-    def forget(self, task_id: UUID) -> None:
-        self.written.take(task_id)
-
-    def _committed(self, session: SqlSession) -> None:
-        if isinstance(session, PostgresSession):
-            self.written.note(session.loaded, session.summaries())
-
-    @property
-    def _writers(self) -> psycopg_pool.ConnectionPool[Any]:
-        with self._writers_lock:
-            if self._writer_pool is None:
-                self._writer_pool = self._open_writers()
-            return self._writer_pool
+        with wrapped(), self.pg.get_connection() as conn:
+            try:
+                with conn.pipeline():
+                    session = PostgresSession(self, conn)
+                    session.begin()
+                    try:
+                        yield session
+                        session.close()
+                    except BaseException:
+                        if session.wrote:
+                            session.abandon()
+                        else:
+                            session.commit()
+                        raise
+                    session.commit()
+                    began = time.perf_counter()
+                if session.locked:  # the commit's round trips: the lock's wait and hold
+                    session.cur.lock_wait = time.perf_counter() - began
+                session.position  # noqa: B018 - read while the connection is the session's
+            except psycopg.Error as e:
+                raise pgsession.error(e) from e
+            finally:
+                if conn.info.transaction_status.name != "IDLE":
+                    conn.rollback()
 
     def connection_kwargs(self) -> dict[str, Any]:
         """The library pool's connection arguments (a copy), for the connections jobnik opens
-        beside it (the write pool, leader locks, a rebuild's writers)."""
+        beside it (leader locks, a rebuild's writers)."""
         given = self.pg.pool.kwargs
         return dict((given() if callable(given) else given) or {})
-
-    def _open_writers(self) -> psycopg_pool.ConnectionPool[Any]:
-        """Write sessions' own pool, sized like the library's: autocommit (BEGIN and COMMIT
-        travel in the strings), and psycopg never prepares on them, so nothing sends the
-        `DEALLOCATE ALL` that would drop the statements the write path prepares (psycopg does
-        after a ROLLBACK on a connection where it prepared statements itself)."""
-        library = self.pg.pool
-        pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
-            library.conninfo,
-            kwargs={**self.connection_kwargs(), "autocommit": True, "prepare_threshold": None},
-            min_size=1,
-            max_size=library.max_size,
-            timeout=library.timeout,
-            name="jobnik-writers",
-            open=False,
-        )
-        with wrapped():
-            pool.open(wait=True, timeout=library.timeout)
-        return pool
-
-    @cached_property
-    def sequence(self) -> str:
-        """The event table's notification id sequence."""
-        with wrapped(), self.pg.get_connection() as conn:
-            row = conn.execute(
-                self.dialect.sql("notification_sequence"), {"t": self.events_table}
-            ).fetchone()
-        assert row is not None
-        assert row["seq"], f"no sequence on {self.events_table}"
-        return str(row["seq"])
 
     def leader_lock(self, name: str) -> LeaderLock:
         return AdvisoryLock(name, self.connection_kwargs)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Final
 
 JSON_COLUMNS: Final = frozenset(
-    {"data", "user_metadata", "result", "failure_patterns", "stage_types"}
+    {"data", "user_metadata", "result", "failure_patterns", "stage_types", "lines"}
 )
 UUID_COLUMNS: Final = frozenset(
     {"id", "job_id", "stage_id", "task_id", "entity_id", "last_job_id"}
@@ -25,3 +25,5 @@ BOOL_COLUMNS: Final = frozenset(
     {"started", "stage_open", "job_open", "deleted", "finishing", "completing", "completion"}
     | {"open"}
 )
+# Columns that hold a log position: written through `jobnik_position` on PostgreSQL.
+POSITION_COLUMNS: Final = frozenset({"position", "seq"})

@@ -207,7 +207,6 @@ class SqlSession:
         events = [e for a in aggregates for e in a.collect_events()]
         if not events:
             return
-        self.lock()
         self._append([self.store.mapper.to_stored_event(e) for e in events], events)
         for a in aggregates:
             self._remember(a)

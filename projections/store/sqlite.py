@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from typing import IO, Any
-from uuid import UUID
 
 try:
     import fcntl
@@ -29,7 +28,7 @@ from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.dialect import SQLITE
 from jobnik.projections.store.errors import wrapped
 from jobnik.projections.store.executor import OpExecutor
-from jobnik.projections.store.leader import FileLock, LeaderLock
+from jobnik.projections.store.leader import FileLock, LeaderLock, ProcessLock
 from jobnik.projections.store.names import checked
 from jobnik.projections.store.session import SqlSession
 
@@ -93,9 +92,6 @@ class SqliteStore(SqlStore):
             self._server_lock = None
         super().close()
 
-    def forget(self, task_id: UUID) -> None:
-        """(One process serves a SQLite file, and its sessions remember nothing: no-op.)"""
-
     def claim_server(self) -> None:
         """SQLite serves one process: the sweeper's and catch-up runner's leader locks, the
         leases and blue/green rebuilds assume a server where several share a database. An
@@ -154,6 +150,8 @@ class SqliteStore(SqlStore):
             yield SqliteSession(self, cur, write=write)
 
     def leader_lock(self, name: str) -> LeaderLock:
+        if self.lite.pool.is_sqlite_memory_mode:
+            return ProcessLock(name, self.path)
         return FileLock(name, self.path)
 
     # -- what a rebuild needs ------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The v1 API over HTTP on both backends, and small factories that drive it into every state.
+"""The v1 API over HTTP, on a database in memory, and small factories that drive it into every
+state.
 
 Every factory drives the HTTP API only, so a test's arrange step is itself a use of the
 contract. The event log is read (never written) for two checks: `Api.nothing_written()` asserts
@@ -19,8 +20,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from jobnik.api.main import app_from_env
+from jobnik.api.testing import memory_app
 from jobnik.domain.application import Jobnik
 from jobnik.domain.principals import Principal, Role
+from jobnik.projections.store.config import MEMORY
 
 NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"
 TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -37,11 +40,17 @@ def parse_time(value: str) -> datetime:
 
 
 @pytest.fixture
-def client(database_url: str) -> Iterator[TestClient]:
+def database_url() -> str:
+    """The HTTP tests run on a database in memory, a new one per app (storage behaviour is
+    tested on SQLite files and PostgreSQL by tests/integration)."""
+    return MEMORY
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:
     # These tests read the filtered lists as SDK 0.3.x does, as plain arrays; the paged shape
     # (the default) has its own tests (test_pages.py).
-    app = app_from_env({"JOBNIK_DATABASE_URL": database_url, "JOBNIK_LIST_SHAPE": "array"})
-    with TestClient(app) as c:  # the lifespan closes the store
+    with TestClient(memory_app(list_shape="array")) as c:  # the lifespan closes the store
         yield c
 
 

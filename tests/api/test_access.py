@@ -172,6 +172,8 @@ def worked_by(s: Secured, bearer: str, stage_type: str = "fenced") -> dict[str, 
         ("PUT", "status", {"status": "FAILED", "attempt": 1}),
         ("POST", "heartbeat", {"attempt": 1}),
         ("POST", "release", {"attempt": 1}),
+        ("POST", "logs", {"lines": ["not mine"], "attempt": 1}),
+        ("POST", "logs", {"lines": ["not mine"]}),
     ],
 )
 def test_an_attempt_answers_only_to_the_token_that_dequeued_it(

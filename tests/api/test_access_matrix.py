@@ -86,12 +86,15 @@ def _requests(t: Targets) -> dict[str, Request]:
         "job": ("GET", f"/ui/jobs/{t.job}", None),
         "history": ("GET", f"/ui/jobs/{t.job}/history", None),
         "queues": ("GET", "/ui/queues", None),
+        "search": ("GET", f"/ui/search?id={t.job}", None),
         "list_tokens": ("GET", "/v1/tokens", None),
         "revoke_token": ("DELETE", "/v1/tokens/spare", None),
         "metrics": ("GET", "/metrics", None),
         "service_metrics": ("GET", "/service-metrics", None),
         "get_queues": ("GET", "/v1/queues", None),
         "get_stuck": ("GET", "/v1/stuck", None),
+        "get_activity_by_stage_type": ("GET", "/v1/activity", None),
+        "get_job_activity": ("GET", f"{job}/activity", None),
     }
 
 

@@ -74,7 +74,7 @@ def test_the_console_pages_show_a_job_its_stages_tasks_and_history(api: Api) -> 
     assert 'aria-label="Progress of stage console-type"' in page.text
     assert page.text.count('data-url="/v1/tasks/') == 1  # the failed task's rerun
     assert ">Rerun job</button>" in page.text
-    assert ">Rerun stage</button>" in page.text
+    assert ">Rerun 1 failed task</button>" in page.text
     assert "JobFailed" in history.text
     assert "TaskCreated" in history.text
 
@@ -265,3 +265,42 @@ def test_signing_out_clears_the_cookie_and_a_foreign_form_cannot_sign_in(
     assert cleared.startswith('jobnik_token=""')
     assert "Max-Age=0" in cleared
     assert (foreign.status_code, foreign.json()["code"]) == (403, "FORBIDDEN")
+
+
+def test_the_jobs_page_offers_its_bulk_actions_to_the_roles_that_may_take_them(
+    secured: Secured, browser: TestClient
+) -> None:
+    job = secured.api.create_job(name="bulk")
+    pages = {}
+    for role in ("reader", "producer"):
+        browser.cookies.clear()
+        sign_in(browser, secured.bearers[role])
+        pages[role] = browser.get("/ui/jobs").text
+
+    bulk = re.findall(r'data-bulk="job"[^>]*>([^<]+)<', pages["producer"])
+    assert bulk == ["Pause selected", "Resume selected", "Abort selected"]
+    assert f'data-select="{job["id"]}" data-name="bulk"' in pages["producer"]
+    assert 'data-url="/v1/jobs/{id}/status"' in pages["producer"]  # each job's own command
+    assert "data-select" not in pages["reader"]
+    assert "data-bulk" not in pages["reader"]
+
+
+def test_a_stage_offers_to_rerun_all_its_failed_tasks_with_one_reason(api: Api) -> None:
+    job = api.create_job(name="many-failed")
+    stage = api.add_stage(job["id"], type="many-failed")
+    api.add_tasks(stage["id"], 3, maxAttempts=1)
+    held = [api.dequeue("many-failed") for _ in range(2)]
+    for task in held:
+        api.report(task["id"], "FAILED")
+    other = api.create_job(name="one-failed")
+    api.add_tasks(api.add_stage(other["id"], type="one-failed")["id"], 1, maxAttempts=1)
+    api.run_task("one-failed", "FAILED")
+
+    many = api.http.get(f"/ui/jobs/{job['id']}").text
+    one = api.http.get(f"/ui/jobs/{other['id']}").text
+
+    assert ">Rerun 2 failed tasks</button>" in many
+    assert f'data-url="/v1/stages/{stage["id"]}/rerun"' in many
+    assert "One reason for all; each task&#39;s rerun records it." in many
+    assert 'data-url="/v1/tasks/' not in many  # a task alone: refused while others failed
+    assert one.count('data-url="/v1/tasks/') == 1

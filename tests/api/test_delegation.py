@@ -1,4 +1,4 @@
-"""Through HTTP on both backends: delegation to child jobs, re-dispatch, results,
+"""Through HTTP: delegation to child jobs, re-dispatch, results,
 semantic failures, and lastStatus with DELEGATING and WAITING."""
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.routing import Match
 
-from jobnik.api.main import WORKER_ROUTES
 from jobnik.api.routes import stages, tasks
 
 from .conftest import (
@@ -690,7 +689,7 @@ def test_a_hot_route_that_serialises_its_own_answer_still_documents_its_shape(
     assert answer["schema"] == schema
 
 
-def test_the_worker_routes_come_first_and_no_other_route_takes_their_requests(
+def test_no_other_route_takes_the_worker_routes_requests(
     client: TestClient,
 ) -> None:
     task = UUID(int=1)
@@ -705,7 +704,6 @@ def test_the_worker_routes_come_first_and_no_other_route_takes_their_requests(
     }
     routes = client.app.router.routes  # type: ignore[attr-defined]
 
-    assert {getattr(r, "endpoint", None) for r in routes[: len(WORKER_ROUTES)]} == set(samples)
     for route in routes:
         for endpoint, requests in samples.items():
             for method, path in requests:

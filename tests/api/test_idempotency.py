@@ -1,4 +1,4 @@
-"""Idempotency-Key over HTTP on both backends: replay, reuse refused, expiry, failures."""
+"""Idempotency-Key over HTTP: replay, reuse refused, expiry, failures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Job runs through HTTP on both backends: job modes, finish, the completion phase, and the job
+"""Job runs through HTTP: job modes, finish, the completion phase, and the job
 seen as a job run."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Reruns over HTTP on both backends: what each moves, what each refuses and why, and the reason
+"""Reruns over HTTP: what each moves, what each refuses and why, and the reason
 an operator gives on every command, recorded in the job's history."""
 
 from __future__ import annotations
@@ -465,3 +465,68 @@ def test_with_access_control_a_rerun_records_the_operators_token_and_needs_its_r
     assert {(e["actor"], e["actorRole"], e["reason"]) for e in reopened} == {
         ("the-operator", "operator", "ok")
     }
+
+
+# -- attempts an abort cancelled -------------------------------------------------------------
+
+
+def _attempt_call(api: Api, call: str, task: Json) -> Any:
+    """A worker's call for `task`'s attempt (the one its dequeue answered)."""
+    path, body = {
+        "heartbeat": ("heartbeat", {}),
+        "report": ("status", {"status": "COMPLETED"}),
+        "give back": ("release", {"reason": "shutting down"}),
+    }[call]
+    method = "PUT" if path == "status" else "POST"
+    url = f"/v1/tasks/{task['id']}/{path}"
+    return api.http.request(method, url, json={**body, "attempt": task["attempt"]})
+
+
+def test_a_rerun_after_an_abort_queues_the_cancelled_attempts_task_and_fences_that_attempt(
+    api: Api,
+) -> None:
+    """The abort cancelled the attempt a worker held; the rerun does not let it go on: the task
+    runs again under a new attempt, and the old one's heartbeat, report and hand-back are
+    refused as stale and recorded, moving nothing."""
+    from jobnik.projections.rebuild.verify import verify
+
+    job = api.create_job()
+    stage = api.add_stage(job["id"])
+    api.add_tasks(stage["id"], 2)
+    held = api.dequeue(stage["type"])
+    api.set_job_status(job["id"], "ABORTED")
+    beat = _attempt_call(api, "heartbeat", held)
+    assert (beat.status_code, beat.json()["cancelled"]) == (200, True), beat.text
+
+    r = post(api, f"/v1/jobs/{job['id']}/rerun", {"reason": "resume"})
+
+    assert r.status_code == 200, r.text
+    assert r.json()["rerunTasks"] == 2
+    task = api.task(held["id"])
+    assert (task["status"], task["attempt"], task["attempts"]) == ("PENDING", 1, 0)
+    summary = api.stage(stage["id"])["summary"]
+    assert (summary["pending"], summary["inProgress"], summary["aborted"]) == (2, 0, 0)
+    ended = [e for e in events(api, job["id"]) if e["entityId"] == held["id"]][-2:]
+    assert [(e["type"], e["actor"], e["payload"]["previous"]) for e in ended] == [
+        ("TaskAborted", "system", "IN_PROGRESS"),
+        ("TaskRerun", "api", "ABORTED"),
+    ]
+    for call in ("heartbeat", "report", "give back"):
+        with api.wrote_events():
+            late = _attempt_call(api, call, held)
+        assert (late.status_code, late.json()["code"]) == (409, "STALE_ATTEMPT"), (call, late.text)
+        refused = events(api, job["id"])[-1]
+        assert (refused["type"], refused["payload"]["attempt"]) == ("TaskAttemptRefused", 1)
+    assert api.task(held["id"])["status"] == "PENDING"
+    assert api.stage(stage["id"])["summary"]["completed"] == 0
+    again = [api.dequeue(stage["type"]) for _ in range(2)]
+    assert {(t["id"], t["attempt"]) for t in again} >= {(held["id"], 2)}
+    for t in again:
+        api.report(t["id"], "COMPLETED")
+    assert api.job(job["id"])["status"] == "COMPLETED"
+    stats = api.http.get(
+        f"/v1/jobs/{job['id']}/statistics", params={"min_position": api.position}
+    ).json()
+    assert (stats["createdTaskCount"], stats["successfulTaskCount"]) == (4, 2)
+    assert stats["canceledTaskCount"] == 2
+    assert verify(api.http.app.state.store) == []  # type: ignore[attr-defined]

@@ -143,7 +143,7 @@ def test_queue_rows_carried_to_the_next_page_end_as_the_op_by_op_path_leaves_the
     page at the end writes the last page's."""
     a, b = stage(1), stage(2)
     pages: list[list[Op]] = [
-        [queued(i, a if i % 2 else b, i) for i in range(8)],
+        [queued(i, a if i % 2 else b, i + 1) for i in range(8)],  # (positions start at 1)
         [
             Delete(QUEUE, {"task_id": UUID(int=1000)}),
             Delete(QUEUE, {"stage_id": a}),

@@ -16,7 +16,7 @@ from jobnik.domain.errors import TaskNotFound
 from jobnik.domain.statuses import TaskStatus
 from jobnik.projections.store.base import SqlStore
 from tests.integration.test_batches import stage_of
-from tests.integration.test_group_commit import in_order, trace_of, traced
+from tests.integration.test_group_commit import Grouped, in_order, trace_of, traced
 
 C = TaskStatus.COMPLETED
 
@@ -24,7 +24,7 @@ C = TaskStatus.COMPLETED
 @pytest.fixture
 def grouped(store: SqlStore) -> Jobnik:
     store.on_commit.append(positions.note_written)
-    return Jobnik(store, group_commit=True)
+    return Grouped(Jobnik(store))
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,7 @@ def grouped(store: SqlStore) -> Jobnik:
     ],
 )
 def test_a_leader_that_wrote_nothing_is_told_no_position(
-    store: SqlStore, grouped: Jobnik, leader: Callable[[Jobnik], Any]
+    store: SqlStore, grouped: Any, leader: Callable[[Jobnik], Any]
 ) -> None:
     stage_of(grouped, "p-lead", 1)
     stage_of(grouped, "p-work", 1)
@@ -56,7 +56,7 @@ def test_a_leader_that_wrote_nothing_is_told_no_position(
     assert positions.WRITTEN not in boxes[1]  # as when it runs alone: it wrote nothing
 
 
-def test_a_leader_that_wrote_is_told_its_group_position(store: SqlStore, grouped: Jobnik) -> None:
+def test_a_leader_that_wrote_is_told_its_group_position(store: SqlStore, grouped: Any) -> None:
     stage_of(grouped, "p-lead", 1)
     stage_of(grouped, "p-work", 2)
 
@@ -74,7 +74,7 @@ def test_a_leader_that_wrote_is_told_its_group_position(store: SqlStore, grouped
 
 
 def test_the_stage_a_group_completes_carries_the_trace_of_its_last_report(
-    store: SqlStore, grouped: Jobnik
+    store: SqlStore, grouped: Any
 ) -> None:
     stage_of(grouped, "p-lead", 1)
     stage = stage_of(grouped, "p-two", 2)

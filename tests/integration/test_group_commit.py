@@ -14,11 +14,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from jobnik.api import positions
+from jobnik.api.grouping import GroupCommit
 from jobnik.api.main import app_from_env, app_from_settings
 from jobnik.api.settings import Settings
 from jobnik.domain.application import Jobnik
 from jobnik.domain.errors import DatabaseError, StaleAttempt, TaskNotFound
-from jobnik.domain.groups import GroupCommands
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import JobStatus, StageStatus, TaskStatus
 from jobnik.projections.store.base import SqlStore
@@ -27,9 +27,36 @@ from tests.integration.test_batches import events_of, jobnik_summary, stage_of, 
 C, F = TaskStatus.COMPLETED, TaskStatus.FAILED
 
 
+class Grouped:
+    """A Jobnik whose `dequeue` and `report_task` go through the API's group commit; its
+    `on_group` observers hear each transaction's number of commands."""
+
+    def __init__(self, jobnik: Jobnik) -> None:
+        self.jobnik = jobnik
+        self.on_group: list[Callable[[int], None]] = []
+        self.commit = GroupCommit(jobnik, self._observe)
+        self.grouper = self.commit.grouper
+        self.dequeue = self.commit.dequeue
+        self.report_task = self.commit.report_task
+
+    def _observe(self, n: int) -> None:
+        """Each observer hears of it; the first error, if any, is raised after all did."""
+        errors = []
+        for observe in list(self.on_group):
+            try:
+                observe(n)
+            except Exception as exc:  # noqa: BLE001 - raised below
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.jobnik, name)
+
+
 @pytest.fixture
-def grouped(store: SqlStore) -> Jobnik:
-    return Jobnik(store, group_commit=True)
+def grouped(store: SqlStore) -> Any:
+    return Grouped(Jobnik(store))
 
 
 def traced(name: str) -> Principal:
@@ -37,7 +64,7 @@ def traced(name: str) -> Principal:
 
 
 def in_order(
-    jobnik: Jobnik, calls: list[Callable[[], Any]]
+    jobnik: Any, calls: list[Callable[[], Any]]
 ) -> tuple[list[Any], list[dict[str, int]], list[int]]:
     """Run `calls[0]` and hold its group until `calls[1:]` wait for it, arriving in their
     order (so `calls[1]` leads the next group). Each call runs as a request would: with its own
@@ -90,7 +117,7 @@ def trace_of(store: SqlStore, task_id: Any, kind: str) -> str | None:
 
 
 def test_calls_made_together_share_a_transaction_and_each_gets_its_own_answer(
-    store: SqlStore, grouped: Jobnik
+    store: SqlStore, grouped: Any
 ) -> None:
     stage_of(grouped, "g-lead", 1)
     stage = stage_of(grouped, "g-work", 4)
@@ -137,7 +164,7 @@ def test_calls_made_together_share_a_transaction_and_each_gets_its_own_answer(
 
 
 def test_a_report_without_attempt_in_a_group_is_fenced_by_the_version_it_read(
-    store: SqlStore, grouped: Jobnik
+    store: SqlStore, grouped: Any
 ) -> None:
     stage_of(grouped, "g-lead", 1)
     stage_of(grouped, "g-sdk", 1)
@@ -157,18 +184,18 @@ def test_a_report_without_attempt_in_a_group_is_fenced_by_the_version_it_read(
 
 
 def test_when_the_shared_transaction_fails_each_call_runs_on_its_own(
-    store: SqlStore, grouped: Jobnik, monkeypatch: pytest.MonkeyPatch
+    store: SqlStore, grouped: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stage_of(grouped, "g-lead", 1)
     stage = stage_of(grouped, "g-again", 3)
     first = grouped.dequeue("g-again")
     failures: list[int] = []
 
-    def broken(self: GroupCommands, calls: Any) -> None:
+    def broken(self: GroupCommit, calls: Any) -> None:
         failures.append(len(calls))
         raise DatabaseError("the database went away")
 
-    monkeypatch.setattr(GroupCommands, "_together", broken)
+    monkeypatch.setattr(GroupCommit, "_together", broken)
     results, _, sizes = in_order(
         grouped,
         [
@@ -187,7 +214,7 @@ def test_when_the_shared_transaction_fails_each_call_runs_on_its_own(
 
 
 def test_many_workers_through_group_commit_complete_every_task_once(
-    store: SqlStore, grouped: Jobnik
+    store: SqlStore, grouped: Any
 ) -> None:
     stage = stage_of(grouped, "g-many", 120)
     sizes: list[int] = []
@@ -243,7 +270,7 @@ def test_group_commit_can_be_turned_off(database_url: str) -> None:
     assert (on.group_commit, off.group_commit) == (True, False)
     app = app_from_settings(off)
     with TestClient(app) as http:
-        assert app.state.jobnik.group_commit is False
+        assert app.state.work is app.state.jobnik
         stage_of(app.state.jobnik, "g-off", 1)
         before = _groups_counted(http)
         assert http.patch("/v1/stages/g-off/tasks/dequeue").status_code == 200
@@ -258,7 +285,7 @@ def _groups_counted(http: TestClient) -> float:
 
 
 def test_an_observer_that_raises_does_not_run_a_committed_group_again(
-    store: SqlStore, grouped: Jobnik
+    store: SqlStore, grouped: Any
 ) -> None:
     stage_of(grouped, "g-obs-lead", 1)
     stage = stage_of(grouped, "g-obs", 4)

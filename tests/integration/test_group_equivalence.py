@@ -15,7 +15,7 @@ from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.principals import Actor
 from jobnik.domain.statuses import TaskStatus
 from jobnik.projections.store.base import SqlStore
-from tests.integration.test_group_commit import in_order, traced
+from tests.integration.test_group_commit import Grouped, in_order, traced
 
 C, F = TaskStatus.COMPLETED, TaskStatus.FAILED
 
@@ -115,7 +115,7 @@ def history(store: SqlStore, made: dict[str, Any]) -> list[Any]:
 
 @pytest.mark.parametrize("seed", range(30))
 def test_a_group_answers_and_writes_what_one_by_one_would(store: SqlStore, seed: int) -> None:
-    grouped, alone = Jobnik(store, group_commit=True), Jobnik(store)
+    grouped, alone = Grouped(Jobnik(store)), Jobnik(store)
     made_g, made_a = twin(grouped, "gx", seed), twin(alone, "ax", seed)
     group = calls_of(grouped, "gx", made_g, seed)
     one_by_one = calls_of(alone, "ax", made_a, seed)

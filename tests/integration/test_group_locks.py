@@ -16,11 +16,11 @@ from jobnik.domain.errors import JobnikError, TaskNotFound
 from jobnik.domain.principals import Actor
 from jobnik.domain.statuses import StageStatus, TaskStatus
 from jobnik.projections.rebuild.bluegreen import rebuild
-from jobnik.projections.store import batch
+from jobnik.projections.store import pgsession
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.pgsession import PostgresSession
 from tests.integration.test_batches import stage_of, stage_status
-from tests.integration.test_group_commit import in_order, traced
+from tests.integration.test_group_commit import Grouped, in_order, traced
 from tests.integration.test_rebuild import snapshot
 
 C, F = TaskStatus.COMPLETED, TaskStatus.FAILED
@@ -47,15 +47,15 @@ def test_groups_failing_the_same_jobs_in_either_order_do_not_deadlock(
 
     monkeypatch.setattr(PostgresSession, "hold_queue", slow_hold)
     errors: list[str] = []
-    error = batch._error
+    error = pgsession.error
 
-    def noted(res: Any, encoding: str) -> Exception:
-        exc = error(res, encoding)
+    def noted(e: Any) -> Exception:
+        exc = error(e)
         errors.append(str(exc))
         return exc
 
-    monkeypatch.setattr(batch, "_error", noted)
-    one, two = Jobnik(pg_store, group_commit=True), Jobnik(pg_store, group_commit=True)
+    monkeypatch.setattr(pgsession, "error", noted)
+    one, two = Grouped(Jobnik(pg_store)), Grouped(Jobnik(pg_store))
 
     def fail(jobnik: Jobnik, task: Any) -> Any:
         return lambda: jobnik.report_task(task.id, F, attempt=task.attempt, reason="x")
@@ -86,7 +86,7 @@ def test_groups_failing_the_same_jobs_in_either_order_do_not_deadlock(
 def test_read_models_rebuilt_after_a_concurrent_grouped_drain_equal_the_live_ones(
     store: SqlStore,
 ) -> None:
-    grouped = Jobnik(store, group_commit=True)
+    grouped = Grouped(Jobnik(store))
     rng = random.Random(11)
     for n in range(4):
         stage_of(grouped, f"rg-{n % 2}", rng.randint(8, 20), max_attempts=2)

@@ -10,6 +10,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.projections.inline.tables import LOGS
+from jobnik.projections.queries.logs import TaskLogs
 from jobnik.projections.startup import migrate
 from jobnik.projections.store import migrations
 from jobnik.projections.store.backends import open_store
@@ -139,3 +142,37 @@ def test_a_migration_file_splits_into_its_statements(text: str, expected: int) -
     assert len(found) == expected
     assert not any(s.endswith(";") for s in found)
     assert "{uuid}" not in " ".join(found)
+
+
+def test_the_upgrade_to_a_row_per_log_append_rebuilds_the_logs_from_the_log(
+    database_url: str,
+) -> None:
+    """A database from before migration 11 kept a row per line: the upgrade makes the new table
+    and fills it from the events, each append with its actor."""
+    store = open_store(library_env({"JOBNIK_DATABASE_URL": database_url}))
+    try:
+        migrate(store)
+        jobnik = Jobnik(store)
+        job = jobnik.create_job(NewJob(name="upgrade", data={}))
+        stage = jobnik.add_stage(job.id, NewStage(type="logged", data={}))
+        jobnik.add_tasks(stage.id, [NewTask(data={})])
+        task = jobnik.dequeue("logged")
+        jobnik.append_log(task.id, ["one", "two"], task.attempt)
+        jobnik.append_log(task.id, ["three"], task.attempt)
+        with store.cursor(write=True) as cur:  # the tables as the release before it left them
+            cur.execute(f"DROP TABLE {LOGS}")
+            for statement in migrations.MIGRATIONS[1].statements(store.dialect):
+                if "task_logs_v1" in statement:
+                    cur.execute(statement)
+            cur.execute("DELETE FROM jobnik_migrations WHERE version = 11")
+
+        assert migrate(store) == [11]
+        page = TaskLogs(store).page(task.id, None, 10)
+    finally:
+        store.close()
+
+    assert [(ln.line, ln.attempt, ln.actor) for ln in page.lines] == [
+        ("one", 1, "worker"),
+        ("two", 1, "worker"),
+        ("three", 1, "worker"),
+    ]

@@ -5,27 +5,22 @@ command runs again on fresh state (the outcome is the one of running the two com
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from uuid import uuid4
 
 import pytest
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.commands import conflicts_retried
-from jobnik.domain.errors import ConcurrencyConflict, StaleAttempt
+from jobnik.domain.errors import ConcurrencyConflict, StaleAttempt, TaskNotFound
 from jobnik.domain.principals import Actor
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
-from jobnik.domain.tasks import Task
 from jobnik.projections.store.base import SqlStore
-from jobnik.projections.store.batch import BatchCursor, batch_transaction
 from jobnik.projections.store.pgsession import PostgresSession
 from jobnik.projections.store.postgres import PostgresStore
-from jobnik.projections.store.written import RecentWrites
 
 # SQLite write sessions hold the lock from BEGIN IMMEDIATE, so nothing they read goes stale:
 # these tests are about PostgreSQL's optimistic start (test_positions_match_the_log runs on both).
@@ -64,16 +59,16 @@ def interleave_before_lock(
     monkeypatch: pytest.MonkeyPatch, call: Callable[[], Any], times: int = 1
 ) -> list[int]:
     """The next `times` sessions to take the writer lock first let `call` commit elsewhere."""
-    original = PostgresSession.lock
+    original = PostgresSession._append_events
     ran: list[int] = []
 
-    def lock(self: PostgresSession) -> None:
+    def append(self: PostgresSession, stored: Any) -> None:
         if not self.locked and self.write and len(ran) < times:
             ran.append(1)
             elsewhere(call)
-        original(self)
+        original(self, stored)
 
-    monkeypatch.setattr(PostgresSession, "lock", lock)
+    monkeypatch.setattr(PostgresSession, "_append_events", append)
     return ran
 
 
@@ -228,14 +223,26 @@ def test_a_command_returns_only_once_its_commit_is_flushed(pg: SqlStore) -> None
 
 def test_write_sessions_hand_their_connections_back_as_they_found_them(pg: SqlStore) -> None:
     """The library's pool hands out autocommit connections (its VACUUMs and reads rely on it);
-    a write session switches modes only while it runs."""
+    a write session, committed, refused or failed, leaves its connection idle and autocommit."""
     assert isinstance(pg, PostgresStore)
-    with pg.pg.get_connection() as conn:
-        assert conn.autocommit
-        with batch_transaction(conn, pg.dialect) as cur:
-            cur.one("SELECT 1 AS one")
-        assert conn.autocommit
-        conn.execute("VACUUM (ANALYZE) queue_v1")
+    jobnik = Jobnik(pg)
+    one_task_job(jobnik)
+    jobnik.dequeue("opt")
+    with pytest.raises(TaskNotFound):
+        jobnik.dequeue("opt")
+
+    def stale() -> None:
+        with pg.session(write=True) as s:
+            s.lock()
+            s.cur.execute("SELECT jobnik_assert_fresh(0, 1)")
+
+    with pytest.raises(ConcurrencyConflict):
+        stale()
+    for _ in range(pg.pg.pool.max_size):
+        with pg.pg.get_connection() as conn:
+            assert conn.autocommit
+            assert conn.info.transaction_status.name == "IDLE"
+            conn.execute("VACUUM (ANALYZE) queue_v1")
 
 
 def test_a_rebuild_swap_waits_for_a_session_that_read_ahead(pg: SqlStore) -> None:
@@ -385,71 +392,12 @@ def test_a_command_that_changes_a_jobs_queue_rows_waits_for_a_claim_without_the_
     assert job_now.status == expected[command]
 
 
-def test_a_parent_row_read_ahead_is_decoded_once_per_version(pg: SqlStore) -> None:
-    """Write sessions keep the stage and job rows they read ahead, by version: the same version
-    is not decoded again (the text sent is then not even parsed), a new one is."""
-    rows, key = pg.parents, uuid4()
-    first = rows.row(key, 3, json.dumps({"id": str(key), "version": 3, "name": "a"}))
-    assert first["id"] == key
-    assert first["name"] == "a"
-    assert rows.row(key, 3, "not json: the cached row is used") is first
-    newer = rows.row(key, 4, json.dumps({"id": str(key), "version": 4, "name": "b"}))
-    assert newer["name"] == "b"
-    assert rows.row(key, 4, "") is newer
-    # Bounded by the text kept: a large row makes room for itself by dropping the others.
-    big = uuid4()
-    rows.row(big, 1, json.dumps({"id": str(big), "data": "x" * rows.CHARS}))
-    with pytest.raises(json.JSONDecodeError, match="Expecting value"):  # decoded again
-        rows.row(key, 4, "")
-
-
-def test_a_claim_leaves_out_the_stage_and_job_rows_the_process_holds(
-    pg: SqlStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A claim names the stage and job it found last for its stage type; the server leaves
-    their rows out while they are unchanged, and the kept rows stand in. A kept row dropped
-    meanwhile is loaded instead."""
-    jobnik = Jobnik(pg)
-    job, stage = one_task_job(jobnik)
-    jobnik.add_tasks(stage.id, [NewTask(data={}) for _ in range(3)])
-    sent: list[tuple[bool, bool]] = []
-    read = PostgresSession._read_ahead_row
-
-    def spy(self: PostgresSession, row: dict[str, Any]) -> dict[str, Any]:
-        sent.append((row["stage"] is not None, row["job"] is not None))
-        return read(self, row)
-
-    monkeypatch.setattr(PostgresSession, "_read_ahead_row", spy)
-    first = jobnik.dequeue("opt")  # starts the stage and job: new versions
-    jobnik.dequeue("opt")  # those versions, sent once more, and kept
-    second = jobnik.dequeue("opt")
-    assert sent == [(True, True), (True, True), (False, False)]
-    assert second.stage_id == first.stage_id
-    hint = pg.parents.hint
-
-    def dropping(stage_type: str) -> dict[str, Any]:
-        out = hint(stage_type)
-        pg.parents.row(uuid4(), 1, json.dumps({"data": "x" * pg.parents.CHARS}))  # drops all
-        return out
-
-    monkeypatch.setattr(pg.parents, "hint", dropping)
-    third = jobnik.dequeue("opt")
-    assert sent[-1] == (False, False)
-    assert third.status == TaskStatus.IN_PROGRESS
-    with pg.session(write=False) as r:
-        assert r.stage(stage.id).status == StageStatus.IN_PROGRESS
-        assert r.job(job.id).status == JobStatus.IN_PROGRESS
-
-
-def test_a_command_after_a_jobs_change_sees_the_new_job_not_the_kept_row(pg: SqlStore) -> None:
+def test_a_command_after_a_jobs_change_sees_the_new_job(pg: SqlStore) -> None:
     jobnik = Jobnik(pg)
     job, stage = one_task_job(jobnik)
     jobnik.add_tasks(stage.id, [NewTask(data={})])
     task = jobnik.dequeue("opt")  # read the job before it started it
-    jobnik.dequeue("opt")  # read (and kept) the started job
-    with pg.session(write=False) as r:
-        version = r.job(job.id).version
-    assert pg.parents.row(job.id, version, "")["status"] == JobStatus.IN_PROGRESS  # kept
+    jobnik.dequeue("opt")  # read the started job
     jobnik.set_job_status(job.id, JobStatus.ABORTED)
     before = conflicts_retried()
     done = jobnik.report_task(task.id, TaskStatus.COMPLETED, attempt=task.attempt)
@@ -457,57 +405,11 @@ def test_a_command_after_a_jobs_change_sees_the_new_job_not_the_kept_row(pg: Sql
     assert conflicts_retried() == before
 
 
-def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The strings write sessions send from now on."""
-    sent: list[str] = []
-    original = BatchCursor._send
-
-    def send(self: BatchCursor, query: str) -> Any:
-        sent.append(query)
-        return original(self, query)
-
-    monkeypatch.setattr(BatchCursor, "_send", send)
-    return sent
-
-
-def test_a_report_after_its_dequeue_here_is_one_round_trip(
-    pg: SqlStore, other: SqlStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The report starts from the rows the dequeue committed in this process (their versions
-    still checked under the lock), so its reads, checks and writes travel as one string; in a
-    process that did not dequeue the task it reads them first, and both come out the same."""
-    here, there = Jobnik(pg), Jobnik(other)
-    job = here.create_job(NewJob(name="recall", data={}))
-    stage = here.add_stage(job.id, NewStage(type="recall", data={}))
-    here.add_tasks(stage.id, [NewTask(data={"i": i}) for i in range(3)])
-    a, b = here.dequeue("recall"), here.dequeue("recall")
-    sent = round_trips(monkeypatch)
-    done_a = here.report_task(a.id, TaskStatus.COMPLETED, attempt=a.attempt, result={"r": 1})
-    assert len(sent) == 1
-    assert "jobnik_assert_fresh" in sent[0]  # the remembered versions, checked
-    del sent[:]
-    done_b = there.report_task(b.id, TaskStatus.COMPLETED, attempt=b.attempt, result={"r": 1})
-    assert len(sent) == 2  # read ahead, then the writes
-    assert (done_a.status, done_a.result, done_a.version) == (
-        done_b.status,
-        done_b.result,
-        done_b.version,
-    )
-    with pg.session(write=False) as r:
-        assert r.task(a.id).result == {"r": 1}
-        assert r.summary(stage.id).completed == 2
-    c = here.dequeue("recall")
-    here.report_task(c.id, TaskStatus.COMPLETED, attempt=c.attempt)
-    with pg.session(write=False) as r:
-        assert r.stage(stage.id).status == StageStatus.COMPLETED
-        assert r.job(job.id).status == JobStatus.COMPLETED
-
-
-def test_a_report_from_memory_that_another_process_made_stale_runs_again(
+def test_a_report_after_another_process_aborted_the_job_sees_the_abort(
     pg: SqlStore, other: SqlStore
 ) -> None:
-    """Another process aborts the job between this process's dequeue and its report: the
-    remembered rows fail the check under the lock, and the command runs again on the rows."""
+    """Another process aborts the job between this process's dequeue and its report: the report
+    reads the rows as the abort left them."""
     here, there = Jobnik(pg), Jobnik(other)
     job, stage = one_task_job(here)
     task = here.dequeue("opt")
@@ -515,13 +417,13 @@ def test_a_report_from_memory_that_another_process_made_stale_runs_again(
     before = conflicts_retried()
     done = here.report_task(task.id, TaskStatus.COMPLETED, attempt=task.attempt)
     assert done.status == TaskStatus.ABORTED  # the late report after the abort
-    assert conflicts_retried() == before + 1
+    assert conflicts_retried() == before
     with pg.session(write=False) as r:
         assert r.summary(stage.id).completed == 0
         assert r.summary(stage.id).aborted == 1
 
 
-def test_a_stale_attempt_remembered_here_is_refused_after_another_process_swept_it(
+def test_a_stale_attempt_is_refused_after_another_process_swept_it(
     pg: SqlStore, other: SqlStore
 ) -> None:
     now = [datetime.now(UTC)]
@@ -535,64 +437,25 @@ def test_a_stale_attempt_remembered_here_is_refused_after_another_process_swept_
     before = conflicts_retried()
     with pytest.raises(StaleAttempt):
         here.report_task(task.id, TaskStatus.COMPLETED, attempt=task.attempt)
-    assert conflicts_retried() == before + 1
+    assert conflicts_retried() == before
     with pg.session(write=False) as r:
         assert r.task(task.id).status == TaskStatus.RETRIED
     events = pg.recorder.select_events(task.id)
     assert type(pg.mapper.to_domain_event(events[-1])).__name__ == "TaskAttemptRefused"
 
 
-def test_a_summary_remembered_here_that_went_stale_still_completes_the_stage_once(
+def test_a_report_in_one_process_after_the_last_other_in_another_completes_the_stage_once(
     pg: SqlStore, other: SqlStore
 ) -> None:
-    """This process remembers the stage's counts from its dequeue (nothing completed of two);
-    another completes the other task meanwhile. The report predicts 'not done', which the
-    check at commit finds false: it runs again and completes the stage and the job."""
     here, there = Jobnik(pg), Jobnik(other)
     job = here.create_job(NewJob(name="counts", data={}))
     stage = here.add_stage(job.id, NewStage(type="counts", data={}))
     here.add_tasks(stage.id, [NewTask(data={}), NewTask(data={})])
     a, b = here.dequeue("counts"), there.dequeue("counts")
     there.report_task(b.id, TaskStatus.COMPLETED, attempt=b.attempt)
-    before = conflicts_retried()
     here.report_task(a.id, TaskStatus.COMPLETED, attempt=a.attempt)
-    assert conflicts_retried() == before + 1
     with pg.session(write=False) as r:
         assert r.stage(stage.id).status == StageStatus.COMPLETED
         assert r.job(job.id).status == JobStatus.COMPLETED
     history = [pg.mapper.to_domain_event(e) for e in pg.recorder.select_events(stage.id)]
     assert [type(e).__name__ for e in history].count("StageCompleted") == 1
-
-
-def test_what_a_process_remembers_is_bounded_and_keeps_the_latest_version(pg: SqlStore) -> None:
-    jobnik = Jobnik(pg)
-    job, stage = one_task_job(jobnik)
-    task = jobnik.dequeue("opt")
-    with pg.session(write=False) as r:
-        parents = {stage.id: r.stage(stage.id), job.id: r.job(job.id)}
-
-    def version(n: int, key: Any = None) -> Task:
-        return Task.restore(key or task.id, n, task.created_on, task.modified_on, task.state())
-
-    written = RecentWrites()
-    written.note({task.id: version(task.version), **parents}, {stage.id: {"completed": 0}})
-    written.note({task.id: version(task.version - 1), **parents}, {})  # an older commit, late
-    entry = written.take(task.id)
-    assert entry is not None
-    assert (entry.task.version, entry.summary) == (task.version, {"completed": 0})
-    assert entry.stage.version == parents[stage.id].version
-    assert written.take(task.id) is None  # taken once
-    alone = RecentWrites()
-    alone.note({task.id: version(task.version)}, {})
-    assert alone.take(task.id) is None  # its stage and job unknown: read all three instead
-    done = version(task.version + 1)
-    done.status = TaskStatus.COMPLETED
-    written.note({task.id: version(task.version)}, {})
-    written.note({task.id: done}, {})
-    assert written.take(task.id) is None  # not leased any more: no report will come for it
-    keys = [uuid4() for _ in range(RecentWrites.LIMIT + 5)]
-    for key in keys:
-        written.note({key: version(1, key), **parents}, {})
-    assert len(written) == RecentWrites.LIMIT
-    assert written.take(keys[4]) is None  # the oldest went first
-    assert written.take(keys[5]) is not None

@@ -11,7 +11,7 @@ from jobnik.domain.errors import JobnikError
 from jobnik.domain.principals import Principal, Role, token_principal
 from jobnik.domain.statuses import JobStatus, Priority, TaskStatus
 from jobnik.projections.catchup import registry
-from jobnik.projections.inline.tables import PRIMARY_KEYS, TABLES
+from jobnik.projections.inline.tables import LOGS, PRIMARY_KEYS, TABLES
 from jobnik.projections.rebuild import apply, parallel, passes
 from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.rebuild.verify import verify
@@ -296,7 +296,7 @@ def test_the_folded_rebuild_writes_exactly_the_rows_of_the_event_by_event_one(
 
     assert snapshot(store) == slow
     assert slow == live
-    assert slow["task_logs_v1"]
+    assert slow[LOGS]
     assert any(r["lease_expires_at"] for r in slow["tasks_v1"])
     assert verify(store) == []
 

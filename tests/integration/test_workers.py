@@ -600,7 +600,7 @@ def test_task_log_lines_are_readable_in_order_with_their_attempt(
     answer = api.get(f"/v1/tasks/{task.id}/logs")
 
     assert answer.status_code == 200
-    lines = answer.json()
+    lines = answer.json()["items"]
     assert [(ln["attempt"], ln["line"]) for ln in lines] == [
         (1, "attempt 1: start"),
         (1, "attempt 1: working"),

@@ -39,8 +39,12 @@ async function refresh() {
   if (!fresh || !live) return;
   const path = (s) => (s || "").split("?")[0];
   const stream = path(live.dataset.stream);
+  const kept = new Set(selected().map((box) => box.dataset.select));
+  for (const box of fresh.querySelectorAll("input[data-select]")) box.checked = kept.has(box.dataset.select);
   live.replaceWith(fresh);
+  counted();
   bindActions(fresh);
+  showOldest();
   // the open stream carries on; follow again when there is none (a rerun reopened the job)
   if (path(fresh.dataset.stream) !== stream || !source) follow();
 }
@@ -54,11 +58,38 @@ function bindActions(root) {
   }
 }
 
+// -- bulk actions: the same /v1 command sent for each selected row, with the one reason
+function selected() {
+  return [...document.querySelectorAll("input[data-select]:checked")];
+}
+
+function counted() {
+  const count = document.getElementById("selected-count");
+  if (!count) return;
+  const n = selected().length;
+  count.textContent = n ? `${n} selected` : "No job selected";
+  const all = document.querySelector("input[data-select-all]");
+  const boxes = document.querySelectorAll("input[data-select]");
+  if (all) all.checked = boxes.length > 0 && n === boxes.length;
+}
+
+document.addEventListener("change", (event) => {
+  if (event.target.matches("input[data-select-all]")) {
+    for (const box of document.querySelectorAll("input[data-select]")) box.checked = event.target.checked;
+  }
+  if (event.target.matches("input[data-select], input[data-select-all]")) counted();
+});
+
 function ask(button) {
+  if (button.dataset.bulk && !selected().length) {
+    notice("Select one or more jobs first.");
+    return;
+  }
   pending = button;
   const dialog = document.getElementById("confirm");
   document.getElementById("confirm-title").textContent = button.textContent.trim();
-  document.getElementById("confirm-text").textContent = button.dataset.confirm;
+  document.getElementById("confirm-text").textContent =
+    button.dataset.confirm.replace("{n}", String(selected().length));
   document.getElementById("confirm-priority").hidden = !button.dataset.priority;
   document.getElementById("confirm-error").textContent = "";
   document.getElementById("confirm-reason").value = "";
@@ -66,16 +97,10 @@ function ask(button) {
   document.getElementById(button.dataset.priority ? "confirm-priority-value" : "confirm-reason").focus();
 }
 
-async function send(event) {
-  event.preventDefault();
-  const button = pending;
-  const reason = document.getElementById("confirm-reason").value.trim();
-  const error = document.getElementById("confirm-error");
-  if (!reason) { error.textContent = "Say why: the reason is recorded on the event."; return; }
-  const method = button.dataset.method;
+function request(button, reason) {
+  const init = { method: button.dataset.method, headers: { ...HEADERS }, credentials: "same-origin" };
   let url = button.dataset.url;
-  const init = { method, headers: { ...HEADERS }, credentials: "same-origin" };
-  if (method === "DELETE") {
+  if (init.method === "DELETE") {
     url += "?reason=" + encodeURIComponent(reason);
   } else {
     const body = JSON.parse(button.dataset.body || "{}");
@@ -84,18 +109,55 @@ async function send(event) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
+  return [url, init];
+}
+
+async function refused(response) {
+  try { const answer = await response.json(); return `${answer.code}: ${answer.message}`; } catch (_) { return response.statusText; }
+}
+
+// Each selected row's command in turn (one at a time: the server sees an operator, not a burst);
+// returns the refusals, "name (id): code: message", whose rows stay selected.
+async function sendEach(button, reason) {
+  const [template, init] = request(button, reason);
+  const failures = [];
+  for (const box of selected()) {
+    const id = box.dataset.select;
+    const response = await fetch(template.replace("{id}", id), init);
+    if (response.ok) box.checked = false;  // done: a second try sends only the refused ones
+    else failures.push(`${box.dataset.name} (${id.slice(0, 8)}): ${await refused(response)}`);
+  }
+  return failures;
+}
+
+async function send(event) {
+  event.preventDefault();
+  const button = pending;
+  const reason = document.getElementById("confirm-reason").value.trim();
+  const error = document.getElementById("confirm-error");
+  if (!reason) { error.textContent = "Say why: the reason is recorded on the event."; return; }
   const ok = document.getElementById("confirm-ok");
   ok.disabled = true;
   try {
-    const response = await fetch(url, init);
-    if (!response.ok) {
-      let message = response.statusText;
-      try { const answer = await response.json(); message = `${answer.code}: ${answer.message}`; } catch (_) { /* not JSON */ }
-      error.textContent = message;
+    const label = button.textContent.trim();
+    if (button.dataset.bulk) {
+      const total = selected().length;
+      const failures = await sendEach(button, reason);
+      counted();
+      await refresh();
+      if (failures.length) {
+        error.textContent = `${total - failures.length} of ${total} done. Refused: ${failures.join("; ")}`;
+        return;
+      }
+      document.getElementById("confirm").close();
+      notice(`${label}: done for ${total} job${total === 1 ? "" : "s"}.`);
       return;
     }
+    const [url, init] = request(button, reason);
+    const response = await fetch(url, init);
+    if (!response.ok) { error.textContent = await refused(response); return; }
     document.getElementById("confirm").close();
-    notice(`${button.textContent.trim()}: done.`);
+    notice(`${label}: done.`);
     if (button.dataset.after) { location.assign(button.dataset.after); return; }
     await refresh();
   } finally {
@@ -161,16 +223,29 @@ function jobLink(row, id) {
   td.appendChild(a);
 }
 
+// each stage type's oldest queued task, as the last poll of /v1/queues saw it, on its chart card
+const oldest = new Map();
+
+function showOldest() {
+  for (const card of document.querySelectorAll(".card[data-stage-type]")) {
+    const seconds = oldest.get(card.dataset.stageType);
+    card.querySelector(".oldest").textContent = seconds === undefined ? "—" : age(seconds);
+  }
+}
+
 async function pollQueues(root) {
   const now = Date.now();
   const [queues, stuck] = root.querySelectorAll("section");
+  oldest.clear();
   await poll(root.dataset.queues, queues, (row, q) => {
+    oldest.set(q.stageType, q.oldestQueuedAgeSeconds);
     row.dataset.stageType = q.stageType;
     cell(row, q.stageType); cell(row, q.queued); cell(row, age(q.oldestQueuedAgeSeconds));
     cell(row, q.inProgress); cell(row, q.completed); cell(row, q.failed);
     cell(row, throughput(q.stageType, q.completed, now)).className = "throughput";
     cell(row, time(q.lastDequeueAt));
   });
+  showOldest();
   await poll(root.dataset.stuck, stuck, (row, s) => {
     cell(row, s.kind); cell(row, s.reason); cell(row, time(s.since)); jobLink(row, s.jobId);
     cell(row, s.stageId ? s.stageId.slice(0, 8) : null); cell(row, s.taskId ? s.taskId.slice(0, 8) : null);
@@ -185,4 +260,6 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("confirm-cancel").addEventListener("click", () => document.getElementById("confirm").close());
   const queues = document.getElementById("queues");
   if (queues) { pollQueues(queues); setInterval(() => pollQueues(queues), 5000); }
+  const live = document.getElementById("live");
+  if (live && live.dataset.refresh) setInterval(refresh, Number(live.dataset.refresh) * 1000);
 });

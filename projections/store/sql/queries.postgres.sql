@@ -17,9 +17,8 @@ LOCK TABLE {events} IN EXCLUSIVE MODE;
 
 -- name: read_ahead_task
 -- A task with its stage's, job's and stage summary's rows: what a worker's command loads.
-SELECT to_jsonb(t) AS task, s.id AS stage_id, s.version AS stage_version,
-    to_jsonb(s)::text AS stage, j.id AS job_id, j.version AS job_version, to_jsonb(j)::text AS job,
-    to_jsonb(sm) AS summary
+SELECT to_jsonb(t) AS task, s.id AS stage_id, to_jsonb(s) AS stage, j.id AS job_id,
+    to_jsonb(j) AS job, to_jsonb(sm) AS summary
 FROM tasks_v1 t JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t.job_id
     LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id
 WHERE t.id = %(v)s::uuid;
@@ -27,9 +26,9 @@ WHERE t.id = %(v)s::uuid;
 -- name: read_ahead_tasks
 -- `read_ahead_task` for several tasks (an array of ids); the stage's, job's and summary's rows
 -- with one task of each stage only (as `read_ahead_claims`).
-SELECT to_jsonb(t) - 'first' AS task, s.id AS stage_id, s.version AS stage_version,
-    CASE WHEN t.first THEN to_jsonb(s)::text END AS stage, j.id AS job_id,
-    j.version AS job_version, CASE WHEN t.first THEN to_jsonb(j)::text END AS job,
+SELECT to_jsonb(t) - 'first' AS task, s.id AS stage_id,
+    CASE WHEN t.first THEN to_jsonb(s) END AS stage, j.id AS job_id,
+    CASE WHEN t.first THEN to_jsonb(j) END AS job,
     CASE WHEN t.first THEN to_jsonb(sm) END AS summary
 FROM (SELECT *, row_number() OVER (PARTITION BY stage_id) = 1 AS first FROM tasks_v1
     WHERE id = ANY(%(v)s::uuid[])) t
@@ -37,16 +36,9 @@ JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t.job_id
     LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id;
 
 -- name: read_ahead_claim
--- `read_ahead_task` for the next dequeueable task of a stage type, its queue row locked; the
--- stage's and job's rows left out when they are those the client holds (%(s)s at version
--- %(sv)s, %(j)s at %(jv)s: the last claim's, or NULLs).
-SELECT to_jsonb(t) AS task, s.id AS stage_id, s.version AS stage_version,
-    CASE WHEN s.id = %(s)s::uuid AND s.version = %(sv)s::bigint THEN NULL
-        ELSE to_jsonb(s)::text END AS stage,
-    j.id AS job_id, j.version AS job_version,
-    CASE WHEN j.id = %(j)s::uuid AND j.version = %(jv)s::bigint THEN NULL
-        ELSE to_jsonb(j)::text END AS job,
-    to_jsonb(sm) AS summary
+-- `read_ahead_task` for the next dequeueable task of a stage type, its queue row locked.
+SELECT to_jsonb(t) AS task, s.id AS stage_id, to_jsonb(s) AS stage, j.id AS job_id,
+    to_jsonb(j) AS job, to_jsonb(sm) AS summary
 FROM tasks_v1 t JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t.job_id
     LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id
 WHERE t.id = ({next_in_queue} FOR UPDATE SKIP LOCKED);
@@ -55,9 +47,8 @@ WHERE t.id = ({next_in_queue} FOR UPDATE SKIP LOCKED);
 -- `read_ahead_claim` for the next %(n)s dequeueable tasks of a stage type, in its order. The
 -- stage's, job's and summary's rows come with the stage's first task only (`first`): they are
 -- the same for its other tasks, and rendering them is most of the statement's cost.
-SELECT to_jsonb(t) AS task, s.id AS stage_id, s.version AS stage_version,
-    CASE WHEN c.first THEN to_jsonb(s)::text END AS stage, j.id AS job_id,
-    j.version AS job_version, CASE WHEN c.first THEN to_jsonb(j)::text END AS job,
+SELECT to_jsonb(t) AS task, s.id AS stage_id, CASE WHEN c.first THEN to_jsonb(s) END AS stage,
+    j.id AS job_id, CASE WHEN c.first THEN to_jsonb(j) END AS job,
     CASE WHEN c.first THEN to_jsonb(sm) END AS summary
 FROM (SELECT q.task_id, q.priority_rank, q.seq,
         row_number() OVER (PARTITION BY q.stage_id ORDER BY q.priority_rank, q.seq) = 1 AS first
@@ -76,17 +67,10 @@ SELECT count(*) FROM (
     SELECT 1 FROM queue_v1 WHERE job_id IN (SELECT id FROM tree) ORDER BY task_id FOR UPDATE
 ) held;
 
--- name: assert_fresh
--- {counts}: a sum of `unchanged` counts, one per table; serialization_failure unless it is %(n)s.
-SELECT jobnik_assert_fresh({counts}, %(n)s::bigint);
-
--- name: unchanged
--- {pairs}: (id, version) pairs of rows loaded before the writer lock.
-(SELECT count(*) FROM {table} WHERE (id, version) IN ({pairs}));
-
--- name: unchanged_one
--- `unchanged` for one row: about half its cost (no aggregate, no row comparison).
-(EXISTS (SELECT FROM {table} WHERE id = {id} AND version = {version}))::int;
+-- name: append
+-- The writer lock, with the checks and settings that come with it, then the events; the last
+-- one's log position (migration 010).
+SELECT jobnik_append(%(seen)s::json, %(events)s::json) AS last;
 
 -- name: assert_summary_fresh
 -- Stage completions predicted before the writer lock still hold: completed - total equals
@@ -96,9 +80,6 @@ SELECT jobnik_assert_fresh((EXISTS (SELECT FROM summaries_v1 WHERE stage_id = %(
     AND completed - total <> ALL(%(no)s::bigint[])
     AND completed - total = ALL(%(yes)s::bigint[])))::int, 1);
 
--- name: notification_sequence
-SELECT pg_get_serial_sequence(%(t)s, 'notification_id') AS seq;
-
 -- name: migrating
 SELECT pg_advisory_lock(%(key)s);
 
@@ -106,13 +87,16 @@ SELECT pg_advisory_lock(%(key)s);
 SELECT pg_advisory_unlock(%(key)s);
 
 -- == the inline read models' statements that are not one table's row (store/executor.py) ====
+-- A log position is `jobnik_position(...)`: a write session names it relative to the last
+-- event it inserted.
 
 -- name: enqueue
 -- Queue a task: its priority and whether it can be dequeued come from its stage and job rows.
 -- VALUES: a batch of tasks becomes one statement.
 INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, seq, stage_open,
     job_open)
-SELECT v.task_id, s.job_id, s.id, s.type, j.priority_rank, v.seq, s.status IN {open},
+SELECT v.task_id, s.job_id, s.id, s.type, j.priority_rank, jobnik_position(v.seq),
+    s.status IN {open},
     j.status IN {open}
 FROM (VALUES (%(task_id)s::uuid, %(stage_id)s::uuid, %(seq)s::bigint)) AS v(task_id, stage_id, seq)
 JOIN stages_v1 s ON s.id = v.stage_id JOIN jobs_v1 j ON j.id = s.job_id;
@@ -120,6 +104,6 @@ JOIN stages_v1 s ON s.id = v.stage_id JOIN jobs_v1 j ON j.id = s.job_id;
 -- name: file_event
 -- The history index: file the event at a position under its aggregate's job.
 INSERT INTO job_events_v1 (job_id, position)
-SELECT e.job_id, v.position
+SELECT e.job_id, jobnik_position(v.position)
 FROM (VALUES (%(entity_id)s::uuid, %(position)s::bigint)) AS v(entity_id, position)
 JOIN entity_jobs_v1 e ON e.entity_id = v.entity_id;

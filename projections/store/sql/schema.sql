@@ -122,17 +122,19 @@ CREATE INDEX IF NOT EXISTS queue_v1_oldest ON queue_v1 (stage_type, seq)
 CREATE INDEX IF NOT EXISTS queue_v1_job ON queue_v1 (job_id);
 CREATE INDEX IF NOT EXISTS queue_v1_stage ON queue_v1 (stage_id);
 
-CREATE TABLE IF NOT EXISTS task_logs_v1 (
+-- The task log: a row per append (its lines as a JSON array), keyed by its event's position.
+CREATE TABLE IF NOT EXISTS task_logs_v2 (
     task_id {uuid} NOT NULL,
     position BIGINT NOT NULL,
-    line_no INTEGER NOT NULL,
     job_id {uuid} NOT NULL,
     attempt INTEGER NOT NULL,
+    actor TEXT NOT NULL,
     time {time} NOT NULL,
-    line TEXT NOT NULL,
-    PRIMARY KEY (task_id, position, line_no)
+    line_count INTEGER NOT NULL,
+    lines {json} NOT NULL,
+    PRIMARY KEY (task_id, position)
 );
-CREATE INDEX IF NOT EXISTS task_logs_v1_job ON task_logs_v1 (job_id);
+CREATE INDEX IF NOT EXISTS task_logs_v2_job ON task_logs_v2 (job_id);
 
 -- The history index: which job each event belongs to, kept when the job is deleted.
 CREATE TABLE IF NOT EXISTS entity_jobs_v1 (

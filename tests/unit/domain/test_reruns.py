@@ -13,9 +13,11 @@ from jobnik.domain.errors import (
     RerunSkipsStages,
     StageNotInJob,
     StageNotRerunnable,
+    StaleAttempt,
     TaskNotRerunnable,
 )
 from jobnik.domain.statuses import JobMode, JobStatus, StageStatus, TaskStatus
+from jobnik.domain.tasks import Task
 from jobnik.projections.inline.tables import JOBS, QUEUE, STAGES, SUMMARIES, TASKS
 
 from ..builders import Clock, replay
@@ -193,15 +195,18 @@ def test_an_aborted_job_reruns_from_its_first_unfinished_stage(
 
     rerun = jobnik.rerun_job(job, reason="resume")
 
-    assert (rerun.from_stage_id, rerun.stages, rerun.tasks) == (two, (two, three), 2)
+    # (the running task too: the abort cancelled its attempt)
+    assert (rerun.from_stage_id, rerun.stages, rerun.tasks) == (two, (two, three), 3)
     assert [status(store, STAGES, s) for s in (one, two, three)] == [
         "COMPLETED",
         "IN_PROGRESS",
         "CREATED",
     ]
     assert row(store, JOBS, job).items() >= {"status": "IN_PROGRESS", "completed_stages": 1}.items()
-    assert status(store, TASKS, running.id) == TaskStatus.IN_PROGRESS  # its attempt goes on
-    jobnik.report_task(running.id, TaskStatus.COMPLETED, attempt=running.attempt)
+    assert status(store, TASKS, running.id) == TaskStatus.PENDING  # queued for a new attempt
+    with pytest.raises(StaleAttempt):
+        jobnik.report_task(running.id, TaskStatus.COMPLETED, attempt=running.attempt)
+    run(jobnik, "t1")
     run(jobnik, "t1")
     assert status(store, STAGES, three) == StageStatus.PENDING
     run(jobnik, "t2")
@@ -267,6 +272,52 @@ def test_a_stage_rerun_in_an_aborted_job_needs_its_stage_to_be_the_current_one(
     assert jobnik.rerun_stage(stage).tasks == 2
     assert status(store, STAGES, stage) == StageStatus.PENDING  # it had never started
     assert status(store, JOBS, alone) == JobStatus.PENDING
+
+
+def test_every_rerun_of_an_aborted_job_ends_the_attempts_the_abort_cancelled(
+    jobnik: Jobnik, store: MemoryStore
+) -> None:
+    job, [stage] = job_with(jobnik, 3)
+    running = jobnik.dequeue("t0")
+    jobnik.set_job_status(job, JobStatus.ABORTED)
+    assert jobnik.heartbeat(running.id, running.attempt).cancelled
+    queued = [t for t in store.tables.where(TASKS, {"stage_id": stage}) if t["id"] != running.id]
+    with pytest.raises(OtherTasksFailed):  # the cancelled attempt counts as an aborted task
+        jobnik.rerun_task(queued[0]["id"])
+
+    assert jobnik.rerun_stage(stage).tasks == 3
+
+    assert row(store, TASKS, running.id).items() >= {"status": "PENDING", "attempt": 1}.items()
+    aborted, rerun = store.events_of(running.id)[-2:]
+    assert isinstance(aborted, Task.TaskAborted)
+    assert isinstance(rerun, Task.TaskRerun)
+    assert (aborted.previous, aborted.actor, rerun.previous) == ("IN_PROGRESS", "system", "ABORTED")
+    for call in (
+        lambda: jobnik.heartbeat(running.id, running.attempt),
+        lambda: jobnik.give_back(running.id, running.attempt, "late"),
+        lambda: jobnik.report_task(running.id, TaskStatus.COMPLETED, attempt=running.attempt),
+    ):
+        with pytest.raises(StaleAttempt):
+            call()
+    assert store.restored(TASKS, running.id) == replay(store.events_of(running.id))
+    again = {t.id: t.attempt for t in (jobnik.dequeue("t0") for _ in range(3))}
+    assert again[running.id] == running.attempt + 1
+
+
+def test_a_failed_jobs_rerun_lets_a_running_attempt_go_on(
+    jobnik: Jobnik, store: MemoryStore
+) -> None:
+    job, [stage] = job_with(jobnik, 2)
+    running = jobnik.dequeue("t0")
+    run(jobnik, "t0", TaskStatus.FAILED)
+    assert status(store, JOBS, job) == JobStatus.FAILED
+    assert not jobnik.heartbeat(running.id, running.attempt).cancelled  # nothing cancelled it
+
+    assert jobnik.rerun_stage(stage).tasks == 1
+
+    jobnik.report_task(running.id, TaskStatus.COMPLETED, attempt=running.attempt)
+    run(jobnik, "t0")
+    assert status(store, JOBS, job) == JobStatus.COMPLETED
 
 
 def test_a_rerun_completion_stage_runs_in_the_completion_phase(

@@ -610,16 +610,24 @@ def test_a_refused_attempt_only_moves_the_tasks_version() -> None:
     assert entity_ops(event, POSITION) == [Update(TASKS, {"id": task.id}, stamp(event))]
 
 
-def test_task_logged_inserts_one_row_per_line_keyed_by_its_log_position() -> None:
+def test_task_logged_inserts_one_row_per_append_keyed_by_its_log_position() -> None:
     task = task_in(TaskStatus.IN_PROGRESS)
     task.append_log(["started", "done"], at(5), Actor.WORKER)
     event = only_event(task)
 
-    line = {"task_id": task.id, "position": POSITION, "job_id": task.job_id, "attempt": 1}
+    append = {"task_id": task.id, "position": POSITION, "job_id": task.job_id, "attempt": 1}
     assert entity_ops(event, POSITION) == [
         Update(TASKS, {"id": task.id}, stamp(event)),
-        Insert(LOGS, {**line, "line_no": 0, "time": at(5), "line": "started"}),
-        Insert(LOGS, {**line, "line_no": 1, "time": at(5), "line": "done"}),
+        Insert(
+            LOGS,
+            {
+                **append,
+                "actor": "worker",
+                "time": at(5),
+                "line_count": 2,
+                "lines": ["started", "done"],
+            },
+        ),
     ]
 
 

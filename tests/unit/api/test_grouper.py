@@ -1,4 +1,4 @@
-"""The group commit's turn-taking (domain/groups.py), without a database: who leads, who waits,
+"""The group commit's turn-taking (api/grouping.py), without a database: who leads, who waits,
 what a group holds, and what a failed group leaves its callers to do."""
 
 from __future__ import annotations
@@ -10,12 +10,18 @@ from collections.abc import Callable
 
 import pytest
 
-from jobnik.domain.groups import Call, Grouper
+from jobnik.api.grouping import Call, Grouper
+from jobnik.domain.batches import Claiming
 from jobnik.domain.principals import Actor
 
 
 def call(name: str) -> Call:
-    return Call(Actor.WORKER, None, stage_type=name)
+    return Call(claiming=Claiming(name, Actor.WORKER))
+
+
+def name_of(c: Call) -> str:
+    assert c.claiming is not None
+    return c.claiming.stage_type
 
 
 def wait_for(condition: Callable[[], bool]) -> None:
@@ -35,14 +41,14 @@ class Held:
         self.fail = fail
 
     def __call__(self, calls: list[Call]) -> None:
-        self.groups.append([c.stage_type for c in calls])
+        self.groups.append([name_of(c) for c in calls])
         if len(self.groups) == 1:
             self.started.set()
             assert self.release.wait(10)
         if self.fail and len(self.groups) == 2:
             raise RuntimeError("the shared transaction failed")
         for c in calls:
-            c.answer = f"answer of {c.stage_type}"  # type: ignore[assignment]
+            c.answer = f"answer of {name_of(c)}"  # type: ignore[assignment]
 
 
 def submit_all(grouper: Grouper, calls: list[Call]) -> list[threading.Thread]:
@@ -195,7 +201,7 @@ def test_many_callers_each_get_an_answer_or_run_alone_and_none_is_left_waiting()
         if fail:
             raise RuntimeError("the group failed")
         for c in calls:
-            c.answer = c.stage_type  # type: ignore[assignment]
+            c.answer = name_of(c)  # type: ignore[assignment]
 
     grouper = Grouper(run, limit=4)
     outcomes: list[str] = []
@@ -208,7 +214,7 @@ def test_many_callers_each_get_an_answer_or_run_alone_and_none_is_left_waiting()
             except RuntimeError:
                 assert c.alone
             with lock:
-                outcomes.append("alone" if c.alone else str(c.answer == c.stage_type))
+                outcomes.append("alone" if c.alone else str(c.answer == name_of(c)))
 
     threads = [threading.Thread(target=caller, args=(n,)) for n in range(12)]
     for t in threads:

@@ -1,0 +1,298 @@
+"""Task activity minute by minute, for the console's charts and `GET /v1/activity`: per stage
+type and minute the tasks queued, dequeued, completed, retried and failed and how the number of
+queued tasks changed; per job and minute the tasks completed.
+
+Tables:
+- activity_v1_stages: each stage of a job not deleted: its job, its type and its queued tasks
+  (task events name their stage, not its type; a deleted job's queued tasks leave its types');
+- activity_v1_types: per stage type, its queued tasks now, counted as `GET /v1/queues` counts
+  them (PENDING or RETRIED, in paused jobs and stages not released yet too; a deleted job's not);
+- activity_v1_minutes: per stage type and minute (`epoch_minute`: minutes since 1970-01-01 UTC
+  of the events' times) the counts, and `queued_change`, the net change of its queued tasks;
+- activity_v1_job_minutes: per job and minute, the tasks completed.
+
+Queued depth over time is derived, not sampled: at the end of minute m a type had its queued
+tasks now minus the `queued_change` of every later minute (queries/activity.py). Both are
+written in the same transaction, so the curve is exact at the projection's position.
+
+The minute rows are kept for `WINDOW_MINUTES` before the newest minute an event fell in, not
+before the wall clock: a replay of old events (a rebuild) computes the same horizon at the same
+point of the log, so it keeps and drops the same rows (docs/design.md, "Activity charts").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+from uuid import UUID
+
+from jobnik.domain.jobs import Job
+from jobnik.domain.stages import Stage
+from jobnik.domain.statuses import TASK_QUEUED
+from jobnik.domain.tasks import Task
+from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql, select_in
+from jobnik.projections.store.cursor import Cursor
+
+STAGES, TYPES, MINUTES, JOB_MINUTES = (
+    "activity_v1_stages",
+    "activity_v1_types",
+    "activity_v1_minutes",
+    "activity_v1_job_minutes",
+)
+WINDOW_MINUTES: Final = 24 * 60  # minute rows kept before the newest minute
+COUNTERS: Final = ("enqueued", "dequeued", "completed", "retried", "failed", "queued_change")
+
+
+def epoch_minute(event: Any) -> int:
+    """The minute the event happened in, counted from 1970-01-01 UTC."""
+    return int(event.timestamp.timestamp() // 60)
+
+
+@dataclass
+class StageRow:
+    job_id: UUID
+    stage_type: str
+    queued: int
+
+
+@dataclass
+class State:
+    """The rows a batch reads and changes, in memory: the fold updates them."""
+
+    stages: dict[UUID, StageRow]  # the batch's stages as they stand (loaded or added)
+    added: set[UUID] = field(default_factory=set)
+    deleted: set[UUID] = field(default_factory=set)
+    new_types: set[str] = field(default_factory=set)
+    queued: Counter[str] = field(default_factory=Counter)  # change per stage type
+    minutes: dict[tuple[str, int], Counter[str]] = field(default_factory=dict)
+    job_minutes: Counter[tuple[UUID, int]] = field(default_factory=Counter)
+    newest: int | None = None  # the newest minute a row was touched for
+
+    def touch(self, stage_type: str, minute: int, **deltas: int) -> None:
+        """Counts added to the type's row of `minute`, which exists from now on (even when
+        the changes add up to nothing: a row is there or not whatever the batches)."""
+        row = self.minutes.setdefault((stage_type, minute), Counter())
+        row.update(deltas)
+        if self.newest is None or minute > self.newest:
+            self.newest = minute
+
+
+def _task(state: State, e: Any, counters: tuple[str, ...], queued: int) -> None:
+    """A task event of the stage `e` names: `counters` counted, the queued tasks changed."""
+    stage = state.stages.get(e.stage_id)
+    if stage is None:  # (a stage the log never added: nothing to count it under)
+        return
+    minute = epoch_minute(e)
+    deltas = dict.fromkeys(counters, 1)
+    if queued:
+        stage.queued += queued
+        state.queued[stage.stage_type] += queued
+        deltas["queued_change"] = queued
+    state.touch(stage.stage_type, minute, **deltas)
+    if "completed" in counters:
+        state.job_minutes[stage.job_id, minute] += 1
+
+
+def _counts(*counters: str, queued: int = 0) -> Callable[[State, Any], None]:
+    return lambda state, e: _task(state, e, counters, queued)
+
+
+def _stage_added(state: State, e: Any) -> None:
+    state.stages[e.originator_id] = StageRow(e.job_id, e.type, 0)
+    state.added.add(e.originator_id)
+    state.new_types.add(e.type)
+
+
+def _job_deleted(state: State, e: Any) -> None:
+    """The job's stages go, and their queued tasks leave their types' counts."""
+    minute = epoch_minute(e)
+    for stage_id, stage in sorted(state.stages.items(), key=lambda s: str(s[0])):
+        if stage.job_id != e.originator_id:
+            continue
+        if stage.queued:
+            state.queued[stage.stage_type] -= stage.queued
+            state.touch(stage.stage_type, minute, queued_change=-stage.queued)
+        del state.stages[stage_id]
+        state.deleted.add(stage_id)
+
+
+def _aborted(state: State, e: Any) -> None:
+    """An aborted task leaves the queue if it was in it (not when a worker held it)."""
+    _task(state, e, (), -1 if e.previous in TASK_QUEUED else 0)
+
+
+# What each event does; the events that put a task in the queue count as `enqueued`.
+STEP: Final[dict[type, Callable[[State, Any], None]]] = {
+    Stage.StageAdded: _stage_added,
+    Job.JobDeleted: _job_deleted,
+    Task.TaskCreated: _counts("enqueued", queued=1),
+    Task.TaskReturned: _counts("enqueued", queued=1),
+    Task.TaskRedispatched: _counts("enqueued", queued=1),
+    Task.TaskRerun: _counts("enqueued", queued=1),
+    Task.TaskRetried: _counts("retried", "enqueued", queued=1),  # a failed attempt, queued again
+    Task.TaskDequeued: _counts("dequeued", queued=-1),
+    Task.TaskCompleted: _counts("completed"),
+    Task.TaskFailed: _counts("failed"),
+    Task.TaskAborted: _aborted,
+}
+
+
+def step(state: State, event: Any) -> None:
+    """Fold one event into `state`. Pure: no I/O, no clock."""
+    handler = STEP.get(type(event))
+    if handler is not None:
+        handler(state, event)
+
+
+def fold(batch: Batch, stages: dict[UUID, StageRow]) -> State:
+    """The batch (in log order) folded over the stored rows of its stages. Pure."""
+    state = State(stages)
+    for _, event in batch:
+        step(state, event)
+    return state
+
+
+def horizon(stored_newest: int | None, state: State) -> int | None:
+    """The first minute kept after the batch: `WINDOW_MINUTES` before the newest minute any
+    event fell in so far (None: no minute yet)."""
+    newest = max((m for m in (stored_newest, state.newest) if m is not None), default=None)
+    return None if newest is None else newest - WINDOW_MINUTES
+
+
+INSERT_STAGE: Final = (
+    "INSERT INTO activity_v1_stages (stage_id, job_id, stage_type, queued) "
+    "VALUES (%(stage_id)s, %(job_id)s, %(stage_type)s, %(queued)s)"
+)
+SET_STAGE: Final = "UPDATE activity_v1_stages SET queued = %(queued)s WHERE stage_id = %(stage_id)s"
+DELETE_STAGE: Final = "DELETE FROM activity_v1_stages WHERE stage_id = %(stage_id)s"
+ADD_TYPE: Final = (
+    "INSERT INTO activity_v1_types (stage_type, queued) VALUES (%(stage_type)s, %(queued)s) "
+    "ON CONFLICT (stage_type) DO UPDATE SET queued = activity_v1_types.queued + EXCLUDED.queued"
+)
+ADD_MINUTE: Final = (
+    f"INSERT INTO activity_v1_minutes (stage_type, epoch_minute, {', '.join(COUNTERS)}) "
+    f"VALUES (%(stage_type)s, %(epoch_minute)s, {', '.join(f'%({c})s' for c in COUNTERS)}) "
+    "ON CONFLICT (stage_type, epoch_minute) DO UPDATE SET "
+    + ", ".join(f"{c} = activity_v1_minutes.{c} + EXCLUDED.{c}" for c in COUNTERS)
+)
+ADD_JOB_MINUTE: Final = (
+    "INSERT INTO activity_v1_job_minutes (job_id, epoch_minute, completed) "
+    "VALUES (%(job_id)s, %(epoch_minute)s, %(completed)s) "
+    "ON CONFLICT (job_id, epoch_minute) DO UPDATE "
+    "SET completed = activity_v1_job_minutes.completed + EXCLUDED.completed"
+)
+NEWEST: Final = "SELECT MAX(epoch_minute) AS newest FROM activity_v1_minutes"
+PRUNE: Final = (
+    "DELETE FROM activity_v1_minutes WHERE epoch_minute < %(horizon)s",
+    "DELETE FROM activity_v1_job_minutes WHERE epoch_minute < %(horizon)s",
+)
+
+
+class Activity(CatchUpProjection):
+    """Tasks queued, dequeued, completed, retried and failed per stage type and minute, tasks
+    completed per job and minute, and each stage type's queued tasks now."""
+
+    name = "activity"
+    version = 1
+    tables = (STAGES, TYPES, MINUTES, JOB_MINUTES)
+    keys = {
+        STAGES: ("stage_id",),
+        TYPES: ("stage_type",),
+        MINUTES: ("stage_type", "epoch_minute"),
+        JOB_MINUTES: ("job_id", "epoch_minute"),
+    }
+    events = tuple(STEP)
+    # Not per job: the horizon follows the newest event of any job, so one process replays
+    # the log in order (`per_job` False).
+    ddl = f"""
+    CREATE TABLE IF NOT EXISTS activity_v1_stages (
+        stage_id {{uuid}} PRIMARY KEY,
+        job_id {{uuid}} NOT NULL,
+        stage_type TEXT NOT NULL,
+        queued INTEGER NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS activity_v1_stages_job ON activity_v1_stages (job_id);
+    CREATE TABLE IF NOT EXISTS activity_v1_types (
+        stage_type TEXT PRIMARY KEY,
+        queued BIGINT NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS activity_v1_minutes (
+        stage_type TEXT NOT NULL,
+        epoch_minute BIGINT NOT NULL,
+        {" ".join(f"{c} INTEGER NOT NULL," for c in COUNTERS)}
+        PRIMARY KEY (stage_type, epoch_minute)
+    );
+    CREATE INDEX IF NOT EXISTS activity_v1_minutes_minute ON activity_v1_minutes (epoch_minute);
+    CREATE TABLE IF NOT EXISTS activity_v1_job_minutes (
+        job_id {{uuid}} NOT NULL,
+        epoch_minute BIGINT NOT NULL,
+        completed INTEGER NOT NULL,
+        PRIMARY KEY (job_id, epoch_minute)
+    );
+    CREATE INDEX IF NOT EXISTS activity_v1_job_minutes_minute
+        ON activity_v1_job_minutes (epoch_minute)
+    """
+
+    def apply(self, cur: Cursor, batch: Batch, sql: Sql, prepared: Any = None) -> None:
+        stored = cur.one(sql(NEWEST))
+        stored_newest = None if stored is None else stored["newest"]
+        state = fold(batch, self._load(cur, batch, sql))
+        keep_from = horizon(stored_newest, state)
+        d = cur.dialect
+
+        def run(statement: str, rows: Iterable[dict[str, Any]]) -> None:
+            dumped = [d.dump_row(r) for r in rows]
+            if dumped:
+                cur.executemany(sql(statement), dumped)
+
+        loaded = set(state.deleted | state.stages.keys()) - state.added
+        run(
+            INSERT_STAGE,
+            (
+                {"stage_id": s, **vars(state.stages[s])}
+                for s in sorted(state.added - state.deleted, key=str)
+            ),
+        )
+        run(
+            SET_STAGE,
+            (
+                {"stage_id": s, "queued": state.stages[s].queued}
+                for s in sorted(loaded - state.deleted, key=str)
+            ),
+        )
+        run(DELETE_STAGE, ({"stage_id": s} for s in sorted(loaded & state.deleted, key=str)))
+        types = sorted(state.new_types | set(state.queued))
+        run(ADD_TYPE, ({"stage_type": t, "queued": state.queued[t]} for t in types))
+        if keep_from is None:
+            return
+        run(
+            ADD_MINUTE,
+            (
+                {"stage_type": t, "epoch_minute": m, **{c: n[c] for c in COUNTERS}}
+                for (t, m), n in sorted(state.minutes.items())
+                if m >= keep_from
+            ),
+        )
+        run(
+            ADD_JOB_MINUTE,
+            (
+                {"job_id": j, "epoch_minute": m, "completed": n}
+                for (j, m), n in sorted(state.job_minutes.items(), key=lambda k: (str(k[0]), k[1]))
+                if m >= keep_from
+            ),
+        )
+        if stored_newest is not None and keep_from > stored_newest - WINDOW_MINUTES:
+            for statement in PRUNE:
+                cur.execute(sql(statement), {"horizon": keep_from})
+
+    def _load(self, cur: Cursor, batch: Batch, sql: Sql) -> dict[UUID, StageRow]:
+        """The stored rows of the stages the batch's task events name, and of the stages of the
+        jobs it deletes."""
+        stage_ids = {e.stage_id for _, e in batch if hasattr(e, "stage_id")}
+        deleted = {e.originator_id for _, e in batch if isinstance(e, Job.JobDeleted)}
+        select = "SELECT * FROM activity_v1_stages"
+        rows = select_in(cur, sql, select, "stage_id", stage_ids)
+        rows += select_in(cur, sql, select, "job_id", deleted)
+        return {r["stage_id"]: StageRow(r["job_id"], r["stage_type"], r["queued"]) for r in rows}
