@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from jobnik.api.grouping import GroupCommit
 from jobnik.api.idempotency import IdempotencyKeys, fingerprint
+from jobnik.api.limits import INT64_MAX
 from jobnik.api.settings import Settings
 from jobnik.api.telemetry.metrics import IDEMPOTENT_REPLAYS
 from jobnik.api.traces import creation_trace
@@ -71,9 +72,14 @@ async def as_of(
     as_of: Annotated[
         str | None,
         Query(
-            pattern=r"^\s*([0-9]{1,19}|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ].+)\s*$",
-            description="jobnik: a log position or an ISO 8601 date-time with its offset; the "
-            "entity as it was then",
+            description="jobnik: a log position, or an RFC 3339 date-time (its offset "
+            "included); the entity as it was then",
+            json_schema_extra={
+                "anyOf": [
+                    {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+                    {"type": "string", "format": "date-time"},
+                ]
+            },
         ),
     ] = None,
 ) -> AsOf | None:

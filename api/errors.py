@@ -20,14 +20,17 @@ from jobnik.domain.errors import (
     Busy,
     DatabaseError,
     Forbidden,
+    HeadersTooLarge,
     IdempotencyKeyReused,
     IllegalJobTransition,
     IllegalTransition,
     InvalidRequest,
     JobnikError,
     JobNotFound,
+    LastAdminToken,
     NotFound,
     PayloadTooLarge,
+    RequestTimeout,
     ScheduleExists,
     StageNotFound,
     TaskNotFound,
@@ -43,7 +46,10 @@ HTTP_STATUS: Final[Mapping[type[JobnikError], int]] = {
     Forbidden: 403,
     TokenExists: 409,
     ScheduleExists: 409,
+    LastAdminToken: 409,
     PayloadTooLarge: 413,
+    RequestTimeout: 408,
+    HeadersTooLarge: 431,
     NotFound: 404,
     IllegalTransition: 400,
     InvalidRequest: 400,
@@ -147,7 +153,9 @@ def describe(error: Mapping[str, Any]) -> str:
     if kind == "json_invalid":
         return "request/body is not valid JSON"
     if kind == "extra_forbidden":
-        return f"{_path(loc[:-1])} must NOT have additional properties ('{loc[-1]}')"
+        return f"{_path(loc[:-1])} must NOT have additional properties ('{_short(loc[-1])}')"
+    if kind == "additional_property":
+        return f"{_path(loc)} must NOT have additional properties ('{_short(ctx.get('key'))}')"
     where = _path(loc)
     messages = {
         "uuid_parsing": 'must match format "uuid"',
@@ -175,6 +183,12 @@ def describe(error: Mapping[str, Any]) -> str:
         "json_invalid": "is not valid JSON",
     }
     return f"{where} {messages.get(kind, error.get('msg', 'is invalid'))}"
+
+
+def _short(key: Any) -> str:
+    """A key for a message: at most 50 characters."""
+    text = str(key)
+    return text if len(text) <= 50 else text[:50] + "..."
 
 
 def _allowed(ctx: Mapping[str, Any]) -> str:
@@ -227,10 +241,21 @@ def install(app: FastAPI) -> None:
 
 
 def _methods_of(request: Request) -> list[str]:
-    """The methods the routes of this request's path answer."""
+    """The methods the routes of this request's path answer (a route whose path parameter the
+    path does not fill with a value of its type serves another resource: `GET
+    /v1/tasks/{taskId}` is not one of `/v1/tasks/status`)."""
     methods: set[str] = set()
     for route in request.app.router.routes:
-        match, _ = route.matches({**request.scope, "method": "_"})
-        if match != Match.NONE:
+        match, child = route.matches({**request.scope, "method": "_"})
+        if match != Match.NONE and _fits(route, child.get("path_params", {})):
             methods.update(getattr(route, "methods", None) or ())
     return sorted(methods)
+
+
+def _fits(route: object, values: Mapping[str, Any]) -> bool:
+    """Whether `values` are of the types of the route's path parameters."""
+    dependant = getattr(route, "dependant", None)
+    for field in dependant.path_params if dependant is not None else ():
+        if field.validate(values.get(field.alias), loc=("path",))[1]:
+            return False
+    return True

@@ -9,6 +9,11 @@ serialised, strings and bodies over their limits, and objects of only the keys `
 `_data_` (the event log's encoding of its own values, which it would read back as another value,
 or fail to read). Each refusal is a 400 (413 for the body size) with its own code, and nothing
 after the gate runs, so nothing is written.
+
+The gate also keeps the event loop free while it parses: a body over INLINE_BYTES is parsed in a
+worker thread, one such body at a time (a parse holds the interpreter while it runs, so two at
+once would only take turns), and a route's bounded arrays (api/bodies.py) are counted on the
+parsed value, before anything validates their items.
 """
 
 from __future__ import annotations
@@ -16,12 +21,15 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 from urllib.parse import parse_qsl
 
+import anyio
 import orjson
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobnik.api import errors
@@ -50,7 +58,21 @@ _DIGITS_AS_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
 _LONG_DIGITS: Final = b"0" * 19
 _ESCAPE: Final = b"\\u"  # (an escaped NUL, or a key spelled with escapes)
 _RESERVED_KEY: Final = b'"_type_"'
+# An object whose first key is `_type_` or `_data_`, in orjson's rendering (keys unescaped).
+_RESERVED_START: Final = re.compile(rb'\{"_(?:type|data)_":')
+_STRING: Final = re.compile(rb'"[^"]*"')  # (once escaped quotes are gone)
+_SQUARE: Final = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKET: Final = bytes(range(256)).translate(None, b'[]{}"')  # (quotes kept, to find strings)
+_NOT_LIST: Final = bytes(range(256)).translate(None, b'[]{}",')
+_INNERMOST: Final = re.compile(rb"\[[^\[\]]*\]")
+# check_value's pause: every WALK_STRIDE values (a few milliseconds), WALK_PAUSE seconds; a body
+# parsed on the event loop (INLINE_BYTES at most) holds fewer values, so it never pauses there.
+WALK_STRIDE: Final = 4096
+WALK_PAUSE: Final = 0.0001
 PARSED_BODY: Final = "jobnik.parsed_body"  # the gate's (body, value), in the ASGI scope
+# The largest body parsed on the event loop: a few milliseconds at most, whatever it holds (the
+# walked parse of a 4 KiB body of empty objects); a larger one is parsed in a worker thread.
+INLINE_BYTES: Final = 4 * 1024
 
 
 @dataclass(frozen=True)
@@ -115,14 +137,19 @@ def parse_json(body: bytes, limits: Limits) -> Any:
     """`body` as JSON, or the gate's error for it (InvalidRequest for what is not JSON)."""
     if _plain(body, limits):
         try:
-            return orjson.loads(body)
+            value = orjson.loads(body)
         except orjson.JSONDecodeError:
             pass  # (the json module's parse says what is wrong)
+        else:
+            if _deeper(body, limits.depth):
+                raise JsonTooDeep(_too_deep(limits))
+            return value
     return parse_json_strictly(body, limits)
 
 
 def parse_json_strictly(body: bytes, limits: Limits) -> Any:
-    """`parse_json` by the json module, every value walked (check_value)."""
+    """`parse_json` by the json module; the value walked (check_value) unless `_clean` shows
+    that the walk would find nothing."""
     try:
         value = json.loads(body, parse_int=_int, parse_float=_float, parse_constant=_constant)
     except RecursionError:
@@ -131,26 +158,85 @@ def parse_json_strictly(body: bytes, limits: Limits) -> Any:
         if isinstance(e, JobnikError):
             raise
         raise InvalidRequest("request/body is not valid JSON") from None
-    check_value(value, limits)
+    if not _clean(value, limits):
+        check_value(value, limits)
     return value
 
 
 def _plain(body: bytes, limits: Limits) -> bool:
-    """Whether any JSON value orjson parses from `body` passes the gate as it is, unwalked.
+    """Whether any JSON value orjson parses from `body` passes the gate as it is, but for its
+    depth (`_deeper`), unwalked.
 
     orjson parses UTF-8 JSON only, into the values the json module would, and refuses a lone
     surrogate, NaN, Infinity and a number that overflows a double. What it takes and the gate
     would not is ruled out here: a string longer than the limit (none is longer than the body),
-    an escaped NUL, a nesting deeper than the limit (as deep as there are brackets, at most),
-    an integer beyond 64 bits (nineteen digits at least), an object of only `_type_` and
-    `_data_` (no `\\u` escape, which may spell a key, and no `"_type_"` as it is)."""
+    an escaped NUL, an integer beyond 64 bits (nineteen digits at least), an object of only
+    `_type_` and `_data_` (no `\\u` escape, which may spell a key, and no `"_type_"` as it
+    is)."""
     return (
         len(body) <= limits.string_length
-        and body.count(b"[") + body.count(b"{") <= limits.depth
         and _ESCAPE not in body
         and _RESERVED_KEY not in body
         and _LONG_DIGITS not in body.translate(_DIGITS_AS_ZERO)
     )
+
+
+def _clean(value: Any, limits: Limits) -> bool:
+    """Whether check_value would find nothing in `value` (a value the json module parsed with
+    the gate's number hooks), shown on orjson's rendering of it, where every string is as long
+    as its text at least, a NUL is `\\u0000`, a key is never escaped, and a lone surrogate or a
+    nesting of more than 254 levels cannot be rendered. False may be wrong (then the walk
+    decides), True is not."""
+    try:
+        rendered = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return False
+    return (
+        len(rendered) <= limits.string_length
+        and b"\\u0000" not in rendered
+        and _RESERVED_START.search(rendered) is None
+        and not _deeper(rendered, limits.depth)
+    )
+
+
+def _deeper(body: bytes, depth: int) -> bool:
+    """Whether valid UTF-8 JSON `body` nests deeper than `depth` levels: its brackets, rid of
+    their innermost pairs once per level."""
+    if body.count(b"[") + body.count(b"{") <= depth:
+        return False
+    shape = _structure(body, _NOT_BRACKET)
+    for _ in range(depth):
+        shape = shape.replace(b"[]", b"")
+        if not shape:
+            return False
+    return True
+
+
+def array_length(body: bytes, depth: int) -> int | None:
+    """The number of items of the array `body` holds, counted on its text (commas between its
+    items, once the arrays and objects within are taken out, one level at a time); None when
+    it holds no array, or when its items nest more than `depth` levels deep. Exact for valid
+    UTF-8 JSON (a body that is not JSON is refused by the parse anyway)."""
+    text = body.strip()
+    if not (text.startswith(b"[") and text.endswith(b"]")):
+        return None
+    inner = _structure(text, _NOT_LIST)[1:-1].replace(b"[]", b"")
+    for _ in range(depth):
+        if b"[" not in inner:
+            commas = inner.count(b",")
+            return commas + 1 if commas or text[1:-1].strip() else 0
+        inner = _INNERMOST.sub(b"", inner)
+    return None
+
+
+def _structure(body: bytes, others: bytes) -> bytes:
+    """Valid UTF-8 JSON `body` without its strings, nor the characters `others` lists, its
+    braces as brackets: its escaped backslashes and quotes taken out, then its other
+    characters, then its strings (most hold neither bracket nor comma: `""`)."""
+    if b"\\" in body:
+        body = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    shape = body.translate(_SQUARE, others).replace(b'""', b"")
+    return _STRING.sub(b"", shape) if b'"' in shape else shape
 
 
 def _too_deep(limits: Limits) -> str:
@@ -158,11 +244,19 @@ def _too_deep(limits: Limits) -> str:
 
 
 def check_value(value: Any, limits: Limits) -> None:
-    """Walk a parsed JSON value: nesting depth, and every key and string (check_text)."""
+    """Walk a parsed JSON value: nesting depth, and every key and string (check_text).
+
+    A long walk runs in a worker thread (bodies over INLINE_BYTES), and pauses every
+    WALK_STRIDE values: the thread lets the interpreter go at once, so the event loop, which
+    waits for it, does not wait for the interpreter's switch interval each time."""
     # (value, depth, path) with the path as (parent, key) links: built cheaply, rendered only
     # for an error message.
     stack: list[tuple[Any, int, Any]] = [(value, 0, None)]
+    walked = 0
     while stack:
+        walked += 1
+        if walked % WALK_STRIDE == 0:
+            time.sleep(WALK_PAUSE)
         item, depth, path = stack.pop()
         if isinstance(item, str):
             if not _acceptable(item, limits):
@@ -248,12 +342,23 @@ def check_form(body: bytes, limits: Limits) -> None:
         check_text(f"request/body/{_quoted(name)}", value, limits)
 
 
+class BodyCheck(Protocol):
+    """What a request's body must pass besides the JSON checks, before it is parsed and after
+    (api/bodies.py: the routes' bounded arrays)."""
+
+    def unparsed(self, scope: Scope, body: bytes) -> None: ...
+
+    def parsed(self, scope: Scope, value: Any) -> None: ...
+
+
 class InputGate:
     """ASGI middleware: check_host and check_target on every request; a body is read whole (up
-    to the body limit), checked as JSON when there is one, and handed on unchanged."""
+    to the body limit), checked as JSON when there is one (and by `check`, before the parse
+    and after), and handed on unchanged."""
 
-    def __init__(self, app: ASGIApp, limits: Limits) -> None:
-        self.app, self.limits = app, limits
+    def __init__(self, app: ASGIApp, limits: Limits, check: BodyCheck | None = None) -> None:
+        self.app, self.limits, self.check = app, limits, check
+        self._parsing: anyio.CapacityLimiter | None = None  # made in the loop, on first use
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -269,11 +374,30 @@ class InputGate:
             if scope["path"] in FORM_PATHS:
                 check_form(body, self.limits)
             elif body.strip():
-                scope[PARSED_BODY] = (body, parse_json(body, self.limits))
+                scope[PARSED_BODY] = (body, await self._parse(scope, body))
         except JobnikError as exc:
             await errors.response_for(exc)(scope, receive, send)
             return
+        except ClientDisconnect:
+            return
         await self.app(scope, replay(body, receive), send)
+
+    async def _parse(self, scope: Scope, body: bytes) -> Any:
+        if len(body) <= INLINE_BYTES:
+            return self._checked(scope, body)
+        if self._parsing is None:
+            self._parsing = anyio.CapacityLimiter(1)
+        return await anyio.to_thread.run_sync(self._checked, scope, body, limiter=self._parsing)
+
+    def _checked(self, scope: Scope, body: bytes) -> Any:
+        """`body` parsed and checked (in the thread that parses it, where a refused value is
+        also freed)."""
+        if self.check is not None:
+            self.check.unparsed(scope, body)
+        value = parse_json(body, self.limits)
+        if self.check is not None:
+            self.check.parsed(scope, value)
+        return value
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes:
         limit = self.limits.body_bytes
@@ -284,13 +408,14 @@ class InputGate:
 
 
 async def read_body(receive: Receive, limit: int | None = None) -> bytes:
-    """The request's whole body; PayloadTooLarge past `limit` bytes."""
+    """The request's whole body; PayloadTooLarge past `limit` bytes, ClientDisconnect when the
+    client leaves before its end (nothing may run on a part of a body)."""
     chunks: list[bytes] = []
     seen = 0
     while True:
         message = await receive()
-        if message["type"] != "http.request":
-            break
+        if message["type"] != "http.request":  # the client left before its body ended
+            raise ClientDisconnect()
         chunk = message.get("body", b"")
         seen += len(chunk)
         if limit is not None and seen > limit:

@@ -15,7 +15,9 @@ from prometheus_client import CollectorRegistry
 
 from jobnik.api import console, errors, positions
 from jobnik.api.access import Access, Authenticate, TokenTable
+from jobnik.api.bodies import Bounds
 from jobnik.api.grouping import GroupCommit
+from jobnik.api.headers import DocsHeaders
 from jobnik.api.idempotency import IdempotencyKeys
 from jobnik.api.limits import InputGate, Limits
 from jobnik.api.middleware import RequestMiddleware
@@ -120,6 +122,7 @@ def create_app(
     app = FastAPIOffline(  # /docs with Swagger UI's files served from /docs/assets, no CDN
         redoc_url=None,
         static_url="/docs/assets",
+        swagger_ui_parameters={"validatorUrl": None},  # (an image from swagger.io otherwise)
         title="jobnik",
         version="0.1.0",
         description=DESCRIPTION,
@@ -166,7 +169,10 @@ def create_app(
         app.router.routes.extend(module.router.routes)
     console.install(app)
     document_errors(app)
-    app.add_middleware(InputGate, limits=Limits.of(settings))
+    app.add_middleware(DocsHeaders)
+    app.add_middleware(
+        InputGate, limits=Limits.of(settings), check=Bounds.of(app.router.routes, settings)
+    )
     app.add_middleware(Authenticate, access=app.state.access)  # before any body is read
     # the request id is set while the others run
     app.add_middleware(RequestMiddleware, metrics=telemetry.metrics is not None)

@@ -6,6 +6,11 @@ from what it is: every one may be refused by the input gate or a validator (400)
 (500); one that names an entity may not find it (404); one with a body may send too large a
 body (413); a write may lose a race (409); a creating write with an Idempotency-Key may reuse it
 (422); a read that waits for a projection may find too many waiting (503).
+
+It also states the limits the server enforces, from the settings the app is built with: a
+parameter's maximum named by a setting (`setting_maximum`), a bounded array's `maxItems`
+(api/bodies.py), and what a free-form JSON payload may hold (`JsonObject`, `JsonValue`: what the
+input gate takes, api/limits.py).
 """
 
 from __future__ import annotations
@@ -14,10 +19,16 @@ from typing import Any, Final
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 
-from jobnik.api.schemas import ErrorBody
+from jobnik.api.bodies import declared
+from jobnik.api.schemas import FREE_FORM, ErrorBody
+from jobnik.api.settings import Settings
 
 WRITES: Final = frozenset({"post", "put", "patch", "delete"})
+SETTING_MAXIMUM: Final = "x-jobnik-maximum"
+JSON_OBJECT: Final = "#/components/schemas/JsonObject"
+JSON_VALUE: Final = "#/components/schemas/JsonValue"
 ERROR_REF: Final = {"$ref": "#/components/schemas/ErrorBody"}
 STATUSES: Final[dict[int, str]] = {
     400: "refused: VALIDATION_ERROR (a value out of the contract, an unknown query parameter), "
@@ -34,6 +45,83 @@ STATUSES: Final[dict[int, str]] = {
     500: "UNKNOWN_ERROR or DATABASE_RELATED_ERROR; the answer's X-Request-Id names the log entry",
     503: "TOO_MANY_WAITERS: JOBNIK_MAX_WAITERS reads already wait; retry after Retry-After",
 }
+
+
+def setting_maximum(setting: str) -> dict[str, Any]:
+    """A parameter's `json_schema_extra`: its maximum is the `Settings` field `setting` (which
+    the route enforces), stated in the document from the app's settings."""
+    return {SETTING_MAXIMUM: setting}
+
+
+def json_schemas(settings: Settings) -> dict[str, dict[str, Any]]:
+    """`JsonObject` (every free-form payload) and `JsonValue` (what it holds): what the input
+    gate takes under `settings`."""
+    text = {"type": "string", "maxLength": settings.max_string_length}
+    return {
+        "JsonObject": {
+            "type": "object",
+            "additionalProperties": {"$ref": JSON_VALUE},
+            "propertyNames": text,
+            "description": "A JSON object, nested at most JOBNIK_MAX_JSON_DEPTH "
+            f"({settings.max_json_depth}) levels deep in its request, in a body of at most "
+            f"JOBNIK_MAX_BODY_BYTES ({settings.max_body_bytes}); its strings and keys hold no "
+            "NUL (U+0000), its integers fit in 64 bits, and no object in it is one of only the "
+            "keys `_type_` and `_data_` (400 otherwise: INVALID_CHARACTER, "
+            "NUMBER_OUT_OF_RANGE, RESERVED_OBJECT, JSON_TOO_DEEP, STRING_TOO_LONG).",
+        },
+        "JsonValue": {
+            "description": "Any JSON value of a JsonObject (an integer written without fraction "
+            "or exponent fits in 64 bits).",
+            "type": ["null", "boolean", "number", "string", "array", "object"],
+            "maxLength": settings.max_string_length,
+            "items": {"$ref": JSON_VALUE},
+            "additionalProperties": {"$ref": JSON_VALUE},
+            "propertyNames": text,
+        },
+    }
+
+
+def document_limits(schema: dict[str, Any], app: FastAPI) -> None:
+    """State in `schema` the limits `app` enforces under its settings (see the module)."""
+    settings: Settings = app.state.settings
+    paths = schema.get("paths", {})
+    for operations in paths.values():
+        for operation in operations.values():
+            for param in operation.get("parameters", []):
+                setting = param["schema"].pop(SETTING_MAXIMUM, None)
+                if setting is not None:
+                    param["schema"]["maximum"] = getattr(settings, setting)
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for route in app.routes:
+        if not isinstance(route, APIRoute) or route.path_format not in paths:
+            continue
+        for key, items in declared(route):
+            for method in route.methods or ():
+                body = paths[route.path_format][method.lower()]["requestBody"]
+                array = body["content"]["application/json"]["schema"]
+                if key is not None:  # (a field of the body's model)
+                    model = array["$ref"].rsplit("/", 1)[-1]
+                    array = components[model]["properties"][key]
+                array["maxItems"] = items.most(settings)
+    components.update(json_schemas(settings))
+    _refer_free_forms(schema)
+
+
+def _refer_free_forms(node: Any) -> None:
+    """Every free-form payload's schema in `node` becomes a reference to `JsonObject`."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if isinstance(value, dict) and value.get(FREE_FORM):
+                kept = {k: v for k, v in value.items() if k in ("title", "description")}
+                node[key] = {"$ref": JSON_OBJECT, **kept}
+            else:
+                _refer_free_forms(value)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            if isinstance(value, dict) and value.get(FREE_FORM):
+                node[i] = {"$ref": JSON_OBJECT}
+            else:
+                _refer_free_forms(value)
 
 
 def statuses_of(method: str, path: str, operation: dict[str, Any]) -> list[int]:
@@ -67,12 +155,9 @@ def document_errors(app: FastAPI) -> None:
             # leaves out the fields that are None) would show it as any object
             separate_input_output_schemas=False,
         )
-        max_page_size = app.state.settings.max_page_size
+        document_limits(schema, app)
         for path, operations in schema.get("paths", {}).items():
             for method, operation in operations.items():
-                for param in operation.get("parameters", []):
-                    if param["name"] == "page_size":  # the setting, not the type's bound
-                        param["schema"]["maximum"] = max_page_size
                 responses = operation.setdefault("responses", {})
                 responses.pop("422", None)  # FastAPI's; validation answers 400 here
                 for status in statuses_of(method, path, operation):

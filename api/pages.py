@@ -25,6 +25,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from jobnik.api.history_schemas import EventOut
+from jobnik.api.openapi import setting_maximum
 from jobnik.api.readable import readable_payloads
 from jobnik.api.schemas import INT32_MAX, OutModel
 from jobnik.api.settings import Settings
@@ -66,6 +67,7 @@ async def paging(
             ge=1,
             le=INT32_MAX,
             description="items per page, 1 to JOBNIK_MAX_PAGE_SIZE (default 100); default 10",
+            json_schema_extra=setting_maximum("max_page_size"),
         ),
     ] = None,
 ) -> Paging:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Sequence
-from dataclasses import asdict
-from datetime import UTC, datetime
+from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 from uuid import UUID
 
@@ -18,19 +19,25 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainValidator,
     SerializerFunctionWrapHandler,
     TypeAdapter,
+    WithJsonSchema,
     model_serializer,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from jobnik.api.readable import if_asked
+from jobnik.api.settings import Settings
+from jobnik.domain.errors import InvalidRequest, TooManyLogLines
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.projections.queries.results import JobView, StageView
+from jobnik.projections.queries.timetravel import in_utc
 
 # W3C trace context headers, as a request may carry them (here and in the body).
 TRACEPARENT_RE: Final = re.compile(r"^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$")
@@ -43,8 +50,26 @@ JobName = Annotated[str, Field(min_length=2, max_length=50)]
 StageType = Annotated[str, Field(min_length=1, max_length=50)]
 Traceparent = Annotated[str, Field(pattern=TRACEPARENT)]
 Tracestate = Annotated[str, Field(pattern=TRACESTATE)]
-# A free-form JSON object; made readable when a stored one fails to render (api/readable.py).
-Payload = Annotated[dict[str, Any], BeforeValidator(if_asked)]
+
+
+def _payload(value: Any) -> dict[str, Any]:
+    """A free-form JSON object as it is: the input gate has checked its contents, so only its
+    type is validated (not each of its keys); made readable when a stored one fails to render
+    (api/readable.py)."""
+    value = if_asked(value)
+    if not isinstance(value, dict):
+        raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
+    return value
+
+
+# A free-form payload's schema names itself, for the document to state what it may hold from the
+# settings (api/openapi.py: `JsonObject`).
+FREE_FORM: Final = "x-jobnik-free-form"
+Payload = Annotated[
+    dict[str, Any],
+    PlainValidator(_payload, json_schema_input_type=dict[str, Any]),
+    WithJsonSchema({"type": "object", "additionalProperties": True, FREE_FORM: True}),
+]
 INT32_MAX = 2**31 - 1  # the stores' INTEGER columns (attempts, counters)
 INT64_MAX = 2**63 - 1  # log positions (BIGINT)
 Attempt = Annotated[int, Field(ge=1, le=INT32_MAX)]
@@ -58,19 +83,49 @@ def _iso_text(value: Any) -> Any:
     return value
 
 
-def _in_utc_range(value: datetime) -> datetime:
-    try:
-        value.astimezone(UTC)
-    except OverflowError:
-        raise PydanticCustomError("datetime_parsing", "out of range in UTC") from None
-    return value
+DateTimeQuery = Annotated[AwareDatetime, BeforeValidator(_iso_text), AfterValidator(in_utc)]
 
 
-DateTimeQuery = Annotated[AwareDatetime, BeforeValidator(_iso_text), AfterValidator(_in_utc_range)]
+@dataclass(frozen=True)
+class MostItems:
+    """An array's bound, in its type's `Annotated` metadata: at most `Settings.<setting>` items,
+    else `error` ("request/body has N `noun`; at most M per request"), counted by the input gate
+    before anything validates an item (api/bodies.py)."""
+
+    setting: str
+    error: type[InvalidRequest]
+    noun: str
+
+    def most(self, settings: Settings) -> int:
+        most: int = getattr(settings, self.setting)
+        return most
 
 
 class ApiModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_more_keys_than_names(cls, data: Any) -> Any:
+        """An object with more keys than the model has names (its fields' and their aliases)
+        holds an unknown key among its first ones: refused for that key alone, where pydantic
+        would report each unknown key (a body may hold a hundred thousand)."""
+        if isinstance(data, dict):
+            names = _names(cls)
+            if len(data) > len(names):
+                key = next(k for k in itertools.islice(data, len(names) + 1) if k not in names)
+                raise PydanticCustomError(
+                    "additional_property", "unknown field {key}", {"key": str(key)}
+                )
+        return data
+
+
+@functools.cache
+def _names(model: type[BaseModel]) -> frozenset[str]:
+    """The keys an object of `model` may hold: its fields' names and aliases."""
+    return frozenset(
+        name for field, info in model.model_fields.items() for name in (field, info.alias) if name
+    )
 
 
 class OutModel(ApiModel):
@@ -184,7 +239,11 @@ class GiveBack(AttemptBody):
 
 
 class LogLines(ApiModel):
-    lines: Annotated[list[Annotated[str, Field(max_length=10_000)]], Field(min_length=1)]
+    lines: Annotated[
+        list[Annotated[str, Field(max_length=10_000)]],
+        Field(min_length=1),
+        MostItems("max_log_lines", TooManyLogLines, "lines"),
+    ]
     attempt: Attempt | None = None
 
 

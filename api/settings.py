@@ -142,6 +142,29 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         1024 * 1024, ge=1024, description="the largest request body (413 PAYLOAD_TOO_LARGE)"
     )
+    max_header_bytes: int = Field(
+        16 * 1024,
+        ge=1024,
+        description="`jobnik serve`: the largest request line and headers, in bytes (431 "
+        "HEADERS_TOO_LARGE, connection closed)",
+    )
+    max_headers: int = Field(
+        100,
+        ge=10,
+        description="`jobnik serve`: the most header fields of a request (431 HEADERS_TOO_LARGE)",
+    )
+    header_timeout: float = Field(
+        10.0,
+        gt=0,
+        description="`jobnik serve`: seconds a request's line and headers may take to arrive "
+        "(408 REQUEST_TIMEOUT, connection closed)",
+    )
+    body_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="`jobnik serve`: seconds a request's body may take to arrive after its headers "
+        "(408 REQUEST_TIMEOUT, connection closed)",
+    )
     max_json_depth: int = Field(
         64,
         ge=2,

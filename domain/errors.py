@@ -128,6 +128,19 @@ class PayloadTooLarge(InvalidRequest):
     code = "PAYLOAD_TOO_LARGE"
 
 
+class HeadersTooLarge(InvalidRequest):
+    """the request's headers are larger, or more, than the server takes
+    (JOBNIK_MAX_HEADER_BYTES, JOBNIK_MAX_HEADERS)"""
+
+    code = "HEADERS_TOO_LARGE"
+
+
+class RequestTimeout(InvalidRequest):
+    """the request did not arrive in time (JOBNIK_HEADER_TIMEOUT, JOBNIK_BODY_TIMEOUT)"""
+
+    code = "REQUEST_TIMEOUT"
+
+
 class UnsafeInput(InvalidRequest):
     """A request holds a value the stores or the responses cannot keep as it is."""
 
@@ -338,6 +351,13 @@ class TokenExists(JobnikError):
     """a token of this name exists or existed: names are never reused"""
 
     code = "TOKEN_EXISTS"
+
+
+class LastAdminToken(JobnikError):
+    """the last active admin token: revoked, no token could manage the others (`jobnik tokens
+    create NAME --role admin` makes another first)"""
+
+    code = "LAST_ADMIN_TOKEN"
 
 
 class Exposed(JobnikError):

@@ -127,7 +127,7 @@ def serve(
     from jobnik.domain.errors import DatabaseMissing, Exposed
     from jobnik.projections.queries.tokens import TokenViews
     from jobnik.projections.store.backends import store_class
-    from jobnik.scripts.serve import metrics_directory
+    from jobnik.scripts.serve import HttpLimits, metrics_directory
 
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise typer.BadParameter("--ssl-certfile and --ssl-keyfile go together")
@@ -168,6 +168,8 @@ def serve(
             access_log=False,  # the app's own access line (request id, route, ids) replaces it
             ssl_certfile=ssl_certfile,
             ssl_keyfile=ssl_keyfile,
+            http=HttpLimits.of(settings).protocol(),  # header and body limits, timeouts
+            ws="none",  # (the API has no WebSocket route)
         )
 
 

@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from jobnik.api.cookies import COOKIE
+from jobnik.api.headers import BROWSER, PAGE_POLICY
 from jobnik.api.pages import render_event
 from jobnik.api.permissions import PRINCIPAL_KEY
 from jobnik.domain.principals import Actor, Permission, Principal
@@ -20,14 +21,7 @@ from jobnik.projections.queries.audit import TOPICS, Entry
 
 HERE: Final = Path(__file__).parent
 # Every page: scripts, styles, streams and fetches from this server only; never framed.
-HEADERS: Final = {
-    "Cache-Control": "no-store",
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; base-uri 'none'; "
-    "form-action 'self'; frame-ancestors 'none'",
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-}
+HEADERS: Final = {"Cache-Control": "no-store", "Content-Security-Policy": PAGE_POLICY, **BROWSER}
 STATIC: Final = HERE / "static"
 
 

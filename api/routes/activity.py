@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from jobnik.api.activity_schemas import ActivityOut, JobActivityOut, JobMinuteOut, TypeActivityOut
 from jobnik.api.deps import SettingsDep, ViewsDep, reject_unknown_query
+from jobnik.api.openapi import setting_maximum
 from jobnik.api.permissions import authorize, needs
 from jobnik.api.routes.catchup import MinPosition, WaitersDep
 from jobnik.api.schemas import INT32_MAX
@@ -59,8 +60,9 @@ async def get_activity_by_stage_type(
         Query(
             ge=1,
             le=INT32_MAX,
-            description="stage types per page, 1 to JOBNIK_MAX_PAGE_SIZE; "
-            "page_size times minutes at most 14400",
+            description="stage types per page, 1 to JOBNIK_MAX_PAGE_SIZE; a page holds at most "
+            "14400 minutes in all (fewer stage types when page_size times minutes is more)",
+            json_schema_extra=setting_maximum("max_page_size"),
         ),
     ] = 10,
     min_position: MinPosition = None,
@@ -71,11 +73,9 @@ async def get_activity_by_stage_type(
     activity projection's position (it may trail the log by a moment)."""
     if page_size > settings.max_page_size:
         raise InvalidRequest(f"request/query/page_size must be <= {settings.max_page_size}")
-    if page_size * minutes > MAX_POINTS:
-        raise InvalidRequest(
-            f"request/query: page_size times minutes must be <= {MAX_POINTS} "
-            "(ask for fewer minutes, a smaller page, or one stage_type)"
-        )
+    # A page's minutes are bounded in all: fewer stage types to a page, where a refusal would
+    # turn down a request its document (which can bound each parameter, not their product) allows.
+    page_size = min(page_size, MAX_POINTS // minutes)
     await waiters.wait(Activity.name, min_position)
     total, found = await run_in_threadpool(
         activity.stage_types,

@@ -7,6 +7,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 
+from jobnik.api.bodies import GatedRoute
 from jobnik.api.deps import (
     AsOfQuery,
     JobnikDep,
@@ -36,6 +37,7 @@ from jobnik.api.schemas import (
     JobName,
     JobOut,
     Message,
+    Payload,
     StageOut,
 )
 from jobnik.domain.application import NewJob, NewStage
@@ -53,14 +55,17 @@ from jobnik.projections.queries.results import StageView
 
 P = Permission
 router = APIRouter(
-    prefix="/v1", tags=["jobs"], dependencies=[Depends(authorize), Depends(reject_unknown_query)]
+    prefix="/v1",
+    route_class=GatedRoute,
+    tags=["jobs"],
+    dependencies=[Depends(authorize), Depends(reject_unknown_query)],
 )
 
 JobId = Annotated[UUID, Path(alias="jobId")]
 NO_JOB = (JobNotFound, "no such job (or it was deleted)")
 ReturnStages = Annotated[bool, Query(alias="should_return_stages")]
 ReturnTasks = Annotated[bool, Query(alias="should_return_tasks")]
-Metadata = Annotated[dict[str, Any], Body()]
+Metadata = Annotated[Payload, Body()]
 
 
 @router.get(

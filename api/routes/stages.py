@@ -6,19 +6,21 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
+from pydantic import FailFast
 
 from jobnik.api.batch_schemas import BATCH_ANSWER, tasks_response
+from jobnik.api.bodies import GatedRoute
 from jobnik.api.deps import (
     AsOfQuery,
     JobnikDep,
     OnceDep,
-    SettingsDep,
     TraceDep,
     ViewsDep,
     WorkDep,
     reject_unknown_query,
 )
 from jobnik.api.errors import error_answers
+from jobnik.api.openapi import setting_maximum
 from jobnik.api.operator_schemas import (
     JOB_NOT_ENDED,
     MALFORMED,
@@ -32,6 +34,8 @@ from jobnik.api.schemas import (
     INT32_MAX,
     CreateTask,
     Message,
+    MostItems,
+    Payload,
     StageOut,
     StageStatusChange,
     StageType,
@@ -45,12 +49,20 @@ from jobnik.domain.statuses import StageStatus
 
 P = Permission
 router = APIRouter(
-    prefix="/v1", tags=["stages"], dependencies=[Depends(authorize), Depends(reject_unknown_query)]
+    prefix="/v1",
+    route_class=GatedRoute,
+    tags=["stages"],
+    dependencies=[Depends(authorize), Depends(reject_unknown_query)],
 )
 
 StageId = Annotated[UUID, Path(alias="stageId")]
 ReturnTasks = Annotated[bool, Query(alias="should_return_tasks")]
-NewTasks = Annotated[list[CreateTask], Body(min_length=1)]
+NewTasks = Annotated[
+    list[CreateTask],
+    Body(min_length=1),
+    MostItems("max_tasks_per_request", TooManyTasks, "tasks"),
+    FailFast(),
+]
 # The dequeue's query parameters.
 LeaseSeconds = Annotated[
     int | None,
@@ -64,6 +76,7 @@ BatchCount = Annotated[
         description="jobnik: claim up to this many tasks in one transaction, each its own "
         "attempt and lease; the answer is then an array (empty when none is queued). At "
         "most JOBNIK_MAX_BATCH_SIZE (default 100): 400 BATCH_TOO_LARGE beyond",
+        json_schema_extra=setting_maximum("max_batch_size"),
     ),
 ]
 
@@ -115,7 +128,7 @@ def get_stage_summary(views: ViewsDep, stage_id: StageId) -> SummaryOut:
 def update_stage_user_metadata(
     jobnik: JobnikDep,
     stage_id: StageId,
-    body: Annotated[dict[str, Any], Body()],
+    body: Annotated[Payload, Body()],
     by: PrincipalDep,
 ) -> Message:
     """Replace the stage's user metadata (any status)."""
@@ -177,7 +190,6 @@ def get_tasks_by_stage_id(views: ViewsDep, paging: PagingDep, stage_id: StageId)
 )
 def add_tasks(
     jobnik: JobnikDep,
-    settings: SettingsDep,
     stage_id: StageId,
     body: NewTasks,
     incoming: TraceDep,
@@ -186,11 +198,6 @@ def add_tasks(
 ) -> Any:
     """Add tasks to a CREATED, PENDING or WAITING stage; they start PENDING. At most
     JOBNIK_MAX_TASKS_PER_REQUEST (default 1,000) per request: 400 TOO_MANY_TASKS beyond."""
-    if len(body) > settings.max_tasks_per_request:
-        raise TooManyTasks(
-            f"request/body has {len(body)} tasks; at most {settings.max_tasks_per_request} "
-            "per request"
-        )
     new = [
         NewTask(
             data=t.data,

@@ -5,22 +5,21 @@ from __future__ import annotations
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
-from pydantic import AfterValidator
+from fastapi import APIRouter, Body, Depends, Path, Query, Response
+from pydantic import AfterValidator, FailFast
 
 from jobnik.api.batch_schemas import ReportAnswer, TaskReport
+from jobnik.api.bodies import GatedRoute
 from jobnik.api.deps import (
     AsOfQuery,
     JobnikDep,
     OnceDep,
-    SettingsDep,
     ViewsDep,
     WorkDep,
     reject_unknown_query,
 )
 from jobnik.api.errors import error_answers
 from jobnik.api.history_schemas import ChildJobOut
-from jobnik.api.limits import PARSED_BODY
 from jobnik.api.operator_schemas import (
     JOB_NOT_ENDED,
     MALFORMED,
@@ -40,6 +39,8 @@ from jobnik.api.schemas import (
     LogLines,
     LogPageOut,
     Message,
+    MostItems,
+    Payload,
     StageType,
     TaskOut,
     TaskStatusChange,
@@ -49,7 +50,6 @@ from jobnik.domain.errors import (
     OtherTasksFailed,
     TaskNotFound,
     TaskNotRerunnable,
-    TooManyLogLines,
 )
 from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import TaskStatus
@@ -57,11 +57,20 @@ from jobnik.projections.queries.logs import CURSOR, LogCursor
 
 P = Permission
 router = APIRouter(
-    prefix="/v1", tags=["tasks"], dependencies=[Depends(authorize), Depends(reject_unknown_query)]
+    prefix="/v1",
+    route_class=GatedRoute,
+    tags=["tasks"],
+    dependencies=[Depends(authorize), Depends(reject_unknown_query)],
 )
 
 TaskId = Annotated[UUID, Path(alias="taskId")]
-Reports = Annotated[list[TaskReport], Body(min_length=1)]  # a batched report's body
+# a batched report's body
+Reports = Annotated[
+    list[TaskReport],
+    Body(min_length=1),
+    MostItems("max_batch_size", BatchTooLarge, "tasks"),
+    FailFast(),
+]
 
 
 @router.get(
@@ -100,7 +109,7 @@ def get_task_by_id(views: ViewsDep, task_id: TaskId, as_of: AsOfQuery = None) ->
 
 @router.patch("/tasks/{taskId}/user-metadata", openapi_extra=needs(P.PRODUCE))
 def update_task_user_metadata(
-    jobnik: JobnikDep, task_id: TaskId, body: Annotated[dict[str, Any], Body()], by: PrincipalDep
+    jobnik: JobnikDep, task_id: TaskId, body: Annotated[Payload, Body()], by: PrincipalDep
 ) -> Message:
     """Replace the task's user metadata (any status)."""
     jobnik.replace_task_user_metadata(task_id, body, by=by)
@@ -173,22 +182,9 @@ def give_back(jobnik: JobnikDep, task_id: TaskId, body: GiveBack, by: PrincipalD
     return TaskOut.of(jobnik.give_back(task_id, body.attempt, body.reason, by=by))
 
 
-async def _lines_within_cap(request: Request, settings: SettingsDep) -> None:
-    """TOO_MANY_LOG_LINES before the lines are validated one by one (FastAPI validates the body
-    after the route's dependencies; the input gate has parsed it)."""
-    parsed = request.scope.get(PARSED_BODY)  # (its bytes, its value) for a JSON body
-    lines = parsed[1].get("lines") if parsed and isinstance(parsed[1], dict) else None
-    if isinstance(lines, list) and len(lines) > settings.max_log_lines:
-        raise TooManyLogLines(
-            f"request/body/lines has {len(lines)} lines; at most {settings.max_log_lines} "
-            "per request"
-        )
-
-
 @router.post(
     "/tasks/{taskId}/logs",
     status_code=201,
-    dependencies=[Depends(_lines_within_cap)],
     openapi_extra=needs(P.WORK),
 )
 def append_logs(jobnik: JobnikDep, task_id: TaskId, body: LogLines, by: PrincipalDep) -> Appended:

@@ -8,15 +8,19 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
 
+from jobnik.api.bodies import GatedRoute
 from jobnik.api.deps import JobnikDep, reject_unknown_query
+from jobnik.api.errors import error_answers
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import Message, OutModel
-from jobnik.domain.principals import Permission
+from jobnik.domain.errors import LastAdminToken, TokenNotFound
+from jobnik.domain.principals import Permission, Role
 from jobnik.projections.queries.tokens import TokenRow, TokenViews
 
 P = Permission
 router = APIRouter(
     prefix="/v1",
+    route_class=GatedRoute,
     tags=["tokens"],
     dependencies=[Depends(authorize), Depends(reject_unknown_query)],
 )
@@ -53,16 +57,36 @@ async def get_token_views(request: Request) -> TokenViews:
     return views
 
 
+TokenName = Annotated[str, Path(max_length=64)]
+TokenViewsDep = Annotated[TokenViews, Depends(get_token_views)]
+
+
 @router.get("/tokens", openapi_extra=needs(P.ADMIN))
-def list_tokens(views: Annotated[TokenViews, Depends(get_token_views)]) -> list[TokenOut]:
+def list_tokens(views: TokenViewsDep) -> list[TokenOut]:
     """Every token, revoked and expired ones too, by name."""
     return [TokenOut.of(r) for r in views.all()]
 
 
-@router.delete("/tokens/{name}", openapi_extra=needs(P.ADMIN))
-def revoke_token(
-    jobnik: JobnikDep, name: Annotated[str, Path(max_length=64)], by: PrincipalDep
-) -> Message:
-    """Revoke a token: every server refuses it within a second. Revoking it again is a no-op."""
+def keep_an_admin(request: Request, name: TokenName, views: TokenViewsDep) -> None:
+    """Refuses to revoke the last active admin token over the API: no token could then manage
+    tokens (the command line, which works on the database, still can)."""
+    now = request.app.state.clock()
+    if [t.name for t in views.all() if t.role == Role.ADMIN and t.active(now)] == [name]:
+        raise LastAdminToken(
+            f"token '{name}' is the last active admin token: without it, no token could manage "
+            "tokens. Create another admin token first (`jobnik tokens create NAME --role "
+            f"admin`); the command line can also revoke it (`jobnik tokens revoke {name}`)."
+        )
+
+
+@router.delete(
+    "/tokens/{name}",
+    dependencies=[Depends(keep_an_admin)],
+    responses=error_answers(TokenNotFound, LastAdminToken),
+    openapi_extra=needs(P.ADMIN),
+)
+def revoke_token(jobnik: JobnikDep, name: TokenName, by: PrincipalDep) -> Message:
+    """Revoke a token: every server refuses it within a second. Revoking it again is a no-op.
+    The last active admin token is kept (409 LAST_ADMIN_TOKEN)."""
     jobnik.revoke_token(name, by=by)
     return Message(code="TOKEN_REVOKED")

@@ -23,6 +23,15 @@ from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.results import JobView, StageView
 
 
+def in_utc(moment: datetime) -> datetime:
+    """`moment` (time-zone aware) in UTC; a moment beyond the calendar's ends there (the first
+    day of year 1 ahead of UTC, the last of 9999 behind it) is that end."""
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        return (datetime.min if moment.year == 1 else datetime.max).replace(tzinfo=UTC)
+
+
 @dataclass(frozen=True)
 class AsOf:
     """A point in history: a log position, or a time (events stamped at or before it)."""
@@ -43,11 +52,7 @@ class AsOf:
             ) from None
         if moment.tzinfo is None:
             raise InvalidRequest("request/query/as_of must carry a time-zone offset")
-        try:
-            moment.astimezone(UTC)  # comparisons go through UTC
-        except OverflowError:
-            raise InvalidRequest("request/query/as_of is out of range") from None
-        return cls(time=moment)
+        return cls(time=in_utc(moment))
 
     def includes(self, position: int, timestamp: datetime) -> bool:
         if self.position is not None:

@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from .conftest import ROLES, Api, Secured, secured_app
+from .conftest import ISSUER, ROLES, Api, Secured, secured_app
 
 
 def unauthenticated(r: object) -> None:
@@ -114,6 +114,44 @@ def test_revoking_an_unknown_token_is_404(secured: Secured) -> None:
     r = secured.call(secured.bearers["admin"], "DELETE", "/v1/tokens/nobody")
 
     assert (r.status_code, r.json()["code"]) == (404, "TOKEN_NOT_FOUND")
+
+
+def test_the_last_active_admin_token_is_kept_over_the_api(secured: Secured) -> None:
+    admin = secured.bearers["admin"]
+    revoked = secured.call(admin, "DELETE", "/v1/tokens/arranger")
+
+    kept = secured.call(admin, "DELETE", "/v1/tokens/the-admin")
+
+    assert revoked.status_code == 200
+    assert (kept.status_code, kept.json()) == (
+        409,
+        {
+            "message": "token 'the-admin' is the last active admin token: without it, no token "
+            "could manage tokens. Create another admin token first (`jobnik tokens create NAME "
+            "--role admin`); the command line can also revoke it (`jobnik tokens revoke "
+            "the-admin`).",
+            "code": "LAST_ADMIN_TOKEN",
+        },
+    )
+    assert secured.call(admin, "GET", "/v1/tokens").status_code == 200
+
+
+def test_other_tokens_are_revoked_while_one_admin_is_left(secured: Secured) -> None:
+    admin = secured.bearers["admin"]
+    secured.call(admin, "DELETE", "/v1/tokens/arranger")
+
+    r = secured.call(admin, "DELETE", "/v1/tokens/the-reader")
+
+    assert (r.status_code, r.json()) == (200, {"code": "TOKEN_REVOKED"})
+
+
+def test_the_command_line_may_revoke_the_last_admin_token(secured: Secured) -> None:
+    secured.jobnik.revoke_token("arranger", by=ISSUER)
+
+    revoked = secured.jobnik.revoke_token("the-admin", by=ISSUER)
+
+    assert revoked is True
+    unauthenticated(secured.call(secured.bearers["admin"], "GET", "/v1/tokens"))
 
 
 # -- fencing by identity --------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """The console's pages, its sign-in cookie and the cross-site check on the cookie's writes, the
-jobs list's console filters (status, newest first, counts), and /docs served with no CDN."""
+jobs list's console filters (status, newest first, counts), and /docs served with no CDN and
+never framed."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 
 import pytest
@@ -24,6 +27,35 @@ def test_the_api_docs_load_swagger_ui_from_jobnik_itself(client: TestClient) -> 
     for source in sources:
         asset = client.get(source)
         assert (asset.status_code, len(asset.content) > 1000) == (200, True), source
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/docs", "/docs/oauth2-redirect", "/docs/assets/swagger-ui-bundle.js", "/openapi.json"],
+)
+def test_the_api_docs_and_the_openapi_document_are_never_framed_nor_sniffed(
+    client: TestClient, path: str
+) -> None:
+    r = client.get(path)
+
+    assert r.status_code == 200
+    assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+    assert (r.headers["x-frame-options"], r.headers["x-content-type-options"]) == (
+        "DENY",
+        "nosniff",
+    )
+
+
+def test_the_api_docs_page_runs_only_its_own_scripts(client: TestClient) -> None:
+    page = client.get("/docs")
+    inline = re.findall(r"<script>(.*?)</script>", page.text, re.DOTALL)
+    digest = base64.b64encode(hashlib.sha256(inline[0].encode()).digest()).decode()
+
+    policy = page.headers["content-security-policy"]
+
+    assert len(inline) == 1
+    assert "default-src 'self'" in policy
+    assert f"script-src 'self' 'sha256-{digest}'" in policy
 
 
 def test_the_console_pages_show_a_job_its_stages_tasks_and_history(api: Api) -> None:

@@ -12,8 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 import trustme
+from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
+from jobnik.api.main import app_from_env
 from jobnik.projections.store.base import SqlStore
 from jobnik.scripts.cli import app as cli
 from jobnik.workers import AccessRefused, Producer, Worker
@@ -97,6 +99,25 @@ def test_serve_refuses_to_run_open_off_loopback(env: dict[str, str]) -> None:
     assert result.exit_code == 2
     assert "JOBNIK_AUTH=off" in result.output
     assert "jobnik tokens create" in result.output
+
+
+def test_the_api_keeps_the_last_active_admin_token_and_the_cli_may_revoke_it(
+    database_url: str,
+) -> None:
+    env = {"JOBNIK_DATABASE_URL": database_url}
+    ops = tokens(env, "create", "ops", "--role", "admin")
+    tokens(env, "create", "spare", "--role", "admin")
+    app = app_from_env({**env, "JOBNIK_AUTH": "tokens", "JOBNIK_SWEEP_INTERVAL": "0"})
+    app.state.access.tokens.refresh = 0  # (every request sees the tokens the CLI changed)
+    with TestClient(app, headers=bearer(ops)) as http:
+        spare = http.delete("/v1/tokens/spare")
+        last = http.delete("/v1/tokens/ops")
+        tokens(env, "revoke", "ops")
+        after = http.get("/v1/tokens")
+
+    assert spare.status_code == 200
+    assert (last.status_code, last.json()["code"]) == (409, "LAST_ADMIN_TOKEN")
+    assert after.status_code == 401
 
 
 @POSTGRES_ONLY

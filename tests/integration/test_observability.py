@@ -11,7 +11,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,16 +42,17 @@ def json_lines(path: Path) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def jobnik_serve(
-    database_url: str, workers: int, tmp_path: Path
+    database_url: str, workers: int, tmp_path: Path, settings: Mapping[str, str] | None = None
 ) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
-    """`jobnik serve --workers N` with JSON logs; TMPDIR is `tmp_path`, where it makes its
-    metrics directory. Yields (base URL, log path, process) once every process serves."""
+    """`jobnik serve --workers N` with JSON logs (and `settings`); TMPDIR is `tmp_path`, where it
+    makes its metrics directory. Yields (base URL, log path, process) once every process serves."""
     port, log_path = free_port(), tmp_path / "serve.log"
     env = {
         **os.environ,
         "JOBNIK_DATABASE_URL": database_url,
         "JOBNIK_LOG_FORMAT": "json",
         "TMPDIR": str(tmp_path),
+        **(settings or {}),
     }
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     with log_path.open("wb") as log:

@@ -4,14 +4,22 @@ answers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobnik.api.limits import Limits, parse_json, parse_json_strictly
-from jobnik.domain.errors import JobnikError
+from jobnik.api.limits import (
+    InputGate,
+    Limits,
+    array_length,
+    parse_json,
+    parse_json_strictly,
+)
+from jobnik.domain.errors import JobnikError, JsonTooDeep
 
 LIMITS = [Limits(), Limits(body_bytes=1 << 20, depth=3, string_length=8)]
 
@@ -71,3 +79,65 @@ def test_a_plain_body_is_parsed_whole() -> None:
     assert parse_json(body, Limits()) == [
         {"id": "x", "attempt": 1, "result": {"f": 0.5, "n": None, "s": "é"}}
     ]
+
+
+SHALLOW = Limits(depth=3)
+
+
+@pytest.mark.parametrize(
+    ("body", "deep"),
+    [
+        (b'[[["]]]]]", "[[[[{{"]]]', False),  # brackets inside strings are text
+        (b'[[[1]], [[2]], {"a": {"b": "[[[["}}]', False),
+        (b'[{"k": "x\\\\"}, [[["\\"[[["]]]]', True),  # escaped quotes and backslashes
+        (b'["a[", "]b", ["", [["]"]]]]', True),
+        (b"[" + b",".join([b"{}"] * 1000) + b"]", False),  # many brackets, shallow
+        (b'{"a": [{"b": [{}]}]}', True),
+    ],
+)
+def test_the_depth_of_a_body_is_its_nesting_not_its_bracket_count(body: bytes, deep: bool) -> None:
+    answer = _answer(parse_json, body, SHALLOW)
+
+    assert answer == _answer(parse_json_strictly, body, SHALLOW)
+    assert (answer[0] is JsonTooDeep) is deep, answer
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(VALUES, max_size=12), st.booleans())
+def test_an_array_is_counted_on_its_text_as_its_parse_counts_it(
+    items: list[Any], indent: bool
+) -> None:
+    body = json.dumps(items, indent=2 if indent else None).encode()
+
+    assert array_length(body, 200) == len(items)
+
+
+@pytest.mark.parametrize("body", [b'{"a": [1, 2]}', b'"[1, 2]"', b"17", b"[" * 10 + b"]" * 10])
+def test_what_holds_no_array_within_the_depth_is_not_counted(body: bytes) -> None:
+    assert array_length(body, 3) is None
+
+
+def test_a_body_its_client_left_before_its_end_reaches_no_application() -> None:
+    reached: list[Any] = []
+    sent: list[Any] = []
+
+    async def application(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope)
+
+    messages = iter(
+        [
+            {"type": "http.request", "body": b'{"name": "ab", "data": {}}  ', "more_body": True},
+            {"type": "http.disconnect"},
+        ]
+    )
+
+    async def receive() -> Any:
+        return next(messages)
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/jobs", "headers": []}
+    asyncio.run(InputGate(application, Limits())(scope, receive, send))
+
+    assert (reached, sent) == ([], [])
