@@ -1,8 +1,9 @@
 """Reruns: an operator runs what failed, or was aborted, again; every earlier event stays.
 
 A rerun is the only command that takes a task, stage or job out of a final status. What it may do
-keeps true two things that hold without reruns: a stage that has not ended holds no FAILED or
-ABORTED task, and a job that has not ended holds no FAILED or ABORTED stage. Hence:
+keeps true three things that hold without reruns: a stage that has not ended holds no FAILED or
+ABORTED task, a job that has not ended holds no FAILED or ABORTED stage, and a stage that has not
+ended holds a running task only while it is IN_PROGRESS. Hence:
 
 - a task rerun takes a FAILED or ABORTED task, the only such task of its stage;
 - a stage rerun takes every FAILED and ABORTED task of the stage;
@@ -15,12 +16,16 @@ ABORTED task, and a job that has not ended holds no FAILED or ABORTED stage. Hen
   results).
 
 Each rerun task gets a fresh attempt budget. Tasks still queued in a FAILED job go back to the
-queue as they are, and tasks still running there finish their attempt: nothing cancelled it. In
-an ABORTED job, a task still running holds an attempt the abort cancelled (its heartbeat answers
-`cancelled`, its late report moves nothing): a rerun that reopens its stage ends that attempt
-(TaskAborted) and queues the task with the others, so it runs again under a new attempt and the
-old one's heartbeat, report or hand-back is refused as stale. Such a task counts, for a task
-rerun, as one more ABORTED task of its stage.
+queue as they are, and tasks still running there finish their attempt, nothing cancelled it,
+when the stage the job runs from holds them: that stage reopens IN_PROGRESS (it had started; a
+completion stage too, in the job's completion phase), so their reports move it as before. A
+stage that waits for its turn again (a job rerun from an earlier stage) runs nothing: the rerun
+ends the attempts still running in it, as below. In an ABORTED job, a task still running holds
+an attempt the abort cancelled (its heartbeat answers `cancelled`, its late report moves
+nothing): a rerun that reopens its stage ends that attempt (TaskAborted) and queues the task
+with the others, so it runs again under a new attempt and the old one's heartbeat, report or
+hand-back is refused as stale. Such a task counts, for a task rerun, as one more ABORTED task of
+its stage.
 """
 
 from __future__ import annotations
@@ -87,6 +92,13 @@ def _ended_in(job: Job) -> frozenset[str]:
     if job.status == JobStatus.ABORTED:
         return TASK_RERUNNABLE | {TaskStatus.IN_PROGRESS}
     return TASK_RERUNNABLE
+
+
+def _ended_attempt(task: Task, aborted: bool) -> str:
+    """Why a rerun ends the running attempt of `task` (of a job that was `aborted` or FAILED)."""
+    if aborted:
+        return f"the job's abort cancelled attempt {task.attempt}"
+    return f"rerun: attempt {task.attempt} ended, its stage waits for its turn again"
 
 
 class RerunCommands(WorkCommands):
@@ -205,22 +217,29 @@ class RerunCommands(WorkCommands):
         reason: str | None,
     ) -> Rerun:
         """Reopen the job from `order[at]` (each stage before it COMPLETED): that stage runs
-        (a completion stage through the job's completion phase), the ended stages after it wait
-        for their turn, and `tasks` are rerun. Saved job and stages first: the tasks' queue rows
-        read their eligibility from them. (No `Session.hold_queue`: an ended job's queue rows
-        are closed, FAILED, or gone, ABORTED, so no dequeue under way holds one.)"""
+        (a completion stage only in the job's completion phase; else it waits for it), the
+        ended stages after it wait for their turn, and `tasks` are rerun, with the tasks still
+        running in a stage that waits (their attempt ends: the stage runs them again in its
+        turn). Saved job and stages first: the tasks' queue rows read their eligibility from
+        them. (No `Session.hold_queue`: an ended job's queue rows are closed, FAILED, or gone,
+        ABORTED, so no dequeue under way holds one.)"""
         start = order[at] if at < len(order) else None
         completing = job.completing and all(st.completion for st in order[at:])
+        aborted = job.status == JobStatus.ABORTED
         job.reopen(start.id if start else None, at, completing, now, by, reason)
         reopened = [st for st in order[at:] if st.is_final]
         for st in reopened:
-            st.reopen(st is start, now, by, reason)
+            st.reopen(st is start and (completing or not st.completion), now, by, reason)
+        rerun = {t.id for t in tasks}
+        waiting = [st for st in reopened if st.status == StageStatus.CREATED]
+        running = [t for st in waiting for t in s.tasks_in(st.id, {TaskStatus.IN_PROGRESS})]
+        tasks = tasks + [t for t in running if t.id not in rerun]
         for task in tasks:
-            if task.status == TaskStatus.IN_PROGRESS:  # (an attempt the job's abort cancelled)
-                task.abort(now, Actor.SYSTEM, f"the job's abort cancelled attempt {task.attempt}")
+            if task.status == TaskStatus.IN_PROGRESS:
+                task.abort(now, Actor.SYSTEM, _ended_attempt(task, aborted))
             task.rerun(now, by, reason)
         s.save(job, *reopened)
         if start is not None and start.completion and completing:
-            self._after_phase(s, job, "completing", now)  # releases it, or completes it if empty
+            self._after_phase(s, job, "completing", now)  # it runs, or completes if empty
         s.save(*tasks)
         return Rerun(job, start.id if start else None, tuple(st.id for st in reopened), len(tasks))

@@ -274,14 +274,13 @@ class Stage(Entity):
 
     def reopen(self, runs: bool, now: datetime, actor: Principal, reason: str | None) -> None:
         """A rerun reopens the ended stage: it runs now (`runs`: PENDING, or IN_PROGRESS when it
-        had started) or waits for its turn (CREATED). A completion stage always waits: the
-        job's completion phase releases it."""
+        had started, so that the attempts still running in it end it as before) or waits for
+        its turn (CREATED). A completion stage runs now only in the job's completion phase."""
         if not self.is_final:
             raise IllegalStageTransition(f"stage {self.id} is {self.status}: it has not ended")
-        if runs and not self.completion:
+        status = S.CREATED
+        if runs:
             status = S.PENDING if self.start_time is None else S.IN_PROGRESS
-        else:
-            status = S.CREATED
         self._emit(
             self.StageReopened,
             now,

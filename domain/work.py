@@ -268,14 +268,15 @@ class WorkCommands:
         self._after_phase(s, job, phase, now)
 
     def _after_phase(self, s: Session, job: Job, phase: str | None, now: datetime) -> None:
-        """COMPLETING releases the next completion stage (one at a time, in order; an empty one
-        completes at once); a job that ended may let its parent task be re-dispatched."""
+        """COMPLETING runs the first completion stage not completed (one at a time, in order):
+        releases it if held, or lets it run if a rerun reopened it running; an empty one
+        completes at once. A job that ended may let its parent task be re-dispatched."""
         if phase == "completing":
             for stage in s.stages_of(job.id):
-                if not (stage.completion and stage.status == StageStatus.CREATED):
+                if not stage.completion or stage.status == StageStatus.COMPLETED:
                     continue
-                stage.release_for_completion(now, Actor.SYSTEM)
-                if s.summary(stage.id).total:
+                stage.release_for_completion(now, Actor.SYSTEM)  # (only a held one)
+                if stage.status != StageStatus.PENDING or s.summary(stage.id).total:
                     s.save(stage)
                     return
                 stage.complete(now, Actor.SYSTEM, "no completion tasks")

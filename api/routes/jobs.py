@@ -249,8 +249,9 @@ def rerun_job(
     """jobnik: a FAILED or ABORTED job runs again from its first unfinished stage, or from the
     earlier stage `fromStageId` names; that stage and the ended stages after it reopen. A
     reopened stage that had completed runs all its tasks again, any other its FAILED and
-    ABORTED ones and those whose attempt an abort cancelled (that attempt's late calls are then
-    409 STALE_ATTEMPT), each with a fresh attempt budget. Answers what the rerun did."""
+    ABORTED ones and those whose attempt an abort cancelled or, in a stage that waits for its
+    turn again, the rerun ended (that attempt's late calls are then 409 STALE_ATTEMPT), each
+    with a fresh attempt budget. Answers what the rerun did."""
     body = body or JobRerunRequest()
     return RerunOut.of(jobnik.rerun_job(job_id, body.from_stage_id, by=by, reason=body.reason))
 

@@ -334,8 +334,28 @@ def test_a_rerun_completion_stage_runs_in_the_completion_phase(
 
     jobnik.rerun_task(failed)
 
-    assert status(store, STAGES, done.id) == StageStatus.PENDING  # released by the phase
+    assert status(store, STAGES, done.id) == StageStatus.IN_PROGRESS  # its phase: it runs on
     assert row(store, JOBS, job.id)["completing"]
+    run(jobnik, "done")
+    assert status(store, JOBS, job.id) == JobStatus.COMPLETED
+
+
+def test_a_rerun_from_an_empty_completion_stage_completes_it_at_once(
+    jobnik: Jobnik, store: MemoryStore
+) -> None:
+    job = jobnik.create_job(NewJob(name="nightly", data={}))
+    normal = jobnik.add_stage(job.id, NewStage(type="work", data={}))
+    empty = jobnik.add_stage(job.id, NewStage(type="none", data={}, completion=True))
+    done = jobnik.add_stage(job.id, NewStage(type="done", data={}, completion=True))
+    jobnik.add_tasks(normal.id, [NewTask(data={})])
+    jobnik.add_tasks(done.id, [NewTask(data={}, max_attempts=1)])
+    run(jobnik, "work")
+    run(jobnik, "done", TaskStatus.FAILED)
+
+    jobnik.rerun_job(job.id, from_stage_id=empty.id)
+
+    assert status(store, STAGES, empty.id) == StageStatus.COMPLETED
+    assert status(store, STAGES, done.id) == StageStatus.PENDING  # the next one's turn
     run(jobnik, "done")
     assert status(store, JOBS, job.id) == JobStatus.COMPLETED
 

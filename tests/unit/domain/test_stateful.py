@@ -28,6 +28,7 @@ from jobnik.domain.statuses import (
     TASK_FINAL,
     JobMode,
     JobStatus,
+    StageStatus,
     TaskStatus,
 )
 from jobnik.domain.work import Report
@@ -39,6 +40,7 @@ from ..memory import MemoryStore
 TYPES = ("tiles", "upload")
 C, F, D = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.DELEGATED
 FINAL_BY_TABLE = {JOBS: JOB_FINAL, STAGES: STAGE_FINAL, TASKS: TASK_FINAL}
+RUNNING_STAGE = STAGE_FINAL | {StageStatus.IN_PROGRESS}
 
 
 class Commands(RuleBasedStateMachine):
@@ -263,6 +265,14 @@ class Commands(RuleBasedStateMachine):
             }
             for row in self.store.tables.rows[child]:
                 assert not (row[key] in open_ids and row["status"] in ended), (child, row["id"])
+
+    @invariant()
+    def a_running_task_s_stage_runs_or_has_ended(self) -> None:
+        """A running attempt's end moves its stage: the stage is IN_PROGRESS, or has ended."""
+        stages = {s["id"]: s["status"] for s in self.store.tables.rows[STAGES]}
+        for task in self.store.tables.rows[TASKS]:
+            if task["status"] == TaskStatus.IN_PROGRESS:
+                assert stages[task["stage_id"]] in RUNNING_STAGE, task["id"]
 
     @invariant()
     def a_jobs_completed_stages_are_counted(self) -> None:
