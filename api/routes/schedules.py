@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 
 from jobnik.api.deps import SettingsDep, reject_unknown_query
 from jobnik.api.errors import error_answers
+from jobnik.api.openapi import setting_maximum
 from jobnik.api.operator_schemas import MALFORMED, REASON_MAX, REASON_TEXT
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schedule_schemas import (
@@ -109,7 +110,13 @@ def list_schedules(
     name: Annotated[str | None, Query(max_length=100, description="only this one")] = None,
     page: Annotated[int, Query(ge=1, le=INT32_MAX)] = 1,
     page_size: Annotated[
-        int, Query(ge=1, le=INT32_MAX, description="1 to JOBNIK_MAX_PAGE_SIZE")
+        int,
+        Query(
+            ge=1,
+            le=INT32_MAX,
+            description="1 to JOBNIK_MAX_PAGE_SIZE",
+            json_schema_extra=setting_maximum("max_page_size"),
+        ),
     ] = 10,
     next: Next = 5,
 ) -> SchedulePageOut:
