@@ -32,6 +32,7 @@ from jobnik.api.routes import (
     tokens,
 )
 from jobnik.api.settings import Settings
+from jobnik.api.streams import Streams
 from jobnik.api.sweeper import Sweeper
 from jobnik.api.telemetry import Telemetry
 from jobnik.api.telemetry.commands import ObservedCommands
@@ -120,7 +121,7 @@ def create_app(
         telemetry.tracer = instrument_app(app, telemetry.provider)
     app.state.telemetry, app.state.settings = telemetry, settings
     app.state.jobnik, app.state.views = ObservedCommands(jobnik, telemetry.tracer), views
-    app.state.audit = audit if audit is not None else Audit(views.store)
+    app.state.audit = audit if audit is not None else Audit(views.store, settings.event_page_bytes)
     app.state.catchup = (
         catchup_views
         if catchup_views is not None
@@ -136,6 +137,9 @@ def create_app(
         access if access is not None else Access(None, TokenTable(app.state.token_views.all))
     )
     app.state.waiters = Waiters(views.store, settings.max_waiters, settings.min_position_wait)
+    app.state.streams = Streams(
+        settings.max_streams, settings.max_streams_per_token, views.store.head
+    )
     app.state.operations, app.state.clock = OperationsViews(views.store), _now
     if telemetry.metrics is not None:
         _add_store_metrics(app, telemetry.metrics)
@@ -286,7 +290,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
     wait = settings.min_position_wait
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if sweeper:
             sweeper.start()
         if runner:
@@ -296,6 +300,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
             runner.stop()
         if sweeper:
             sweeper.stop()
+        app.state.streams.close()
         store.close()
         telemetry.close()
 

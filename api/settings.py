@@ -164,6 +164,23 @@ class Settings(BaseSettings):
         ge=1,
         description="reads waiting on min_position at once in a process (503 TOO_MANY_WAITERS)",
     )
+    max_streams: int = Field(
+        64,
+        ge=1,
+        description="live event streams open at once in a process (503 TOO_MANY_STREAMS)",
+    )
+    max_streams_per_token: int = Field(
+        16,
+        ge=1,
+        description="live event streams one token has open at once in a process "
+        "(503 TOO_MANY_STREAMS)",
+    )
+    event_page_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        description="stored bytes of events a page of history, of the feed or of a stream's "
+        "read carries at most (a page holds at least one event)",
+    )
     list_shape: Literal["page", "array"] = Field(
         "page",
         description="the four filtered lists without page or page_size: {total, items} pages "
