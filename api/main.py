@@ -36,7 +36,12 @@ from jobnik.api.streams import Streams
 from jobnik.api.sweeper import Sweeper
 from jobnik.api.telemetry import Telemetry
 from jobnik.api.telemetry.commands import ObservedCommands
-from jobnik.api.telemetry.metrics import GROUP_COMMANDS, WRITER_LOCK_WAIT, ServerMetrics
+from jobnik.api.telemetry.metrics import (
+    GROUP_COMMANDS,
+    WRITER_LOCK_WAIT,
+    Scrapes,
+    ServerMetrics,
+)
 from jobnik.api.telemetry.service_metrics import JobnikServiceGauges, QueueMetrics
 from jobnik.api.telemetry.tracing import instrument_app, instrument_database, provider_from
 from jobnik.api.waiters import Waiters
@@ -193,11 +198,13 @@ def _add_store_metrics(app: FastAPI, metrics: ServerMetrics) -> None:
     store = state.operations.store
     if WRITER_LOCK_WAIT.observe not in store.on_lock_wait:
         store.on_lock_wait.append(WRITER_LOCK_WAIT.observe)
-    gauges = JobnikServiceGauges(state.operations)
+    limit = state.settings.metrics_stage_types
+    gauges = JobnikServiceGauges(state.operations, limit)
     metrics.add(gauges)
-    metrics.add(QueueMetrics(state.operations, lambda: state.clock(), thresholds))
+    metrics.add(QueueMetrics(state.operations, lambda: state.clock(), thresholds, limit))
     state.service_metrics = CollectorRegistry(auto_describe=True)
     state.service_metrics.register(gauges)
+    state.scrapes = Scrapes()
 
 
 def _document_security(app: FastAPI) -> None:

@@ -78,6 +78,13 @@ class Settings(BaseSettings):
     metrics: bool = Field(
         True, description="serve GET /metrics and /service-metrics, and record the metrics"
     )
+    metrics_stage_types: int = Field(
+        50,
+        ge=0,
+        le=10_000,
+        description="stage types with series of their own in the metrics (those with the most "
+        'tasks); the others are counted under stage_type="__other__" (0: every one)',
+    )
     stuck_lease_expiries: int = Field(
         3,
         ge=0,

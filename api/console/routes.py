@@ -68,7 +68,7 @@ def history(
 @router.get("/queues", openapi_extra=READ)
 def queues(request: Request) -> Response:
     """Queues per stage type and stuck work, polled by the page's script from `/v1`."""
-    return page(request, "queues.html")
+    return page(request, "queues.html", page_size=request.app.state.settings.max_page_size)
 
 
 def _access(request: Request) -> Access:
