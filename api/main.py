@@ -37,10 +37,16 @@ from jobnik.api.routes import (
     tokens,
 )
 from jobnik.api.settings import Settings
+from jobnik.api.streams import Streams
 from jobnik.api.sweeper import Sweeper
 from jobnik.api.telemetry import Telemetry
 from jobnik.api.telemetry.commands import ObservedCommands
-from jobnik.api.telemetry.metrics import GROUP_COMMANDS, WRITER_LOCK_WAIT, ServerMetrics
+from jobnik.api.telemetry.metrics import (
+    GROUP_COMMANDS,
+    WRITER_LOCK_WAIT,
+    Scrapes,
+    ServerMetrics,
+)
 from jobnik.api.telemetry.schedule_metrics import ScheduleMetrics
 from jobnik.api.telemetry.service_metrics import JobnikServiceGauges, QueueMetrics
 from jobnik.api.telemetry.tracing import (
@@ -134,7 +140,7 @@ def create_app(
         telemetry.tracer = instrument_app(app, telemetry.provider)
     app.state.telemetry, app.state.settings = telemetry, settings
     app.state.jobnik, app.state.views = ObservedCommands(jobnik, telemetry.tracer), views
-    app.state.audit = audit if audit is not None else Audit(views.store)
+    app.state.audit = audit if audit is not None else Audit(views.store, settings.event_page_bytes)
     app.state.catchup = (
         catchup_views
         if catchup_views is not None
@@ -153,6 +159,9 @@ def create_app(
         access if access is not None else Access(None, TokenTable(app.state.token_views.all))
     )
     app.state.waiters = Waiters(views.store, settings.max_waiters, settings.min_position_wait)
+    app.state.streams = Streams(
+        settings.max_streams, settings.max_streams_per_token, views.store.head
+    )
     app.state.operations, app.state.clock = OperationsViews(views.store), _now
     app.state.activity = ActivityViews(views.store)
     app.state.schedules = ScheduleCommands(jobnik)
@@ -209,12 +218,14 @@ def _add_store_metrics(app: FastAPI, metrics: ServerMetrics) -> None:
     store = state.operations.store
     if WRITER_LOCK_WAIT.observe not in store.on_lock_wait:
         store.on_lock_wait.append(WRITER_LOCK_WAIT.observe)
-    gauges = JobnikServiceGauges(state.operations)
+    limit = state.settings.metrics_stage_types
+    gauges = JobnikServiceGauges(state.operations, limit)
     metrics.add(gauges)
-    metrics.add(QueueMetrics(state.operations, lambda: state.clock(), thresholds))
+    metrics.add(QueueMetrics(state.operations, lambda: state.clock(), thresholds, limit))
     metrics.add(ScheduleMetrics(state.schedule_views))
     state.service_metrics = CollectorRegistry(auto_describe=True)
     state.service_metrics.register(gauges)
+    state.scrapes = Scrapes()
 
 
 def _document_security(app: FastAPI) -> None:
@@ -316,7 +327,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
     wait = settings.min_position_wait
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if sweeper:
             sweeper.start()
         if runner:
@@ -326,6 +337,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
             runner.stop()
         if sweeper:
             sweeper.stop()
+        app.state.streams.close()
         store.close()
         telemetry.close()
 

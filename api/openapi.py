@@ -5,7 +5,8 @@ validation errors with 400 and may answer any of the statuses below. Each operat
 from what it is: every one may be refused by the input gate or a validator (400) and may fail
 (500); one that names an entity may not find it (404); one with a body may send too large a
 body (413); a write may lose a race (409); a creating write with an Idempotency-Key may reuse it
-(422); a read that waits for a projection may find too many waiting (503).
+(422); a read that waits for a projection may find too many waiting, a live stream too many
+open (503).
 
 It also states the limits the server enforces, from the settings the app is built with: a
 parameter's maximum named by a setting (`setting_maximum`), a bounded array's `maxItems`
@@ -135,7 +136,7 @@ def statuses_of(method: str, path: str, operation: dict[str, Any]) -> list[int]:
         out += [409, 413]
     if ("header", "Idempotency-Key") in names:
         out.append(422)
-    if ("query", "min_position") in names:
+    if ("query", "min_position") in names or "503" in operation.get("responses", {}):
         out.append(503)
     return sorted(out)
 

@@ -55,21 +55,22 @@ class Paging:
         return Window(offset=offset, limit=self.page_size, newest_first=newest_first)
 
 
+PageQuery = Annotated[
+    int | None, Query(ge=1, le=INT32_MAX, description="the page, from 1; past the last: no items")
+]
+PageSizeQuery = Annotated[
+    int | None,
+    Query(
+        ge=1,
+        le=INT32_MAX,
+        description="items per page, 1 to JOBNIK_MAX_PAGE_SIZE (default 100); default 10",
+        json_schema_extra=setting_maximum("max_page_size"),
+    ),
+]
+
+
 async def paging(
-    request: Request,
-    page: Annotated[
-        int | None,
-        Query(ge=1, le=INT32_MAX, description="the page, from 1; past the last: no items"),
-    ] = None,
-    page_size: Annotated[
-        int | None,
-        Query(
-            ge=1,
-            le=INT32_MAX,
-            description="items per page, 1 to JOBNIK_MAX_PAGE_SIZE (default 100); default 10",
-            json_schema_extra=setting_maximum("max_page_size"),
-        ),
-    ] = None,
+    request: Request, page: PageQuery = None, page_size: PageSizeQuery = None
 ) -> Paging:
     settings: Settings = request.app.state.settings
     if page_size is not None and page_size > settings.max_page_size:
@@ -79,7 +80,15 @@ async def paging(
     return Paging("page", page or 1, page_size or DEFAULT_PAGE_SIZE)
 
 
+async def a_page(
+    request: Request, page: PageQuery = None, page_size: PageSizeQuery = None
+) -> Paging:
+    """A page whatever JOBNIK_LIST_SHAPE says: jobnik's own lists have no plain-array shape."""
+    return await paging(request, page or 1, page_size)
+
+
 PagingDep = Annotated[Paging, Depends(paging)]
+PageDep = Annotated[Paging, Depends(a_page)]
 
 
 def render(build: Callable[[], BaseModel], what: str) -> bytes:

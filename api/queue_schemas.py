@@ -53,6 +53,9 @@ class QueueOut(ApiModel):
 
 
 class QueuesOut(ApiModel):
+    """A page of stage types' queues, by stage type, and how many stage types have tasks."""
+
+    total: int = Field(ge=0)
     items: list[QueueOut]
 
 

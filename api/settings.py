@@ -84,6 +84,13 @@ class Settings(BaseSettings):
     metrics: bool = Field(
         True, description="serve GET /metrics and /service-metrics, and record the metrics"
     )
+    metrics_stage_types: int = Field(
+        50,
+        ge=0,
+        le=10_000,
+        description="stage types with series of their own in the metrics (those with the most "
+        'tasks); the others are counted under stage_type="__other__" (0: every one)',
+    )
     stuck_lease_expiries: int = Field(
         3,
         ge=0,
@@ -204,6 +211,23 @@ class Settings(BaseSettings):
         64,
         ge=1,
         description="reads waiting on min_position at once in a process (503 TOO_MANY_WAITERS)",
+    )
+    max_streams: int = Field(
+        64,
+        ge=1,
+        description="live event streams open at once in a process (503 TOO_MANY_STREAMS)",
+    )
+    max_streams_per_token: int = Field(
+        16,
+        ge=1,
+        description="live event streams one token has open at once in a process "
+        "(503 TOO_MANY_STREAMS)",
+    )
+    event_page_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        description="stored bytes of events a page of history, of the feed or of a stream's "
+        "read carries at most (a page holds at least one event)",
     )
     list_shape: Literal["page", "array"] = Field(
         "page",

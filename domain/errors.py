@@ -293,6 +293,12 @@ class TooManyWaiters(Busy):
     code = "TOO_MANY_WAITERS"
 
 
+class TooManyStreams(Busy):
+    """too many live event streams are open; retry shortly"""
+
+    code = "TOO_MANY_STREAMS"
+
+
 class StoreInUse(JobnikError):
     """another jobnik server already serves this SQLite file"""
 

@@ -38,6 +38,10 @@ Figures (`--only NAME,...`; all by default), per backend:
   scrape   Scrape cost: GET /service-metrics and GET /metrics at DEPTH tasks over TYPES stage types
            vs at 100 tasks over the same types (scripts/bench_scrape.py). Median ms; goals: at
            most 1.5x, under 100 ms.
+  cardinality  Scrapes over many stage types: GET /metrics over 5 x TYPES stage types vs over 60,
+           30 scrapers at once against uvicorn (scripts/bench_cardinality.py). Median and slowest
+           ms, size; goals: the slowest under a quarter of Prometheus' 10 s timeout, the size at
+           most 1.1x.
   rebuild  Rebuild and replay (scripts/bench_rebuild.py's functions): events/s of a full
            projection rebuild of the LARGE log vs reading and decoding it; peak RSS of the rebuild
            at LARGE vs SMALL (each in a fresh child process).
@@ -65,8 +69,9 @@ Usage:
 --tasks N sets the task count of the engine, HTTP and hot-stage runs (full: 20,000, 5,000 and
 20,000; the engine lifecycle runs at about 40 tasks/s on PostgreSQL here, so the full sizes
 take most of an hour).
-Every figure but depth, scrape and rebuild runs in one fresh database per backend (PostgreSQL:
-bench_suite_<pid>, dropped afterwards), each with its own stage types and floor tables.
+Every figure but depth, scrape, cardinality and rebuild runs in one fresh database per backend
+(PostgreSQL: bench_suite_<pid>, dropped afterwards), each with its own stage types and floor
+tables.
 """
 
 from __future__ import annotations
@@ -90,7 +95,7 @@ from jobnik.scripts.bench_volume import fig_bulk, fig_depth, fig_rebuild
 
 NAMES = (
     "engine", "http", "batch", "plain", "cpu", "observe", "bulk", "depth", "scrape", "rebuild",
-    "hot", "console",
+    "hot", "console", "cardinality",
 )  # fmt: skip
 PG_URL = "postgresql://postgres@127.0.0.1:5432"
 
@@ -119,6 +124,12 @@ def fig_scrape(ctx: Ctx) -> None:
     scrape(ctx)
 
 
+def fig_cardinality(ctx: Ctx) -> None:
+    from jobnik.scripts.bench_cardinality import fig_cardinality as cardinality
+
+    cardinality(ctx)
+
+
 def fig_batch(ctx: Ctx) -> None:
     from jobnik.scripts.bench_batch import fig_batch as batch
 
@@ -144,6 +155,7 @@ FIGURES: dict[str, Callable[[Ctx], None]] = {
     "rebuild": fig_rebuild,
     "hot": fig_hot,
     "console": fig_console,
+    "cardinality": fig_cardinality,
 }
 
 
@@ -205,7 +217,10 @@ def main(
         "--tasks", type=int, default=None, help="tasks per lifecycle, HTTP and hot-stage run"
     )
     parser.add_argument(
-        "--types", type=int, default=None, help="stage types of the depth and scrape figures"
+        "--types",
+        type=int,
+        default=None,
+        help="stage types of the depth and scrape figures (cardinality: five times as many)",
     )
     parser.add_argument(
         "--api-processes",

@@ -84,7 +84,8 @@ def queues(
     """Each stage type's last hour charted (the activity projection); queues per stage type and
     stuck work, polled by the page's script from `/v1`."""
     context = pages.queues_page(activity, now, page_number)
-    return page(request, "queues.html", **context)
+    page_size = request.app.state.settings.max_page_size
+    return page(request, "queues.html", page_size=page_size, **context)
 
 
 @router.get("/search", openapi_extra=READ)

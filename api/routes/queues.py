@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from jobnik.api.deps import SettingsDep, reject_unknown_query
+from jobnik.api.pages import PageDep
 from jobnik.api.permissions import authorize, needs
 from jobnik.api.queue_schemas import QueueOut, QueuesOut, StuckListOut, StuckOut
 from jobnik.api.settings import MAX_STUCK_IDLE_SECONDS, MAX_STUCK_LEASE_EXPIRIES
@@ -38,14 +39,17 @@ ClockDep = Annotated[Callable[[], datetime], Depends(get_clock)]
 
 
 @router.get("/queues", openapi_extra=needs(Permission.READ))
-async def get_queues(operations: OperationsDep, clock: ClockDep) -> QueuesOut:
-    """jobnik: one item per stage type that has tasks, by stage type: tasks queued (PENDING or
-    RETRIED), in progress, completed and failed; when the oldest task a dequeue could take now
-    was queued and its age in seconds (null: none); the last dequeue's time (null: none yet; it
-    may trail the dequeue by the catch-up runner's interval)."""
+async def get_queues(operations: OperationsDep, clock: ClockDep, paging: PageDep) -> QueuesOut:
+    """jobnik: a page (`page`, `page_size`) of the stage types that have tasks, by name, and
+    their number (`total`); for each: tasks queued (PENDING or RETRIED), in progress, completed
+    and failed; when the oldest task a dequeue could take now was queued and its age in seconds
+    (null: none); the last dequeue's time (null: none yet; it may trail the dequeue by the
+    catch-up runner's interval)."""
     queues = await run_in_threadpool(operations.queues)
     now = clock()
-    return QueuesOut(items=[QueueOut.of(q, now) for q in queues])
+    window = paging.window()
+    shown = queues[window.offset : window.offset + paging.page_size]
+    return QueuesOut(total=len(queues), items=[QueueOut.of(q, now) for q in shown])
 
 
 @router.get("/stuck", openapi_extra=needs(Permission.READ))

@@ -8,10 +8,10 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 
-from jobnik.api.deps import SettingsDep, reject_unknown_query
+from jobnik.api.deps import reject_unknown_query
 from jobnik.api.errors import error_answers
-from jobnik.api.openapi import setting_maximum
 from jobnik.api.operator_schemas import MALFORMED, REASON_MAX, REASON_TEXT
+from jobnik.api.pages import PageDep
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schedule_schemas import (
     NEXT_MAX,
@@ -25,14 +25,13 @@ from jobnik.api.schedule_schemas import (
     ScheduleRunOut,
     ScheduleRunsOut,
 )
-from jobnik.api.schemas import INT32_MAX, DateTimeQuery, Message
+from jobnik.api.schemas import DateTimeQuery, Message
 from jobnik.domain.errors import (
     BackfillTooLarge,
     InvalidBackfill,
     InvalidCron,
     InvalidInterval,
     InvalidJobTemplate,
-    InvalidRequest,
     InvalidTimezone,
     ScheduleExists,
     ScheduleNotFound,
@@ -106,24 +105,13 @@ def create_schedule(
 @router.get("/schedules", openapi_extra=needs(P.READ))
 def list_schedules(
     views: ScheduleViewsDep,
-    settings: SettingsDep,
+    paging: PageDep,
     name: Annotated[str | None, Query(max_length=100, description="only this one")] = None,
-    page: Annotated[int, Query(ge=1, le=INT32_MAX)] = 1,
-    page_size: Annotated[
-        int,
-        Query(
-            ge=1,
-            le=INT32_MAX,
-            description="1 to JOBNIK_MAX_PAGE_SIZE",
-            json_schema_extra=setting_maximum("max_page_size"),
-        ),
-    ] = 10,
     next: Next = 5,
 ) -> SchedulePageOut:
     """jobnik: the schedules, by name, a page at a time (`{total, items}`)."""
-    if page_size > settings.max_page_size:
-        raise InvalidRequest(f"request/query/page_size must be <= {settings.max_page_size}")
-    total, found = views.page(name, (page - 1) * page_size, page_size)
+    offset = (paging.page - 1) * paging.page_size
+    total, found = views.page(name, offset, paging.page_size)
     return SchedulePageOut(total=total, items=[ScheduleOut.of(v, next) for v in found])
 
 

@@ -17,6 +17,7 @@ variable: the process that starts the workers sets it before any of them imports
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -37,6 +38,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
+from starlette.concurrency import run_in_threadpool
 
 # (the library leaves these two untyped)
 MultiProcessCollector: Callable[[CollectorRegistry, str], object] = (
@@ -120,17 +122,30 @@ class ServerMetrics:
         """Serve `collector`'s metrics too (e.g. gauges computed from the read models)."""
         self.registry.register(collector)
 
-    def render(self, accept: str | None) -> tuple[bytes, str]:
-        """The exposition in the format `accept` asks for (Prometheus text by default), and its
-        content type."""
-        return render(self.registry, accept)
 
+class Scrapes:
+    """Scrapes that arrive while one of the same registry and format is being rendered wait for
+    it and answer with its body: however many scrapers ask at once, a process renders each
+    exposition (and reads the read models for it) once at a time. A waiter that goes away leaves
+    the rendering to the others."""
 
-def render(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
-    """`registry`'s exposition in the format `accept` asks for (Prometheus text by default), and
-    its content type."""
-    encoder, content_type = choose_encoder(accept or "")
-    return encoder(registry), content_type
+    def __init__(self) -> None:
+        self._running: dict[tuple[int, str], asyncio.Future[bytes]] = {}
+
+    async def render(self, registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
+        """`registry`'s exposition in the format `accept` asks for, and its content type."""
+        encoder, content_type = choose_encoder(accept or "")
+        key = (id(registry), content_type)
+        running = self._running.get(key)
+        if running is None or running.get_loop() is not asyncio.get_running_loop():
+            running = asyncio.ensure_future(run_in_threadpool(encoder, registry))
+            self._running[key] = running
+            running.add_done_callback(lambda done: self._done(key, done))
+        return await asyncio.shield(running), content_type
+
+    def _done(self, key: tuple[int, str], done: asyncio.Future[bytes]) -> None:
+        if self._running.get(key) is done:
+            del self._running[key]
 
 
 _LIVE_FILE: Final = re.compile(r"^gauge_live\w*?_(\d+)\.db$")

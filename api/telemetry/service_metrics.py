@@ -10,7 +10,10 @@ process, and they survive restarts (they are the log's, not a process's).
   by type; catch-up lag; stuck work by kind.
 
 Both read summaries and small tables (projections/queries/operations.py): a scrape costs what
-the stage types, stages and jobs cost, the same at a million tasks as at a hundred.
+the stage types, stages and jobs cost, the same at a million tasks as at a hundred. Their series
+by stage type are those of the JOBNIK_METRICS_STAGE_TYPES types with the most tasks and of
+`__other__`, the others' aggregate (stage_types.py): a scrape's size has a bound, however many
+stage types clients name.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from jobnik.api.telemetry.stage_types import OTHER, fold, shown
 from jobnik.domain.errors import JobnikError
 from jobnik.domain.statuses import JobStatus, StageStatus, TaskStatus
-from jobnik.projections.queries.operations import OperationsViews, Thresholds
+from jobnik.projections.queries.operations import OperationsViews, Queue, Thresholds
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +66,8 @@ def db_spelling(value: str) -> str:
 class Kept(Generic[K, V]):
     """Label dicts made from their key (a stage type, say), kept from one scrape to the next
     while the key is scraped: a scrape builds only its samples, with the values it has just
-    read, and a key no longer scraped is let go. (A scrape over a thousand stage types has
-    tens of thousands of samples, whose labels change only when the stage types do.)"""
+    read, and a key no longer scraped is let go. (A scrape has a few thousand samples, whose
+    labels change only when the stage types served do.)"""
 
     def __init__(self, make: Callable[[K], V]) -> None:
         self.make = make
@@ -100,12 +104,14 @@ def guarded(name: str, collect: Callable[[], list[Metric]]) -> list[Metric]:
 
 class JobnikServiceGauges(Collector):
     """`jobnik_jobs_by_status`, `jobnik_stages_by_status`, `jobnik_tasks_by_status`,
-    `jobnik_tasks_count`, as Jobnik's manager serves them. Every status of the manager's is
-    present (at zero) for every stage type that has a stage, jobnik's own task statuses where
-    they count tasks; `jobnik_tasks_count` lists non-zero counts only."""
+    `jobnik_tasks_count`, as Jobnik's manager serves them, for the `limit` stage types with the
+    most tasks and the aggregate of the others (stage_types.py). Every job status, and every
+    stage and task status of the manager's for each of those stage types, is present at zero
+    too (the manager's dashboards chart each status); jobnik's own task statuses are present
+    where they count tasks, and `jobnik_tasks_count` lists non-zero counts only."""
 
-    def __init__(self, views: OperationsViews) -> None:
-        self.views = views
+    def __init__(self, views: OperationsViews, limit: int) -> None:
+        self.views, self.limit = views, limit
         self.stage_labels = Kept(_by_status("stage_status", STAGE_STATUSES))
         self.task_labels = Kept(_by_status("task_status", TASK_STATUSES))
         self.count_labels = Kept(_count_labels)
@@ -144,16 +150,22 @@ class JobnikServiceGauges(Collector):
         counts = self.views.status_counts()
         jobs, stages, tasks, count = self.families()
         _fill(jobs, (({"job_status": s}, counts.jobs.get(s, 0)) for s in JOB_STATUSES))
-        types = sorted({t for t, _ in counts.stages})
+        totals = dict.fromkeys((t for t, _ in counts.stages), 0)
+        for (t, _, _), n in counts.tasks.items():
+            totals[t] = totals.get(t, 0) + n
+        label = shown(totals, self.limit)
+        by_stage = fold(counts.stages, lambda k: (label(k[0]), k[1]))
+        by_task = fold(counts.tasks, lambda k: (label(k[0]), k[1], k[2]))
+        types = sorted({label(t) for t in totals})
         by_status: dict[tuple[str, str], int] = {}
-        for (t, _, status), n in counts.tasks.items():
+        for (t, _, status), n in by_task.items():
             by_status[t, status] = by_status.get((t, status), 0) + n
         stage_rows, task_rows = self.stage_labels(types), self.task_labels(types)
-        _matrix(stages, STAGE_STATUSES, types, stage_rows, counts.stages, set(STAGE_STATUSES))
+        _matrix(stages, STAGE_STATUSES, types, stage_rows, by_stage, set(STAGE_STATUSES))
         _matrix(tasks, TASK_STATUSES, types, task_rows, by_status, MANAGER_TASK_STATUSES)
-        keys = sorted(counts.tasks)
+        keys = sorted(by_task)
         count.samples = [
-            Sample(count.name, labels, counts.tasks[key])
+            Sample(count.name, labels, by_task[key])
             for key, labels in zip(keys, self.count_labels(keys), strict=True)
         ]
         return [jobs, stages, tasks, count]
@@ -199,15 +211,17 @@ def _count_labels(key: tuple[str, str, str]) -> Labels:
 
 class QueueMetrics(Collector):
     """The queue operator's metrics (see the module); `clock` is now, `thresholds` what stuck
-    work is."""
+    work is. Per stage type, the `limit` types with the most tasks and the aggregate of the
+    others (stage_types.py), non-zero values only."""
 
     def __init__(
         self,
         views: OperationsViews,
         clock: Callable[[], datetime],
         thresholds: Callable[[], Thresholds],
+        limit: int,
     ) -> None:
-        self.views, self.clock, self.thresholds = views, clock, thresholds
+        self.views, self.clock, self.thresholds, self.limit = views, clock, thresholds, limit
         self.type_labels = Kept(_queue_labels)
 
     def collect(self) -> Iterable[Metric]:
@@ -283,7 +297,12 @@ class QueueMetrics(Collector):
 
     def _collect(self) -> list[Metric]:
         now = self.clock()
-        queues = self.views.queues(every_type=True)  # the same series whatever the tasks do
+        every = self.views.queues(every_type=True)
+        label = shown({q.stage_type: q.total for q in every}, self.limit)
+        queues = [q for q in every if q.stage_type in label.types]
+        others = [q for q in every if q.stage_type not in label.types]
+        if others:
+            queues.append(Queue.merged(OTHER, others))
         families = self.families()
         (
             queued,
@@ -306,16 +325,19 @@ class QueueMetrics(Collector):
             (dequeues, lambda q: q.counters["dequeues"]),
             (expired, lambda q: q.counters["leases_expired"]),
         ):
-            _fill(family, ((row[""], value(q)) for q, row in zip(queues, rows, strict=True)))
+            pairs = zip(queues, rows, strict=True)
+            _fill(family, ((row[""], v) for q, row in pairs if (v := value(q))))
         for family, counters in ((retries, RETRIES), (failures, FAILURES)):
             pairs = zip(queues, rows, strict=True)
-            _fill(family, ((row[c], q.counters[c]) for q, row in pairs for c in counters))
+            _fill(
+                family, ((row[c], v) for q, row in pairs for c in counters if (v := q.counters[c]))
+            )
         for name, n in sorted(self.views.events_appended().items()):
             events.add_metric([name], n)
         for lag in self.views.lags(now):
             lag_events.add_metric([lag.projection], lag.events)
             lag_seconds.add_metric([lag.projection], lag.seconds)
-        found = self.views.stuck(self.thresholds(), now, queues)
+        found = self.views.stuck(self.thresholds(), now, every)
         for kind in STUCK_KINDS:
             stuck.add_metric([kind], sum(1 for s in found if s.kind == kind))
         return list(families)

@@ -25,6 +25,7 @@ STANDARD: Final = frozenset(
 )
 TOPICS: Final[Mapping[str, str]] = {cls.__name__: get_topic(cls) for cls in PROJECT}
 TERMINAL: Final = frozenset({Job.JobCompleted, Job.JobFailed, Job.JobAborted})
+DEFAULT_PAGE_BYTES: Final = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -56,11 +57,25 @@ class Page:
     next: int | None  # pass as `after` for the next page; None at the end (for now)
 
 
-class Audit:
-    """Events as entries, in log order; cursor = the last position seen."""
+# A page's events: at most `limit` of them, and only those that start within `max_bytes` of
+# stored events (so at least one, however large). The positions and sizes are chosen first (the
+# sizes are read from the rows' headers, not their contents), then only the chosen events are
+# read whole: no more than the bound leaves the database, or SQLite's memory. `upto` is the
+# stored size of the page's events up to and with each one.
+_BOUNDED: Final = (
+    "SELECT {columns}, k.upto FROM {events} e JOIN (SELECT p, upto FROM (SELECT p, size, "
+    "SUM(size) OVER (ORDER BY p ROWS UNBOUNDED PRECEDING) AS upto FROM (SELECT {order} AS p, "
+    "LENGTH(e.state) AS size FROM {source} WHERE {where} ORDER BY {order} LIMIT {limit}) l) w "
+    "WHERE upto - size < {max_bytes}) k ON e.{position} = k.p ORDER BY e.{position}"
+)
 
-    def __init__(self, store: SqlStore) -> None:
-        self.store = store
+
+class Audit:
+    """Events as entries, in log order; cursor = the last position seen. A page holds at most
+    `limit` events and, but for its first, `max_bytes` of stored events."""
+
+    def __init__(self, store: SqlStore, max_bytes: int = DEFAULT_PAGE_BYTES) -> None:
+        self.store, self.max_bytes = store, max_bytes
         self.p = store.dialect.param
         self.events = store.events_table
         self.position = store.position_column
@@ -101,19 +116,22 @@ class Audit:
         if row is None:
             raise JobNotFound
 
-    def job_history(self, job_id: UUID, after: int = 0, limit: int = 100) -> Page:
-        """Events of the job, its stages and tasks after `after`; also once the job is deleted."""
+    def job_history(
+        self, job_id: UUID, after: int = 0, limit: int = 100, max_bytes: int | None = None
+    ) -> Page:
+        """Events of the job, its stages and tasks after `after`; also once the job is deleted.
+        (`max_bytes`: a smaller bound in bytes than the audit's, for this page.)"""
         with self.store.cursor(write=False) as cur:
             self._known(cur, job_id)
-            rows = cur.raw_all(
-                f"SELECT {self._columns()} FROM job_events_v1 j "
-                f"JOIN {self.events} e ON e.{self.position} = j.position "
-                f"WHERE j.job_id = {self.p('j')} AND j.position > {self.p('a')} "
-                f"ORDER BY j.position LIMIT {int(limit)}",
+            return self._page(
+                cur,
+                f"job_events_v1 j JOIN {self.events} e ON e.{self.position} = j.position",
+                [f"j.job_id = {self.p('j')}", f"j.position > {self.p('a')}"],
                 {"j": self.store.dialect.dump("job_id", job_id), "a": after},
+                limit,
+                max_bytes,
+                order="j.position",
             )
-        items = self._entries(rows)
-        return Page(items, items[-1].position if len(items) == limit else None)
 
     def terminal_position(self, job_id: UUID) -> int | None:
         """The log position of the job's latest terminal event while the job is ended; None
@@ -141,27 +159,52 @@ class Audit:
         limit: int = 100,
         types: Sequence[str] = (),
         job_id: UUID | None = None,
+        max_bytes: int | None = None,
     ) -> Page:
-        """The global log after `after`, optionally only some event types or one job."""
+        """The global log after `after`, optionally only some event types or one job (and
+        `max_bytes` as for `job_history`)."""
         where = [f"e.{self.position} > {self.p('a')}"]
         params: dict[str, Any] = {"a": after}
-        join = ""
+        source = f"{self.events} e"
         if types:
             names = {f"t{i}": TOPICS[t] for i, t in enumerate(types)}
             where.append(f"e.topic IN ({', '.join(self.p(n) for n in names)})")
             params.update(names)
         if job_id is not None:
-            join = f" JOIN job_events_v1 j ON j.position = e.{self.position}"
+            source += f" JOIN job_events_v1 j ON j.position = e.{self.position}"
             where.append(f"j.job_id = {self.p('j')}")
             params["j"] = self.store.dialect.dump("job_id", job_id)
         with self.store.cursor(write=False) as cur:
-            rows = cur.raw_all(
-                f"SELECT {self._columns()} FROM {self.events} e{join} WHERE "
-                f"{' AND '.join(where)} ORDER BY e.{self.position} LIMIT {int(limit)}",
-                params,
-            )
+            return self._page(cur, source, where, params, limit, max_bytes)
+
+    def _page(
+        self,
+        cur: Cursor,
+        source: str,
+        where: list[str],
+        params: dict[str, Any],
+        limit: int,
+        max_bytes: int | None = None,
+        order: str | None = None,
+    ) -> Page:
+        """The events of `source` (the events table as `e`, maybe joined) matching `where`, in
+        log order (`order`: the position column to sort by, the events' by default): a page
+        (see the class)."""
+        bound = self.max_bytes if max_bytes is None else min(max_bytes, self.max_bytes)
+        sql = _BOUNDED.format(
+            columns=self._columns(),
+            events=self.events,
+            position=self.position,
+            order=order or f"e.{self.position}",
+            source=source,
+            where=" AND ".join(where),
+            limit=int(limit),
+            max_bytes=int(bound),
+        )
+        rows = cur.raw_all(sql, params)
         items = self._entries(rows)
-        return Page(items, items[-1].position if len(items) == limit else None)
+        full = len(items) == limit or (bool(rows) and int(rows[-1]["upto"]) >= bound)
+        return Page(items, items[-1].position if full else None)
 
     def last_position(self) -> int:
         return self.store.head()

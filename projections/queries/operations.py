@@ -56,6 +56,26 @@ class Queue:
     oldest_queued_at: datetime | None  # of the tasks a dequeue could take now
     last_dequeue_at: datetime | None
     counters: dict[str, int] = field(default_factory=dict)  # operations_v1_types' COUNTERS
+    total: int = 0  # tasks of the type, whatever their status
+
+    @classmethod
+    def merged(cls, stage_type: str, queues: list[Queue]) -> Queue:
+        """`queues` (of several stage types) as one queue named `stage_type`: counts and
+        counters summed, the oldest queued task the oldest of all, the last dequeue the latest."""
+        oldest = [q.oldest_queued_at for q in queues if q.oldest_queued_at is not None]
+        dequeues = [q.last_dequeue_at for q in queues if q.last_dequeue_at is not None]
+        return cls(
+            stage_type,
+            sum(q.queued for q in queues),
+            sum(q.in_progress for q in queues),
+            sum(q.completed for q in queues),
+            sum(q.failed for q in queues),
+            sum(q.delegated for q in queues),
+            min(oldest, default=None),
+            max(dequeues, default=None),
+            {c: sum(q.counters.get(c, 0) for q in queues) for c in COUNTERS},
+            sum(q.total for q in queues),
+        )
 
 
 @dataclass(frozen=True)
@@ -141,6 +161,7 @@ class OperationsViews:
                     first.get(stage_type),
                     _time(o.get("last_dequeue_at")),
                     {c: int(o.get(c) or 0) for c in COUNTERS},
+                    n["total"],
                 )
             )
         return out

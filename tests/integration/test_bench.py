@@ -128,3 +128,22 @@ def test_the_cpu_figure_reads_the_server_the_clients_and_the_database_per_task(
         assert [f.name for f in database] in ([], ["PostgreSQL CPU per task (plain client)"])
     assert all(f.floor is None and f.unit == "ms" and f.value >= 0 for f in figures), figures
     assert goals == []
+
+
+def test_the_cardinality_figure_scrapes_many_stage_types_beside_few(database_url: str) -> None:
+    figures, goals = run_figures(database_url, ["cardinality"])
+
+    assert [(f.name, f.unit) for f in figures] == [
+        ("scrape /metrics over 80 stage types, 30 scrapers at once, median", "ms"),
+        ("scrape /metrics over 80 stage types, 30 scrapers at once, slowest", "ms"),
+        ("scrape /metrics over 80 stage types, size", "KiB"),
+    ]
+    assert all(f.value > 0 and f.floor and f.floor > 0 for f in figures), figures
+    assert all(f.floor_name == "the same at 60 stage types" for f in figures)
+    assert [g.name.split(":")[0] for g in goals] == [
+        "scrape /metrics over 80 stage types, 30 scrapers at once",
+        "scrape /metrics over 80 stage types <= 1.1x the size at 60",
+    ]
+    size = figures[2]
+    assert size.ratio is not None
+    assert size.ratio <= 1.1  # both beyond the 50 types with series of their own

@@ -20,6 +20,7 @@ from .test_access import tokens
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
+QUEUES = re.compile(r".*/v1/queues(\?.*)?$")  # the page asks for its page size
 Json = dict[str, Any]
 
 
@@ -120,7 +121,7 @@ def fake_queues(route: Route, completed: int) -> None:
         "failed": 1,
         "lastDequeueAt": "2026-01-01T00:01:00Z",
     }
-    route.fulfill(json={"items": [item]})
+    route.fulfill(json={"total": 1, "items": [item]})
 
 
 def test_an_operator_watches_steers_and_reruns_a_job_in_the_console(
@@ -226,7 +227,7 @@ def test_queues_show_the_servers_figures_and_say_when_it_has_none(
 ) -> None:
     server = spawn_server(database_url)
     polls = iter(range(100, 10_000, 10))  # `completed` grows by 10 a poll
-    page.route("**/v1/queues", lambda route: fake_queues(route, next(polls)))
+    page.route(QUEUES, lambda route: fake_queues(route, next(polls)))
     stuck = {
         "kind": "lease_expired",
         "reason": "no heartbeat for 10 min",
@@ -251,7 +252,7 @@ def test_queues_show_the_servers_figures_and_say_when_it_has_none(
     )
     shoot(page, "queues")
 
-    page.unroute("**/v1/queues")
+    page.unroute(QUEUES)
     page.unroute("**/v1/stuck")
     page.reload()
     if httpx.get(f"{server.url}/v1/queues").status_code == 404:
