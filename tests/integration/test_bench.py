@@ -55,7 +55,6 @@ def test_the_engine_figure_runs_its_workers_as_threads_and_as_processes(
         ("engine lifecycle K=1", "raw SQL lifecycle, 1 threads"),
         ("engine lifecycle K=1 (processes)", "raw SQL lifecycle, 1 processes"),
         ("engine lifecycle K=4", "raw SQL lifecycle, 4 threads"),
-        ("engine lifecycle K=4 (threads, group commit)", "raw SQL lifecycle, 4 threads"),
         ("engine lifecycle K=4 (processes)", "raw SQL lifecycle, 4 processes"),
     ]
     assert all(f.value > 0 and f.floor and f.floor > 0 for f in figures), figures
