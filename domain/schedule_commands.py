@@ -251,6 +251,8 @@ class ScheduleCommands:
         run = self._start(s, schedule, due, now, by)
         if run.job is None:
             assert run.existing is not None
+            if due.trigger in (Trigger.TRIGGER, Trigger.BACKFILL):
+                return run  # the same request twice: its run is the answer, nothing moves
             schedule.already_ran(due, run.existing, now)
         else:
             schedule.fired(due, run.job.id, now, by, reason)

@@ -51,6 +51,7 @@ POSTGRES_ONLY = pytest.mark.parametrize(
     ids=["postgres-only(several-processes-need-a-shared-server-database)"],
 )
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+TRACE_RE = re.compile(r"[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}")
 TIME_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 
 
@@ -211,6 +212,8 @@ class Session:
         if isinstance(value, str):
             if TIME_RE.match(value):
                 return "<time>"
+            if TRACE_RE.fullmatch(value):  # each request without a trace gets a trace of its own
+                return "<trace>"
             return UUID_RE.sub(
                 lambda m: self.ids.setdefault(m.group(0), f"<id{len(self.ids)}>"), value
             )
