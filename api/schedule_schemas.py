@@ -33,6 +33,7 @@ from jobnik.domain.schedules import (
     TaskTemplate,
 )
 from jobnik.domain.statuses import Priority
+from jobnik.domain.timing import MAX_INTERVAL
 from jobnik.projections.queries.schedules import MAX_NEXT, RunView, ScheduleView
 
 MAX_TEMPLATE_STAGES = 50
@@ -105,6 +106,7 @@ class CreateSchedule(ApiModel):
     )
     interval_seconds: int | None = Field(
         default=None,
+        json_schema_extra={"minimum": 1, "maximum": MAX_INTERVAL},  # INVALID_INTERVAL else
         description="a run every this many seconds, counted from the Unix epoch (1 or more); "
         "or give `cron`",
     )
@@ -122,6 +124,7 @@ class CreateSchedule(ApiModel):
     )
     catchup_window_seconds: int = Field(
         default=24 * 3600,
+        json_schema_extra={"minimum": MIN_CATCHUP_WINDOW, "maximum": MAX_CATCHUP_WINDOW},
         description=f"how late a fire may run ({MIN_CATCHUP_WINDOW} to {MAX_CATCHUP_WINDOW}); "
         "older ones are recorded as missed",
     )

@@ -46,6 +46,7 @@ STATE_OR_MEANING: Final = frozenset(
         "INVALID_CRON_EXPRESSION",
         "INVALID_TIME_ZONE",
         "INVALID_FAILURE_PATTERN",
+        "INVALID_JOB_TEMPLATE",
     }
 )
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
@@ -100,7 +101,7 @@ def run_schemathesis(url: str, report: Path, token: str) -> tuple[int, Counter[s
                 ):
                     continue
                 failed[check["name"]] += 1
-                errors.append(json.dumps(check)[:500])
+                errors.append(_described(check, recorder.get("interactions", {}).get(case)))
     return int(generated.group(1)) if generated else 0, failed, errors
 
 
@@ -111,11 +112,25 @@ def _refused_for_state_or_meaning(check: dict[str, Any], exchange: dict[str, Any
     response = exchange.get("response") or {}
     if response.get("status_code") != 400:
         return False
+    if "/None/" in str((exchange.get("request") or {}).get("uri")):
+        return True  # the tool filled a path parameter from a null field of an earlier answer
     try:
         answer = json.loads(base64.b64decode((response.get("content") or {})["$base64"]))
     except (KeyError, ValueError):
         return False
     return isinstance(answer, dict) and answer.get("code") in STATE_OR_MEANING
+
+
+def _described(check: dict[str, Any], exchange: dict[str, Any] | None) -> str:
+    """A failed check with its request and the answer's start, for the failure's message."""
+    request = (exchange or {}).get("request") or {}
+    response = (exchange or {}).get("response") or {}
+    try:
+        answer = base64.b64decode((response.get("content") or {})["$base64"])[:300].decode()
+    except (KeyError, ValueError):
+        answer = ""
+    said = f"{request.get('method')} {request.get('uri')} {str(request.get('body'))[:300]}"
+    return f"{check['name']}: {said} -> {response.get('status_code')} {answer}"
 
 
 def _server_side(error: dict[str, Any]) -> bool:
