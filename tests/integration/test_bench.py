@@ -4,8 +4,8 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse, urlunparse
 
 from jobnik.scripts.bench import run_suite
-from jobnik.scripts.bench_context import TINY
-from jobnik.scripts.bench_report import Figure, Goal
+from jobnik.scripts.bench.context import TINY
+from jobnik.scripts.bench.report import Figure, Goal
 
 IN_DATABASE = ["engine", "http", "bulk", "hot"]
 OWN_DATABASES = ["depth", "scrape", "rebuild"]  # they make their own databases and files

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobnik.scripts.bench_http import answers, stop_group
+from jobnik.scripts.bench.http_lifecycle import answers, stop_group
 
 from .conftest import free_port
 from .otlp_receiver import Received, Span, receiving

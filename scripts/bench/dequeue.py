@@ -39,7 +39,7 @@ the dequeue-median ratio should be <= 1.5 (the line says whether it is; it does 
 exit status, as noise on a busy machine can push it over).
 
 Usage:
-  python scripts/bench_dequeue.py [--backend postgres|sqlite|both] [--depth 1000000]
+  python -m jobnik.scripts.bench.dequeue [--backend postgres|sqlite|both] [--depth 1000000]
       [--types 1000] [--samples 50] [--quick] [--pg-url postgresql://postgres@127.0.0.1:5432]
 
 --quick is depth 100,000 over 100 types (still 1,000 tasks per type). PostgreSQL databases are
@@ -59,8 +59,8 @@ from pathlib import Path
 
 from jobnik.domain.application import Jobnik
 from jobnik.projections.store.postgres import PostgresStore
-from jobnik.scripts.bench_claim_plan import bare_claim, claim_plan, plan_problems
-from jobnik.scripts.bench_dequeue_scenarios import (
+from jobnik.scripts.bench.claim_plan import bare_claim, claim_plan, plan_problems
+from jobnik.scripts.bench.dequeue_scenarios import (
     Scenario,
     populate,
     say,
@@ -212,7 +212,7 @@ def run(
     pg_url: str = "postgresql://postgres@127.0.0.1:5432",
     settle: bool = True,
 ) -> DepthResult:
-    """The measurement as a function (for scripts/bench_volume.py); the arguments are main()'s."""
+    """The measurement as a function (for scripts/bench/volume.py); the arguments are main()'s."""
     argv = ["--backend", backend, "--samples", str(samples), "--pg-url", pg_url]
     argv += ["--sample-types", str(sample_types), *(["--quick"] if quick else [])]
     argv += [

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobnik.scripts.bench_databases import fresh_database
-from jobnik.scripts.bench_report import Figure, Goal
+from jobnik.scripts.bench.databases import fresh_database
+from jobnik.scripts.bench.report import Figure, Goal
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ import time
 from typing import Any
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
-from jobnik.scripts import bench_floor
-from jobnik.scripts.bench_context import Ctx, check
-from jobnik.scripts.bench_engine import BATCH, engine
+from jobnik.scripts.bench import floor as bench_floor
+from jobnik.scripts.bench.context import Ctx, check
+from jobnik.scripts.bench.engine import BATCH, engine
 
 # -- bulk creation -----------------------------------------------------------------------------
 
@@ -48,7 +48,7 @@ def fig_bulk(ctx: Ctx) -> None:
 
 
 def fig_depth(ctx: Ctx) -> None:
-    from jobnik.scripts import bench_dequeue
+    from jobnik.scripts.bench import dequeue as bench_dequeue
 
     s = ctx.sizes
     r = bench_dequeue.run(
@@ -86,7 +86,7 @@ def fig_depth(ctx: Ctx) -> None:
 
 
 def fig_rebuild(ctx: Ctx) -> None:
-    from jobnik.scripts import bench_rebuild as br
+    from jobnik.scripts.bench import rebuild as br
 
     s = ctx.sizes
     for size in {s.rebuild_small, s.rebuild_large}:  # SQLite logs, written once for both backends

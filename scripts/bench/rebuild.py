@@ -41,10 +41,10 @@ LARGE/SMALL: about 1.0 when the rebuild streams, 10 if it held the log). Exit st
 verify finds a difference or a memory ratio exceeds 1.2.
 
 Usage:
-  python scripts/bench_rebuild.py [--backend postgres|sqlite|both] [--quick] [--tracemalloc]
+  python -m jobnik.scripts.bench.rebuild [--backend postgres|sqlite|both] [--quick] [--tracemalloc]
       [--pg-url postgresql://postgres@127.0.0.1:5432/postgres]
 --quick: SMALL about 3,000 and LARGE about 30,000 events (60-80 s for both backends here).
-From Python: `from jobnik.scripts.bench_rebuild import run; figures = run("postgres", quick=True)`
+From Python: `from jobnik.scripts.bench.rebuild import run; figures = run("postgres", quick=True)`
 returns the figures (`Figure`: name, value, baseline, ratio, ok) instead of printing them.
 PostgreSQL databases are created as jobnik_bench_rebuild_<pid>_<size> and dropped at the end.
 """
@@ -64,7 +64,7 @@ from typing import Any
 
 from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.config import library_env
-from jobnik.scripts.bench_rebuild_log import count_events, postgres_copy, say, write_log
+from jobnik.scripts.bench.rebuild_log import count_events, postgres_copy, say, write_log
 
 MAX_RATIO = 1.2
 PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -6,7 +6,7 @@ Figures (`--only NAME,...`; all by default), per backend:
            `Jobnik.dequeue(stage_type)` then `Jobnik.report_task(COMPLETED, attempt=...)` until
            the stage is drained, as K threads of one process and (lines "(processes)") as K
            worker processes, each with its own store, started before the clock starts. tasks/s.
-           Floor: the raw SQL lifecycle (scripts/bench_floor: claim with FOR UPDATE SKIP LOCKED +
+           Floor: the raw SQL lifecycle (scripts/bench/floor: claim with FOR UPDATE SKIP LOCKED +
            mark IN_PROGRESS + an event row in one transaction, mark COMPLETED + an event row in
            another), K threads or K processes alike, same database. The goal is judged on the
            processes: threads share one interpreter lock, which the engine's Python per task
@@ -16,33 +16,33 @@ Figures (`--only NAME,...`; all by default), per backend:
            processes using the SDK (`Consumer.dequeue`, `Consumer.complete`). tasks/s, and p50/p99
            of dequeue and of complete. Floor: the raw lifecycle with K threads (its claim and done
            transactions' latencies for the latency lines).
-  batch    Batches (scripts/bench_batch.py): the engine lifecycle and the HTTP lifecycle with K=4
+  batch    Batches (scripts/bench/batch.py): the engine lifecycle and the HTTP lifecycle with K=4
            SDK processes, each claiming 10 tasks per dequeue and reporting them in one request.
            tasks/s. Floor: the raw lifecycle with 4 threads (one task per transaction).
-  plain    A plain keep-alive client (scripts/bench_batch.py): 4 processes x 2 threads, each on
+  plain    A plain keep-alive client (scripts/bench/batch.py): 4 processes x 2 threads, each on
            its own `http.client` connection, looping dequeue + COMPLETED one task at a time: the
            server alone, without the SDK. tasks/s. Floor: the raw lifecycle with 8 threads.
-  cpu      The plain figure's drain against one uvicorn process (scripts/bench_cpu.py): the API
+  cpu      The plain figure's drain against one uvicorn process (scripts/bench/cpu.py): the API
            server's CPU time per task (utime + stime of its /proc/PID/stat, read right before
            and right after the drain), the client processes' CPU per task and, on PostgreSQL,
            that of the bench database's backends (from /proc, when it shows them). ms, no floor.
   observe  The HTTP lifecycle at the largest K with telemetry off, with metrics, with metrics and
-           request logs, and with metrics and traces (scripts/bench_observe.py). tasks/s of each
+           request logs, and with metrics and traces (scripts/bench/observe.py). tasks/s of each
            against telemetry off; and a request's server CPU with metrics off and on, in
            process, by turns. The goals: metrics cost at most 5 % of each.
   bulk     Bulk creation: N tasks through `Jobnik.add_tasks` in batches of 1,000. tasks/s.
            Floor: the same rows (the event row and the read-model rows TaskCreated writes, copied
            from a task the engine created) as multi-row INSERTs, a transaction per batch.
   depth    Queue depth: `Jobnik.dequeue` median at 100 queued tasks vs at DEPTH over TYPES stage
-           types (scripts/bench_dequeue.py's `run`). Floor: the bare claim query at each depth.
+           types (scripts/bench/dequeue.py's `run`). Floor: the bare claim query at each depth.
   scrape   Scrape cost: GET /service-metrics and GET /metrics at DEPTH tasks over TYPES stage types
-           vs at 100 tasks over the same types (scripts/bench_scrape.py). Median ms; goals: at
+           vs at 100 tasks over the same types (scripts/bench/scrape.py). Median ms; goals: at
            most 1.5x, under 100 ms.
   cardinality  Scrapes over many stage types: GET /metrics over 5 x TYPES stage types vs over 60,
-           30 scrapers at once against uvicorn (scripts/bench_cardinality.py). Median and slowest
+           30 scrapers at once against uvicorn (scripts/bench/cardinality.py). Median and slowest
            ms, size; goals: the slowest under a quarter of Prometheus' 10 s timeout, the size at
            most 1.1x.
-  rebuild  Rebuild and replay (scripts/bench_rebuild.py's functions): events/s of a full
+  rebuild  Rebuild and replay (scripts/bench/rebuild.py's functions): events/s of a full
            projection rebuild of the LARGE log vs reading and decoding it; peak RSS of the rebuild
            at LARGE vs SMALL (each in a fresh child process).
   hot      Hot stage: 8 threads complete one stage of N tasks. tasks/s vs the raw floor with 8
@@ -52,7 +52,7 @@ Figures (`--only NAME,...`; all by default), per backend:
            granted`); retries per 1,000 tasks (commands run again after a conflict, by the
            engine's own retry or by the benchmark's worker loop).
   console  The console's jobs page (`GET /ui/jobs`, in process) with CONSOLE_JOBS jobs (100,000;
-           scripts/bench_console.py): its first page, and filtered by status. ms. Floor: the
+           scripts/bench/console.py): its first page, and filtered by status. ms. Floor: the
            page's three statements run bare.
 
 Every line: name, backend, jobnik value, floor, unit, ratio = value/floor and its orientation
@@ -60,15 +60,15 @@ Every line: name, backend, jobnik value, floor, unit, ratio = value/floor and it
 better). Then one goal line per target. Lines starting with '#' are progress.
 
 Usage:
-  python scripts/bench.py [--quick] [--backend postgres|sqlite|both] [--only engine,bulk]
-      [--json PATH] [--pg-url postgresql://postgres@127.0.0.1:5432] [--tasks N]
-      [--api-processes N] [--types N]
-  jobnik bench ...   (the same options)
+  jobnik bench [--quick] [--backend postgres|sqlite|both] [--only engine,bulk] [--json PATH]
+      [--pg-url postgresql://postgres@127.0.0.1:5432] [--tasks N] [--api-processes N] [--types N]
 
 --quick (about a minute on PostgreSQL) shrinks every size; figures at quick sizes are noisier.
 --tasks N sets the task count of the engine, HTTP and hot-stage runs (full: 20,000, 5,000 and
-20,000; the engine lifecycle runs at about 40 tasks/s on PostgreSQL here, so the full sizes
-take most of an hour).
+20,000; the full sizes of every figure take the better part of an hour).
+Each figure lives in a module of this package named for it (engine, http_lifecycle, batch, cpu,
+observe, volume for bulk and depth, scrape, cardinality, rebuild, console); context, report, floor,
+processes, worker and databases are what they share.
 Every figure but depth, scrape, cardinality and rebuild runs in one fresh database per backend
 (PostgreSQL: bench_suite_<pid>, dropped afterwards), each with its own stage types and floor
 tables.
@@ -87,11 +87,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from jobnik.scripts.bench_context import FULL, QUICK, Ctx, Sizes, say, suite_database
-from jobnik.scripts.bench_engine import fig_engine, fig_hot
-from jobnik.scripts.bench_http import fig_http
-from jobnik.scripts.bench_report import Figure, Goal, print_figures, print_goals, write_json
-from jobnik.scripts.bench_volume import fig_bulk, fig_depth, fig_rebuild
+from jobnik.scripts.bench.context import FULL, QUICK, Ctx, Sizes, say, suite_database
+from jobnik.scripts.bench.engine import fig_engine, fig_hot
+from jobnik.scripts.bench.http_lifecycle import fig_http
+from jobnik.scripts.bench.report import Figure, Goal, print_figures, print_goals, write_json
+from jobnik.scripts.bench.volume import fig_bulk, fig_depth, fig_rebuild
 
 NAMES = (
     "engine", "http", "batch", "plain", "cpu", "observe", "bulk", "depth", "scrape", "rebuild",
@@ -101,43 +101,43 @@ PG_URL = "postgresql://postgres@127.0.0.1:5432"
 
 
 def fig_cpu(ctx: Ctx) -> None:
-    from jobnik.scripts.bench_cpu import fig_cpu as cpu
+    from jobnik.scripts.bench.cpu import fig_cpu as cpu
 
     cpu(ctx)
 
 
 def fig_observe(ctx: Ctx) -> None:
-    from jobnik.scripts.bench_observe import fig_observe as observe
+    from jobnik.scripts.bench.observe import fig_observe as observe
 
     observe(ctx)
 
 
 def fig_console(ctx: Ctx) -> None:
-    from jobnik.scripts.bench_console import fig_console as console
+    from jobnik.scripts.bench.console import fig_console as console
 
     console(ctx)
 
 
 def fig_scrape(ctx: Ctx) -> None:
-    from jobnik.scripts.bench_scrape import fig_scrape as scrape
+    from jobnik.scripts.bench.scrape import fig_scrape as scrape
 
     scrape(ctx)
 
 
 def fig_cardinality(ctx: Ctx) -> None:
-    from jobnik.scripts.bench_cardinality import fig_cardinality as cardinality
+    from jobnik.scripts.bench.cardinality import fig_cardinality as cardinality
 
     cardinality(ctx)
 
 
 def fig_batch(ctx: Ctx) -> None:
-    from jobnik.scripts.bench_batch import fig_batch as batch
+    from jobnik.scripts.bench.batch import fig_batch as batch
 
     batch(ctx)
 
 
 def fig_plain(ctx: Ctx) -> None:
-    from jobnik.scripts.bench_batch import fig_plain as plain
+    from jobnik.scripts.bench.batch import fig_plain as plain
 
     plain(ctx)
 

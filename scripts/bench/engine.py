@@ -26,9 +26,9 @@ from jobnik.projections.startup import migrate
 from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
-from jobnik.scripts import bench_floor
-from jobnik.scripts.bench_context import Ctx, check
-from jobnik.scripts.bench_processes import breaking, released, worker_processes
+from jobnik.scripts.bench import floor as bench_floor
+from jobnik.scripts.bench.context import Ctx, check
+from jobnik.scripts.bench.processes import breaking, released, worker_processes
 
 BATCH = 1_000
 GOAL = 0.75  # the engine lifecycle with K=4 worker processes, as a share of the raw SQL floor

@@ -26,7 +26,7 @@ from jobnik.projections.startup import migrate
 from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
-from jobnik.scripts.bench_context import Ctx
+from jobnik.scripts.bench.context import Ctx
 
 TARGET_MS: Final = 300.0
 BATCH: Final = 1_000

@@ -32,10 +32,10 @@ from jobnik.projections.catchup.runner import catch_up
 from jobnik.projections.startup import migrate
 from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.config import library_env
-from jobnik.scripts.bench_context import Ctx, check
-from jobnik.scripts.bench_databases import fresh_database
-from jobnik.scripts.bench_http import server
-from jobnik.scripts.bench_scrape import stages
+from jobnik.scripts.bench.context import Ctx, check
+from jobnik.scripts.bench.databases import fresh_database
+from jobnik.scripts.bench.http_lifecycle import server
+from jobnik.scripts.bench.scrape import stages
 
 FEW: Final = 60
 MANY_PER_TYPE: Final = 5  # MANY: this many times the sizes' depth_types, at least FEW + 20

@@ -18,7 +18,7 @@ from jobnik.projections.store.config import library_env
 from jobnik.projections.store.dialect import SQLITE
 from jobnik.projections.store.postgres import PostgresStore
 from jobnik.projections.store.sqlite import SqliteStore
-from jobnik.scripts.bench_databases import fresh_database
+from jobnik.scripts.bench.databases import fresh_database
 
 TASKS_PER_JOB = 1_000
 GROUP = 1_000  # commands per transaction while generating

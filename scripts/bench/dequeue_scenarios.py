@@ -16,7 +16,7 @@ from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
 from jobnik.projections.store.postgres import PostgresStore
 from jobnik.projections.store.sqlite import SqliteStore
-from jobnik.scripts.bench_databases import fresh_database
+from jobnik.scripts.bench.databases import fresh_database
 
 BATCH = 1_000
 TABLES = ("queue_v1", "tasks_v1", "summaries_v1", "stages_v1", "jobs_v1")

@@ -33,9 +33,9 @@ from jobnik.projections.catchup.runner import catch_up
 from jobnik.projections.queries.views import Views
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.postgres import PostgresStore
-from jobnik.scripts.bench_context import Ctx
-from jobnik.scripts.bench_dequeue import interleave
-from jobnik.scripts.bench_dequeue_scenarios import scenario_store, settle
+from jobnik.scripts.bench.context import Ctx
+from jobnik.scripts.bench.dequeue import interleave
+from jobnik.scripts.bench.dequeue_scenarios import scenario_store, settle
 
 SMALL: Final = 100
 TARGET_RATIO: Final = 1.5

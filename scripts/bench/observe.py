@@ -4,7 +4,7 @@ observe`). Beside it, the server CPU time of one request with metrics off and on
 this process by turns on one app: on a machine shared with other work, throughput moves by
 more than metrics cost, and CPU time per request much less.
 
-Each variant serves from its own server processes (scripts/bench_http.py's `server`; several of
+Each variant serves from its own server processes (http_lifecycle.py's `server`; several of
 them share a metrics directory, as under `jobnik serve --workers N`) with the same K
 SDK worker processes draining a stage of its own; the rounds run the variants in turn (every
 other round in reverse order), so drift on a shared machine spreads over all of them, and each
@@ -28,9 +28,9 @@ from jobnik.api.main import app_from_env
 from jobnik.api.middleware import RequestMiddleware
 from jobnik.api.telemetry.logs import log_config
 from jobnik.domain.application import Jobnik, NewTask
-from jobnik.scripts.bench_context import Ctx, say
-from jobnik.scripts.bench_engine import engine, populate
-from jobnik.scripts.bench_http import run_http_workers, server
+from jobnik.scripts.bench.context import Ctx, say
+from jobnik.scripts.bench.engine import engine, populate
+from jobnik.scripts.bench.http_lifecycle import run_http_workers, server
 from jobnik.scripts.serve import metrics_directory
 
 OFF = "telemetry off"

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from jobnik.scripts.bench_context import check
+from jobnik.scripts.bench.context import check
 
 
 def worker_processes(k: int, target: Callable[..., None], *args: Any) -> tuple[float, list[Any]]:
@@ -22,7 +22,7 @@ def worker_processes(k: int, target: Callable[..., None], *args: Any) -> tuple[f
     # Workers fork from a single-threaded fork server that imported the SDK once: a spawned
     # worker would spend seconds importing, and a plain fork of this threaded process is unsafe.
     mp = multiprocessing.get_context("forkserver")
-    mp.set_forkserver_preload(["jobnik.scripts.bench_worker"])
+    mp.set_forkserver_preload(["jobnik.scripts.bench.worker"])
     start, results = mp.Barrier(k + 1, timeout=120), mp.Queue()
     procs = [mp.Process(target=target, args=(*args, start, results)) for _ in range(k)]
     for p in procs:

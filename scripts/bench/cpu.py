@@ -1,6 +1,6 @@
 """The CPU figure of `jobnik bench` (`--only cpu`): what a task costs the API server in CPU time.
 
-The plain figure's drain (scripts/bench_batch.py: PROCESSES x THREADS keep-alive `http.client`
+The plain figure's drain (scripts/bench/batch.py: PROCESSES x THREADS keep-alive `http.client`
 connections, each looping dequeue + COMPLETED one task at a time) against one uvicorn process;
 that process's CPU time (utime + stime of /proc/PID/stat) read right before the drain and right
 after. Beside it, the client processes' own CPU time over the drain and, on PostgreSQL, that of
@@ -18,12 +18,12 @@ from typing import Any
 import psycopg
 
 from jobnik.domain.application import Jobnik
-from jobnik.scripts.bench_batch import PROCESSES, THREADS
-from jobnik.scripts.bench_context import Ctx, check, say
-from jobnik.scripts.bench_engine import engine, populate
-from jobnik.scripts.bench_http import server_process
-from jobnik.scripts.bench_processes import worker_processes
-from jobnik.scripts.bench_worker import plain_worker
+from jobnik.scripts.bench.batch import PROCESSES, THREADS
+from jobnik.scripts.bench.context import Ctx, check, say
+from jobnik.scripts.bench.engine import engine, populate
+from jobnik.scripts.bench.http_lifecycle import server_process
+from jobnik.scripts.bench.processes import worker_processes
+from jobnik.scripts.bench.worker import plain_worker
 
 TICK = os.sysconf("SC_CLK_TCK")
 BACKENDS = (

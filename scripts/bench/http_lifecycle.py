@@ -14,11 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from jobnik.domain.application import Jobnik
-from jobnik.scripts import bench_floor
-from jobnik.scripts.bench_context import Ctx, check
-from jobnik.scripts.bench_engine import engine, populate
-from jobnik.scripts.bench_processes import worker_processes
-from jobnik.scripts.bench_worker import http_worker
+from jobnik.scripts.bench import floor as bench_floor
+from jobnik.scripts.bench.context import Ctx, check
+from jobnik.scripts.bench.engine import engine, populate
+from jobnik.scripts.bench.processes import worker_processes
+from jobnik.scripts.bench.worker import http_worker
 from jobnik.workers.client import HttpTransport
 from jobnik.workers.errors import TransportError
 

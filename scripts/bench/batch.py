@@ -1,9 +1,9 @@
-"""Two figures of `jobnik bench` (scripts/bench.py), each beside the raw SQL lifecycle measured in
+"""Two figures of `jobnik bench` (the suite), each beside the raw SQL lifecycle measured in
 the same run:
 
   batch  the task lifecycle in batches of BATCH (a batched dequeue, then one batched report of
          COMPLETED): the engine's, with K threads, and over HTTP, with K SDK processes. The floor
-         is one task per transaction (scripts/bench_floor.py), K threads: the goal is twice it.
+         is one task per transaction (scripts/bench/floor.py), K threads: the goal is twice it.
   plain  the one-task-at-a-time HTTP lifecycle driven by a plain keep-alive client (PROCESSES x
          THREADS `http.client` connections, no SDK), so that the server alone is measured.
 """
@@ -15,12 +15,12 @@ import threading
 from jobnik.domain.application import Jobnik
 from jobnik.domain.statuses import TaskStatus
 from jobnik.domain.work import Report
-from jobnik.scripts import bench_floor
-from jobnik.scripts.bench_context import Ctx, check
-from jobnik.scripts.bench_engine import engine, populate
-from jobnik.scripts.bench_http import server
-from jobnik.scripts.bench_processes import worker_processes
-from jobnik.scripts.bench_worker import http_batch_worker, plain_worker
+from jobnik.scripts.bench import floor as bench_floor
+from jobnik.scripts.bench.context import Ctx, check
+from jobnik.scripts.bench.engine import engine, populate
+from jobnik.scripts.bench.http_lifecycle import server
+from jobnik.scripts.bench.processes import worker_processes
+from jobnik.scripts.bench.worker import http_batch_worker, plain_worker
 
 BATCH = 10
 K = 4

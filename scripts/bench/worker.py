@@ -1,4 +1,4 @@
-"""The HTTP lifecycle's worker process (scripts/bench_http.py): kept apart so that a spawned worker
+"""The HTTP lifecycle's worker process (http_lifecycle.py): kept apart so that a spawned worker
 imports the SDK only, not the engine."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jobnik.scripts.bench_processes import released
+from jobnik.scripts.bench.processes import released
 
 
 def http_worker(base: str, stage_type: str, start: Any, results: Any) -> None:
