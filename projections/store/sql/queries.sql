@@ -169,3 +169,8 @@ WHERE o.failing >= %(k)s ORDER BY o.failing_since, s.id LIMIT %(limit)s;
 
 -- name: schedule_counters
 SELECT name, fired, skipped, missed FROM schedules_v1 ORDER BY name;
+
+-- == concurrency limits (store/limits.py) =====================================================
+
+-- name: limit_by_id
+SELECT * FROM concurrency_limits_v1 WHERE id = %(id)s;
