@@ -41,20 +41,30 @@ LIMIT_PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
 }
 
 
-def room(n: str) -> str:
+# The room, `n` clamped to 0 .. `x`, in each backend's spelling (`x` written once: each mention
+# of it would count the tasks again).
+CLAMP: Final = {
+    "postgres": "GREATEST(0, LEAST({n}, {x}))",
+    "sqlite": "max(0, min({n}, {x}))",
+}
+
+
+def room(n: str, backend: str) -> str:
     """SQL: how many of `n` tasks a claim of stage type `%(v)s` may take: `n` when the type has
     no concurrency limit, else its limit less its tasks IN_PROGRESS (one probe of the
     tasks_v1_type_status index, counting at most about the limit's value), and never below 0."""
+    x = (
+        "l.max_in_progress - (SELECT count(*) FROM tasks_v1 t "
+        "WHERE t.stage_type = %(v)s AND t.status = 'IN_PROGRESS')"
+    )
+    clamped = CLAMP[backend].format(n=n, x=x)
     return (
-        f"COALESCE((SELECT CASE WHEN r.x <= 0 THEN 0 WHEN r.x < {n} THEN r.x ELSE {n} END "
-        "FROM (SELECT l.max_in_progress - (SELECT count(*) FROM tasks_v1 t "
-        "WHERE t.stage_type = %(v)s AND t.status = 'IN_PROGRESS') AS x "
-        f"FROM {LIMITS} l WHERE l.stage_type = %(v)s AND l.max_in_progress IS NOT NULL) r), "
-        f"{n})"
+        f"COALESCE((SELECT {clamped} FROM {LIMITS} l "
+        f"WHERE l.stage_type = %(v)s AND l.max_in_progress IS NOT NULL), {n})"
     )
 
 
-def within_limit(claim: str) -> str:
+def within_limit(claim: str, backend: str) -> str:
     """The claim's statement `claim` (… LIMIT n) taking no more than the limit's room."""
     head, _, n = claim.rpartition(" LIMIT ")
-    return f"{head} LIMIT {room(n)}"
+    return f"{head} LIMIT {room(n, backend)}"

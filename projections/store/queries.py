@@ -22,12 +22,16 @@ from jobnik.projections.inline.queue import NEXT_BATCH_IN_QUEUE, NEXT_IN_QUEUE, 
 SQL: Final = files("jobnik.projections.store") / "sql"
 _NAME: Final = re.compile(r"^--\s*name:\s*(\w+)\s*$")
 _PARAM: Final = re.compile(r"%\((\w+)\)s")
-RULES: Final = {
-    "open": OPEN_SQL,
-    # the claim takes no more than the stage type's concurrency limit has room for
-    "next_in_queue": within_limit(NEXT_IN_QUEUE),
-    "next_batch_in_queue": within_limit(NEXT_BATCH_IN_QUEUE),
-}
+
+
+def rules(backend: str) -> dict[str, str]:
+    """The dequeue rule's slots; the claim takes no more than the stage type's concurrency
+    limit has room for."""
+    return {
+        "open": OPEN_SQL,
+        "next_in_queue": within_limit(NEXT_IN_QUEUE, backend),
+        "next_batch_in_queue": within_limit(NEXT_BATCH_IN_QUEUE, backend),
+    }
 
 
 class _Slots(dict[str, str]):
@@ -61,7 +65,7 @@ def load(backend: str) -> dict[str, str]:
                 if name in named:
                     raise RuntimeError(f"SQL statement {name!r} is named twice")
                 text = " ".join(lines).removesuffix(";").strip()
-                text = text.format_map(_Slots(RULES))
+                text = text.format_map(_Slots(rules(backend)))
                 named[name] = sqlite_params(text) if backend == "sqlite" else text
             name, lines = found.group(1), []
     return named
