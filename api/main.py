@@ -29,6 +29,7 @@ from jobnik.api.routes import (
     health,
     history,
     jobs,
+    limits,
     metrics,
     queues,
     schedules,
@@ -41,6 +42,7 @@ from jobnik.api.streams import Streams
 from jobnik.api.sweeper import Sweeper
 from jobnik.api.telemetry import Telemetry
 from jobnik.api.telemetry.commands import ObservedCommands
+from jobnik.api.telemetry.limit_metrics import LimitMetrics
 from jobnik.api.telemetry.metrics import (
     GROUP_COMMANDS,
     WRITER_LOCK_WAIT,
@@ -58,12 +60,14 @@ from jobnik.api.telemetry.tracing import (
 from jobnik.api.waiters import Waiters
 from jobnik.domain.application import Jobnik
 from jobnik.domain.errors import StoreInUse
+from jobnik.domain.limit_commands import LimitCommands
 from jobnik.domain.schedule_commands import ScheduleCommands
 from jobnik.projections.catchup.registry import CATCH_UP, INLINE, outdated, status
 from jobnik.projections.catchup.runner import CatchUpRunner
 from jobnik.projections.queries.activity import ActivityViews
 from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.catchup_views import CatchUpViews
+from jobnik.projections.queries.limits import LimitViews
 from jobnik.projections.queries.operations import OperationsViews, Thresholds
 from jobnik.projections.queries.schedules import ScheduleViews
 from jobnik.projections.queries.tokens import TokenViews
@@ -100,6 +104,10 @@ TAGS: Final = [
         "name": "schedules",
         "description": "Recurring jobs: cron expressions in a time zone or intervals, their "
         "runs, pause, resume, trigger and backfill.",
+    },
+    {
+        "name": "limits",
+        "description": "Concurrency limits per stage type: at most N tasks in progress at once.",
     },
     {"name": "health", "description": "Liveness."},
     {
@@ -166,10 +174,15 @@ def create_app(
     app.state.activity = ActivityViews(views.store)
     app.state.schedules = ScheduleCommands(jobnik)
     app.state.schedule_views = ScheduleViews(views.store)
+    app.state.limits = LimitCommands(views.store, jobnik.clock)
+    app.state.limit_views = LimitViews(views.store)
     if telemetry.metrics is not None:
         _add_store_metrics(app, telemetry.metrics)
     errors.install(app)
-    modules = (jobs, stages, tasks, history, catchup, tokens, queues, activity, schedules, health)
+    modules = (
+        *(jobs, stages, tasks, history, catchup, tokens, queues, activity, schedules, limits),
+        health,
+    )
     for module in (*modules, metrics) if telemetry.metrics is not None else modules:
         # The routes themselves, not `include_router`: FastAPI keeps an included router as a
         # nested one, which it matches twice per request and whose route list it re-walks for
@@ -223,6 +236,7 @@ def _add_store_metrics(app: FastAPI, metrics: ServerMetrics) -> None:
     metrics.add(gauges)
     metrics.add(QueueMetrics(state.operations, lambda: state.clock(), thresholds, limit))
     metrics.add(ScheduleMetrics(state.schedule_views))
+    metrics.add(LimitMetrics(state.limit_views))
     state.service_metrics = CollectorRegistry(auto_describe=True)
     state.service_metrics.register(gauges)
     state.scrapes = Scrapes()

@@ -11,6 +11,7 @@ from uuid import UUID
 from pydantic import Field
 
 from jobnik.api.schemas import ApiModel
+from jobnik.projections.queries.limits import LimitView
 from jobnik.projections.queries.operations import Queue, Stuck
 
 StuckKind = Literal[
@@ -24,7 +25,8 @@ StuckKind = Literal[
 
 class QueueOut(ApiModel):
     """One stage type's tasks: queued (PENDING or RETRIED), in progress, completed, failed; the
-    oldest task a dequeue could take now and how long it has waited; the last dequeue."""
+    oldest task a dequeue could take now and how long it has waited; the last dequeue; its
+    concurrency limit (null: none) and the queued tasks waiting on it."""
 
     stage_type: str
     queued: int
@@ -34,9 +36,15 @@ class QueueOut(ApiModel):
     completed: int
     failed: int
     last_dequeue_at: datetime | None
+    max_in_progress: int | None = Field(
+        default=None, description="the stage type's concurrency limit (null: none)"
+    )
+    held_back: int = Field(
+        default=0, description="queued tasks beyond the room the concurrency limit leaves"
+    )
 
     @classmethod
-    def of(cls, q: Queue, now: datetime) -> QueueOut:
+    def of(cls, q: Queue, now: datetime, limit: LimitView | None = None) -> QueueOut:
         oldest = q.oldest_queued_at
         return cls(
             stage_type=q.stage_type,
@@ -49,6 +57,8 @@ class QueueOut(ApiModel):
             completed=q.completed,
             failed=q.failed,
             last_dequeue_at=q.last_dequeue_at,
+            max_in_progress=limit.max_in_progress if limit is not None else None,
+            held_back=limit.held_back if limit is not None else 0,
         )
 
 

@@ -430,3 +430,15 @@ class BackfillTooLarge(InvalidRequest):
     """a backfill's range holds more nominal times than one backfill fires"""
 
     code = "BACKFILL_TOO_LARGE"
+
+
+class LimitNotFound(NotFound):
+    """no concurrency limit is set for this stage type"""
+
+    code = "LIMIT_NOT_FOUND"
+
+
+class InvalidLimit(InvalidRequest):
+    """a concurrency limit is a whole number from 1 up, for a stage type of 1 to 50 characters"""
+
+    code = "INVALID_LIMIT"

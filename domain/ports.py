@@ -11,6 +11,7 @@ from uuid import UUID
 
 from jobnik.domain.base import Entity
 from jobnik.domain.jobs import Job
+from jobnik.domain.limits import ConcurrencyLimit
 from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
@@ -66,6 +67,11 @@ class Session(Protocol):
         """Schedules not paused with a nominal time due at `now`, or a buffered fire."""
         ...
 
+    def limit(self, limit_id: UUID) -> ConcurrencyLimit:
+        """A stage type's concurrency limit (removed ones too), read under the writer lock when
+        the session writes; LimitNotFound when none was ever set."""
+        ...
+
     def stage_at(self, job_id: UUID, order: int) -> Stage | None: ...
 
     def stages_of(self, job_id: UUID) -> list[Stage]: ...
@@ -92,7 +98,9 @@ class Session(Protocol):
         ...
 
     def claim(self, stage_type: str) -> Task | None:
-        """The next eligible task of `stage_type` (priority, then enqueue order), locked."""
+        """The next eligible task of `stage_type` (priority, then enqueue order), locked; None
+        when none, or when the stage type's concurrency limit has no room (the claim, committed,
+        never takes the type's tasks IN_PROGRESS over its limit)."""
         ...
 
     def read_ahead(self, task_ids: Collection[UUID]) -> None:
@@ -101,7 +109,8 @@ class Session(Protocol):
         ...
 
     def claim_batch(self, stage_type: str, count: int) -> list[Task]:
-        """Up to `count` next eligible tasks of `stage_type`, in `claim`'s order, locked."""
+        """Up to `count` next eligible tasks of `stage_type`, in `claim`'s order, locked; no
+        more than its concurrency limit has room for."""
         ...
 
     def summary(self, stage_id: UUID) -> Summary: ...

@@ -13,6 +13,7 @@ import typer
 
 from jobnik.scripts.durations import parse_duration
 from jobnik.scripts.failures import EXIT_STATUSES, EXIT_USAGE, Failure, JobnikGroup
+from jobnik.scripts.limits_cli import limits
 from jobnik.scripts.projections_cli import projections
 from jobnik.scripts.schedules_cli import schedules
 from jobnik.scripts.stores import migrated, open_store
@@ -47,6 +48,7 @@ jobs = typer.Typer(help="Repair jobs and tasks.", no_args_is_help=True, rich_mar
 app.add_typer(jobs, name="jobs")
 app.add_typer(tokens, name="tokens")
 app.add_typer(schedules, name="schedules")
+app.add_typer(limits, name="limits")
 
 
 CreateDatabase = Annotated[

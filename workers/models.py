@@ -307,3 +307,27 @@ class ScheduleRun:
             status=body.get("status"),
             already_ran=bool(body.get("alreadyRan")),
         )
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A stage type's concurrency limit: at most `max_in_progress` of its tasks in progress at
+    once; `in_progress` now and the `room` left; who set it last and why."""
+
+    stage_type: str
+    max_in_progress: int
+    in_progress: int
+    room: int
+    updated_by: str
+    reason: str | None
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Limit:
+        return cls(
+            stage_type=body["stageType"],
+            max_in_progress=body["maxInProgress"],
+            in_progress=body.get("inProgress", 0),
+            room=body.get("room", 0),
+            updated_by=body.get("updatedBy", ""),
+            reason=body.get("reason"),
+        )

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from jobnik.workers.client import JobnikClient, client_of
-from jobnik.workers.models import Job, Rerun, Schedule, ScheduleRun, Stage, Task
+from jobnik.workers.models import Job, Limit, Rerun, Schedule, ScheduleRun, Stage, Task
 
 
 def _with_reason(body: dict[str, Any], reason: str | None) -> dict[str, Any]:
@@ -250,3 +251,24 @@ class Producer:
         """Stop the schedule (an operator's); its runs' jobs and history stay."""
         params = {"reason": reason} if reason is not None else None
         self.client.request("DELETE", f"/v1/schedules/{schedule_id}", params=params)
+
+    # -- concurrency limits (an operator's) ---------------------------------------------------
+
+    def limits(self) -> list[Limit]:
+        """The concurrency limits in force, by stage type."""
+        return [Limit.from_json(b) for b in self.client.get("/v1/limits")["items"]]
+
+    def limit(self, stage_type: str) -> Limit:
+        """`stage_type`'s limit (ApiError LIMIT_NOT_FOUND when it has none)."""
+        return Limit.from_json(self.client.get(f"/v1/limits/{quote(stage_type, safe='')}"))
+
+    def set_limit(
+        self, stage_type: str, max_in_progress: int, *, reason: str | None = None
+    ) -> Limit:
+        """At most `max_in_progress` tasks of `stage_type` in progress at once."""
+        body = _with_reason({"maxInProgress": max_in_progress}, reason)
+        return Limit.from_json(self.client.put(f"/v1/limits/{quote(stage_type, safe='')}", body))
+
+    def remove_limit(self, stage_type: str, *, reason: str | None = None) -> None:
+        params = {"reason": reason} if reason is not None else None
+        self.client.request("DELETE", f"/v1/limits/{quote(stage_type, safe='')}", params=params)

@@ -13,6 +13,7 @@ from jobnik.api.deps import SettingsDep, reject_unknown_query
 from jobnik.api.pages import PageDep
 from jobnik.api.permissions import authorize, needs
 from jobnik.api.queue_schemas import QueueOut, QueuesOut, StuckListOut, StuckOut
+from jobnik.api.routes.limits import LimitViewsDep
 from jobnik.api.settings import MAX_STUCK_IDLE_SECONDS, MAX_STUCK_LEASE_EXPIRIES
 from jobnik.domain.principals import Permission
 from jobnik.projections.queries.operations import OperationsViews, Thresholds
@@ -39,17 +40,22 @@ ClockDep = Annotated[Callable[[], datetime], Depends(get_clock)]
 
 
 @router.get("/queues", openapi_extra=needs(Permission.READ))
-async def get_queues(operations: OperationsDep, clock: ClockDep, paging: PageDep) -> QueuesOut:
+async def get_queues(
+    operations: OperationsDep, limits: LimitViewsDep, clock: ClockDep, paging: PageDep
+) -> QueuesOut:
     """jobnik: a page (`page`, `page_size`) of the stage types that have tasks, by name, and
     their number (`total`); for each: tasks queued (PENDING or RETRIED), in progress, completed
     and failed; when the oldest task a dequeue could take now was queued and its age in seconds
     (null: none); the last dequeue's time (null: none yet; it may trail the dequeue by the
-    catch-up runner's interval)."""
+    catch-up runner's interval); its concurrency limit (`maxInProgress`, null: none) and the
+    queued tasks beyond the room it leaves (`heldBack`)."""
     queues = await run_in_threadpool(operations.queues)
+    by_type = {v.stage_type: v for v in await run_in_threadpool(limits.all)}
     now = clock()
     window = paging.window()
     shown = queues[window.offset : window.offset + paging.page_size]
-    return QueuesOut(total=len(queues), items=[QueueOut.of(q, now) for q in shown])
+    items = [QueueOut.of(q, now, by_type.get(q.stage_type)) for q in shown]
+    return QueuesOut(total=len(queues), items=items)
 
 
 @router.get("/stuck", openapi_extra=needs(Permission.READ))

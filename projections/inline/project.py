@@ -15,6 +15,7 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus
 from jobnik.projections.inline.history import entity_row
+from jobnik.projections.inline.limits import LIMIT_PROJECT
 from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, Update, own_row
 from jobnik.projections.inline.queue import is_open
 from jobnik.projections.inline.schedules import SCHEDULE_PROJECT
@@ -225,6 +226,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     **TASK_PROJECT,
     **TOKEN_PROJECT,
     **SCHEDULE_PROJECT,
+    **LIMIT_PROJECT,
 }
 
 

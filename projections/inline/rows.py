@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jobnik.domain.jobs import Job
+from jobnik.domain.limits import ConcurrencyLimit
 from jobnik.domain.ports import Summary
 from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
@@ -64,5 +65,12 @@ def schedule_from_row(row: Mapping[str, Any]) -> Schedule:
     state = {k: row[k] for k in SCHEDULE_STATE}
     state.update(cursor=row["cursor_time"], deleted=False)
     return Schedule.restore(
+        row["id"], row["version"], row["creation_time"], row["update_time"], state
+    )
+
+
+def limit_from_row(row: Mapping[str, Any]) -> ConcurrencyLimit:
+    state = {k: row[k] for k in ("stage_type", "max_in_progress")}
+    return ConcurrencyLimit.restore(
         row["id"], row["version"], row["creation_time"], row["update_time"], state
     )

@@ -2,7 +2,8 @@
 
 A statement follows a `-- name: <name>` line, up to the next one; its comment lines describe it.
 Parameters are `%(name)s` (SQLite's statements get `:name`). `{open}`, `{next_in_queue}` and
-`{next_batch_in_queue}` are the dequeue rule (inline/queue.py), filled in here; any other
+`{next_batch_in_queue}` are the dequeue rule (inline/queue.py, within the concurrency limits of
+inline/limits.py), filled in here; any other
 `{slot}` is the caller's to fill (a list of placeholders, a table name).
 `grep -rn <table> projections/store/sql` lists every statement that names a table; statements
 built from row operations (executor.py, bulk.py) and the catch-up projections' own (catchup/)
@@ -15,16 +16,22 @@ import re
 from importlib.resources import files
 from typing import Final
 
+from jobnik.projections.inline.limits import within_limit
 from jobnik.projections.inline.queue import NEXT_BATCH_IN_QUEUE, NEXT_IN_QUEUE, OPEN_SQL
 
 SQL: Final = files("jobnik.projections.store") / "sql"
 _NAME: Final = re.compile(r"^--\s*name:\s*(\w+)\s*$")
 _PARAM: Final = re.compile(r"%\((\w+)\)s")
-RULES: Final = {
-    "open": OPEN_SQL,
-    "next_in_queue": NEXT_IN_QUEUE,
-    "next_batch_in_queue": NEXT_BATCH_IN_QUEUE,
-}
+
+
+def rules(backend: str) -> dict[str, str]:
+    """The dequeue rule's slots; the claim takes no more than the stage type's concurrency
+    limit has room for."""
+    return {
+        "open": OPEN_SQL,
+        "next_in_queue": within_limit(NEXT_IN_QUEUE, backend),
+        "next_batch_in_queue": within_limit(NEXT_BATCH_IN_QUEUE, backend),
+    }
 
 
 class _Slots(dict[str, str]):
@@ -58,7 +65,7 @@ def load(backend: str) -> dict[str, str]:
                 if name in named:
                     raise RuntimeError(f"SQL statement {name!r} is named twice")
                 text = " ".join(lines).removesuffix(";").strip()
-                text = text.format_map(_Slots(RULES))
+                text = text.format_map(_Slots(rules(backend)))
                 named[name] = sqlite_params(text) if backend == "sqlite" else text
             name, lines = found.group(1), []
     return named

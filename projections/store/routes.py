@@ -2,13 +2,13 @@
 
 Each event's job: a job's own events are the job's; a stage's and a task's are the job their
 creation event names (`inline.history.KIND`: the rule the history index files events by). A
-token or a schedule belongs to no job: its events are routed as a job of their own (its one row
-is written by them alone; a run's fire key is written by its job's event). One
-statement reads the creation events' job ids from the log on the server (split across its
-parallel workers: JSON parsing is most of the routing's time); the jobs are then dealt to the
-parts largest first (by their number of stages and tasks, in a snake: 0, 1, 1, 0, ...), so the
-parts get about equal work even when a log holds a few big jobs. The result is an unlogged table
-of routes (originator id → part); each part reads its events through a join with it.
+token, a schedule or a concurrency limit belongs to no job: its events are routed as a job of
+their own (its one row is written by them alone; a run's fire key is written by its job's
+event). One statement reads the creation events' job ids from the log on the server (split
+across its parallel workers: JSON parsing is most of the routing's time); the jobs are then dealt
+to the parts largest first (by their number of stages and tasks, in a snake: 0, 1, 1, 0, ...),
+so the parts get about equal work even when a log holds a few big jobs. The result is an unlogged
+table of routes (originator id → part); each part reads its events through a join with it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Final
 from eventsourcing.utils import get_topic
 
 from jobnik.domain.errors import DatabaseError
+from jobnik.domain.limits import ConcurrencyLimit
 from jobnik.domain.schedules import Schedule
 from jobnik.domain.tokens import Token
 from jobnik.projections.inline.history import KIND
@@ -35,10 +36,11 @@ _JOBS: Final = "jobnik_rebuild_jobs"  # (originator id, job): the routing's firs
 
 
 def _job_hex(job: str, events: str) -> str:
-    """SQL: the job of a creation event of `events`, as 32 hex digits (a token or a schedule
-    is its own)."""
+    """SQL: the job of a creation event of `events`, as 32 hex digits (a token, a schedule or
+    a limit is its own)."""
     return (
-        f"CASE WHEN {events}.topic IN (%(job_topic)s, %(token_topic)s, %(schedule_topic)s) "
+        f"CASE WHEN {events}.topic IN (%(job_topic)s, %(token_topic)s, %(schedule_topic)s, "
+        "%(limit_topic)s) "
         f"THEN replace({events}.originator_id::text, '-', '') "
         f"ELSE {job_in_state(job, events)} END"
     )
@@ -53,12 +55,15 @@ def routes(store: SqlStore, parts: int, head: int) -> Iterator[bool]:
     token_topic = get_topic(Token.TokenIssued)
     schedule_topic = get_topic(Schedule.ScheduleCreated)
     creations[token_topic], creations[schedule_topic] = "token", "schedule"
+    limit_topic = get_topic(ConcurrencyLimit.LimitSet)
+    creations[limit_topic] = "limit"
     params: dict[str, Any] = {
         "head": head,
         "parts": parts,
         "job_topic": job_topic,
         "token_topic": token_topic,
         "schedule_topic": schedule_topic,
+        "limit_topic": limit_topic,
     }
     params.update({f"t{i}": t for i, t in enumerate(creations)})
     topics = ", ".join(f"%(t{i})s" for i in range(len(creations)))

@@ -20,12 +20,14 @@ from eventsourcing.persistence import StoredEvent
 from jobnik.domain.base import Entity
 from jobnik.domain.errors import (
     JobNotFound,
+    LimitNotFound,
     ScheduleNotFound,
     StageNotFound,
     TaskNotFound,
     TokenNotFound,
 )
 from jobnik.domain.jobs import Job
+from jobnik.domain.limits import ConcurrencyLimit
 from jobnik.domain.ports import Summary
 from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
@@ -33,13 +35,14 @@ from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
 from jobnik.projections.inline.rows import (
     job_from_row,
+    limit_from_row,
     schedule_from_row,
     stage_from_row,
     summary_from_row,
     task_from_row,
     token_from_row,
 )
-from jobnik.projections.inline.tables import JOBS, SCHEDULES, STAGES, TASKS, TOKENS
+from jobnik.projections.inline.tables import JOBS, LIMITS, SCHEDULES, STAGES, TASKS, TOKENS
 from jobnik.projections.store.cursor import Cursor
 
 if TYPE_CHECKING:  # (the store makes its sessions: a runtime import would go in a circle)
@@ -51,6 +54,7 @@ BY_ID: Final = {
     TASKS: "task_by_id",
     TOKENS: "token_by_id",
     SCHEDULES: "schedule_by_id",
+    LIMITS: "limit_by_id",
 }
 
 
@@ -102,6 +106,11 @@ class SqlSession:
         return cast(
             Schedule, self._load(SCHEDULES, schedule_id, schedule_from_row, ScheduleNotFound)
         )
+
+    def limit(self, limit_id: UUID) -> ConcurrencyLimit:
+        """Loaded under the writer lock, as a schedule is."""
+        self.lock()
+        return cast(ConcurrencyLimit, self._load(LIMITS, limit_id, limit_from_row, LimitNotFound))
 
     def schedule_named(self, name: str) -> UUID | None:
         rows = self._rows("schedule_by_name", n=name)

@@ -18,12 +18,14 @@ from uuid import UUID
 from jobnik.domain.base import Entity
 from jobnik.domain.errors import (
     JobNotFound,
+    LimitNotFound,
     ScheduleNotFound,
     StageNotFound,
     TaskNotFound,
     TokenNotFound,
 )
 from jobnik.domain.jobs import Job
+from jobnik.domain.limits import ConcurrencyLimit
 from jobnik.domain.ports import Summary
 from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
@@ -33,6 +35,7 @@ from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, U
 from jobnik.projections.inline.queue import queue_row
 from jobnik.projections.inline.rows import (
     job_from_row,
+    limit_from_row,
     schedule_from_row,
     stage_from_row,
     summary_from_row,
@@ -43,6 +46,7 @@ from jobnik.projections.inline.tables import (
     ENTITY_JOBS,
     JOB_EVENTS,
     JOBS,
+    LIMITS,
     PRIMARY_KEYS,
     QUEUE,
     SCHEDULE_FIRES,
@@ -133,6 +137,18 @@ class Tables:
         ]
         return [r["task_id"] for r in sorted(rows, key=lambda r: (r["priority_rank"], r["seq"]))]
 
+    def room(self, stage_type: str, n: int) -> int:
+        """How many of `n` tasks a claim of `stage_type` may take (its concurrency limit)."""
+        limit = self.maybe(LIMITS, stage_type=stage_type)
+        if limit is None or limit["max_in_progress"] is None:
+            return n
+        running = sum(
+            1
+            for r in self.rows[TASKS]
+            if r["stage_type"] == stage_type and r["status"] == "IN_PROGRESS"
+        )
+        return max(0, min(n, limit["max_in_progress"] - running))
+
 
 class MemorySession:
     """One transaction over a private copy of the tables; an identity map like SqlSession's."""
@@ -168,6 +184,9 @@ class MemorySession:
 
     def token(self, token_id: UUID) -> Token:
         return cast(Token, self._load(TOKENS, token_id, token_from_row, TokenNotFound))
+
+    def limit(self, limit_id: UUID) -> ConcurrencyLimit:
+        return cast(ConcurrencyLimit, self._load(LIMITS, limit_id, limit_from_row, LimitNotFound))
 
     def schedule(self, schedule_id: UUID) -> Schedule:
         return cast(
@@ -240,14 +259,15 @@ class MemorySession:
         return [cast(Task, self._remember(r, task_from_row)) for r in rows[:limit]]
 
     def claim(self, stage_type: str) -> Task | None:
-        queued = self.tables.dequeueable(stage_type)
+        queued = self.tables.dequeueable(stage_type)[: self.tables.room(stage_type, 1)]
         return self.task(queued[0]) if queued else None
 
     def read_ahead(self, task_ids: Collection[UUID]) -> None:
         """Nothing to gain: every row is at hand."""
 
     def claim_batch(self, stage_type: str, count: int) -> list[Task]:
-        return [self.task(t) for t in self.tables.dequeueable(stage_type)[:count]]
+        room = self.tables.room(stage_type, count)
+        return [self.task(t) for t in self.tables.dequeueable(stage_type)[:room]]
 
     def hold_queue(self, *job_ids: UUID) -> None:
         """Nothing to wait for: this store's sessions never overlap."""

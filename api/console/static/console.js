@@ -241,7 +241,9 @@ async function pollQueues(root) {
     oldest.set(q.stageType, q.oldestQueuedAgeSeconds);
     row.dataset.stageType = q.stageType;
     cell(row, q.stageType); cell(row, q.queued); cell(row, age(q.oldestQueuedAgeSeconds));
-    cell(row, q.inProgress); cell(row, q.completed); cell(row, q.failed);
+    // running, and the stage type's concurrency limit when it has one ("2 / 3")
+    cell(row, q.maxInProgress == null ? q.inProgress : `${q.inProgress} / ${q.maxInProgress}`);
+    cell(row, q.completed); cell(row, q.failed);
     cell(row, throughput(q.stageType, q.completed, now)).className = "throughput";
     cell(row, time(q.lastDequeueAt));
   });

@@ -80,6 +80,13 @@ SELECT jobnik_assert_fresh((EXISTS (SELECT FROM summaries_v1 WHERE stage_id = %(
     AND completed - total <> ALL(%(no)s::bigint[])
     AND completed - total = ALL(%(yes)s::bigint[])))::int, 1);
 
+-- name: assert_within_limit
+-- After a claim of stage type %(v)s, under the writer lock: its tasks IN_PROGRESS, this
+-- session's claims included, are within the type's concurrency limit (if it has one).
+SELECT jobnik_assert_fresh((NOT EXISTS (SELECT FROM concurrency_limits_v1 l
+    WHERE l.stage_type = %(v)s AND l.max_in_progress < (SELECT count(*) FROM tasks_v1 t
+        WHERE t.stage_type = %(v)s AND t.status = 'IN_PROGRESS')))::int, 1);
+
 -- name: migrating
 SELECT pg_advisory_lock(%(key)s);
 

@@ -169,3 +169,20 @@ WHERE o.failing >= %(k)s ORDER BY o.failing_since, s.id LIMIT %(limit)s;
 
 -- name: schedule_counters
 SELECT name, fired, skipped, missed FROM schedules_v1 ORDER BY name;
+
+-- == concurrency limits (store/limits.py) =====================================================
+
+-- name: limit_by_id
+SELECT * FROM concurrency_limits_v1 WHERE id = %(id)s;
+
+-- name: limit_views
+-- The concurrency limits in force, by stage type, each with its use: the type's tasks
+-- IN_PROGRESS (counted on tasks_v1_type_status), and its queued ones (PENDING or RETRIED, from
+-- its stages' summaries); {where}: the filter (a stage type, or 1 = 1).
+SELECT l.stage_type, l.max_in_progress, l.updated_by, l.reason, l.creation_time, l.update_time,
+    (SELECT count(*) FROM tasks_v1 t WHERE t.stage_type = l.stage_type
+        AND t.status = 'IN_PROGRESS') AS in_progress,
+    (SELECT COALESCE(SUM(m.pending + m.retried), 0) FROM stages_v1 s
+        JOIN summaries_v1 m ON m.stage_id = s.id WHERE s.type = l.stage_type) AS queued
+FROM concurrency_limits_v1 l WHERE l.max_in_progress IS NOT NULL AND {where}
+ORDER BY l.stage_type;

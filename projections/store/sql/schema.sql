@@ -221,3 +221,15 @@ CREATE TABLE IF NOT EXISTS schedule_fires_v1 (
     fired_at {time} NOT NULL,
     PRIMARY KEY (schedule_id, nominal_time)
 );
+
+-- Concurrency limits: one row per stage type whose limit was set (NULL: removed).
+CREATE TABLE IF NOT EXISTS concurrency_limits_v1 (
+    id {uuid} PRIMARY KEY,
+    version BIGINT NOT NULL,
+    stage_type TEXT NOT NULL UNIQUE,
+    max_in_progress INTEGER,
+    updated_by TEXT NOT NULL,
+    reason TEXT,
+    creation_time {time} NOT NULL,
+    update_time {time} NOT NULL
+);

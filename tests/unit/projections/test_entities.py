@@ -10,6 +10,7 @@ from eventsourcing.domain import Aggregate
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import TaskNotRerunnable
 from jobnik.domain.jobs import Job
+from jobnik.domain.limits import ConcurrencyLimit
 from jobnik.domain.ports import Summary
 from jobnik.domain.principals import Actor
 from jobnik.domain.schedules import Schedule
@@ -24,6 +25,7 @@ from jobnik.projections.inline.tables import (
     ENTITY_JOBS,
     JOB_EVENTS,
     JOBS,
+    LIMITS,
     LOGS,
     QUEUE,
     SCHEDULE_FIRES,
@@ -75,7 +77,8 @@ def _event_classes(aggregate: type) -> list[type]:
     ]
 
 
-DOMAIN_EVENTS = [cls for agg in (Job, Stage, Task, Token, Schedule) for cls in _event_classes(agg)]
+AGGREGATES = (Job, Stage, Task, Token, Schedule, ConcurrencyLimit)
+DOMAIN_EVENTS = [cls for agg in AGGREGATES for cls in _event_classes(agg)]
 
 
 @pytest.mark.parametrize("event_class", DOMAIN_EVENTS, ids=lambda c: c.__qualname__)
@@ -259,9 +262,9 @@ def test_job_deleted_deletes_the_job_tree_from_every_table() -> None:
         Delete(STAGES, {"job_id": job.id}),
         Delete(JOBS, {"id": job.id}),
     ]
-    # the history stays, and so do the job's fire key if a schedule ran it; tokens and
-    # schedules belong to no job
-    kept = {ENTITY_JOBS, JOB_EVENTS, TOKENS, SCHEDULES, SCHEDULE_FIRES}
+    # the history stays, and so do the job's fire key if a schedule ran it; tokens,
+    # schedules and limits belong to no job
+    kept = {ENTITY_JOBS, JOB_EVENTS, TOKENS, SCHEDULES, SCHEDULE_FIRES, LIMITS}
     assert {op.table for op in ops} == set(TABLES) - kept
 
 

@@ -1,0 +1,94 @@
+"""/v1/limits: the stage types' concurrency limits. Operators set, change and remove them; readers
+read them, each with its use now."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+
+from jobnik.api.deps import reject_unknown_query
+from jobnik.api.errors import error_answers
+from jobnik.api.limit_schemas import LimitBody, LimitOut, LimitsOut
+from jobnik.api.operator_schemas import MALFORMED, REASON_MAX, REASON_TEXT
+from jobnik.api.permissions import PrincipalDep, authorize, needs
+from jobnik.api.schemas import Message
+from jobnik.domain.errors import InvalidLimit, LimitNotFound
+from jobnik.domain.limit_commands import LimitCommands
+from jobnik.domain.principals import Permission
+from jobnik.projections.queries.limits import LimitViews
+
+P = Permission
+router = APIRouter(
+    prefix="/v1",
+    tags=["limits"],
+    dependencies=[Depends(authorize), Depends(reject_unknown_query)],
+)
+
+
+async def get_limits(request: Request) -> LimitCommands:
+    limits: LimitCommands = request.app.state.limits
+    return limits
+
+
+async def get_limit_views(request: Request) -> LimitViews:
+    views: LimitViews = request.app.state.limit_views
+    return views
+
+
+LimitsDep = Annotated[LimitCommands, Depends(get_limits)]
+LimitViewsDep = Annotated[LimitViews, Depends(get_limit_views)]
+StageTypePath = Annotated[str, Path(alias="stageType", description="the stage type")]
+NO_LIMIT = (LimitNotFound, "the stage type has no concurrency limit")
+
+
+@router.get("/limits", openapi_extra=needs(P.READ))
+def list_limits(views: LimitViewsDep) -> LimitsOut:
+    """jobnik: the concurrency limits in force, by stage type (`{total, items}`), each with its
+    tasks IN_PROGRESS now and the room left."""
+    found = views.all()
+    return LimitsOut(total=len(found), items=[LimitOut.of(v) for v in found])
+
+
+@router.get("/limits/{stageType}", responses=error_answers(NO_LIMIT), openapi_extra=needs(P.READ))
+def get_limit(views: LimitViewsDep, stage_type: StageTypePath) -> LimitOut:
+    """jobnik: the stage type's concurrency limit, its tasks IN_PROGRESS now and the room
+    left."""
+    return LimitOut.of(views.get(stage_type))
+
+
+@router.put(
+    "/limits/{stageType}",
+    responses=error_answers(MALFORMED, InvalidLimit),
+    openapi_extra=needs(P.OPERATE),
+)
+def set_limit(
+    limits: LimitsDep,
+    views: LimitViewsDep,
+    stage_type: StageTypePath,
+    body: LimitBody,
+    by: PrincipalDep,
+) -> LimitOut:
+    """jobnik: at most `maxInProgress` tasks of the stage type IN_PROGRESS at once, across every
+    worker and server process, from now on: a dequeue that would exceed it finds nothing of
+    this type (404, as when none is queued; other types are not held back), and a batched one
+    takes no more than the room left. Tasks already in progress over a lowered limit go on.
+    Setting the value it has changes nothing; `reason` is recorded on the event."""
+    limits.set(stage_type, body.max_in_progress, by=by, reason=body.reason)
+    return LimitOut.of(views.get(stage_type))
+
+
+@router.delete(
+    "/limits/{stageType}",
+    responses=error_answers(MALFORMED, NO_LIMIT),
+    openapi_extra=needs(P.OPERATE),
+)
+def remove_limit(
+    limits: LimitsDep,
+    stage_type: StageTypePath,
+    by: PrincipalDep,
+    reason: Annotated[str | None, Query(max_length=REASON_MAX, description=REASON_TEXT)] = None,
+) -> Message:
+    """jobnik: the stage type's dequeues take what is queued again."""
+    limits.remove(stage_type, by=by, reason=reason)
+    return Message(code="LIMIT_REMOVED_SUCCESSFULLY")

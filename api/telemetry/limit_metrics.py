@@ -1,0 +1,59 @@
+"""The concurrency limits' gauges, read from their read models at scrape time (like
+service_metrics.py: the same in every server process): each limit, its use, and the queued
+tasks held back by it, by stage type."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from jobnik.api.telemetry.service_metrics import guarded
+from jobnik.projections.queries.limits import LimitViews
+
+REASON = "concurrency_limit"  # the `reason` label of the held-back tasks (one kind of limit yet)
+
+
+class LimitMetrics(Collector):
+    """`jobnik_limit_max_in_progress`, `jobnik_limit_in_progress` by `stage_type`, and
+    `jobnik_tasks_held_back` by `stage_type` and `reason`."""
+
+    def __init__(self, views: LimitViews) -> None:
+        self.views = views
+
+    def collect(self) -> Iterable[Metric]:
+        return guarded("limit metrics", self._collect)
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self.families())
+
+    @staticmethod
+    def families() -> tuple[GaugeMetricFamily, ...]:
+        by = ["stage_type"]
+        return (
+            GaugeMetricFamily(
+                "jobnik_limit_max_in_progress",
+                "A stage type's concurrency limit: at most this many tasks in progress at once",
+                labels=by,
+            ),
+            GaugeMetricFamily(
+                "jobnik_limit_in_progress",
+                "Tasks in progress of a stage type that has a concurrency limit",
+                labels=by,
+            ),
+            GaugeMetricFamily(
+                "jobnik_tasks_held_back",
+                "Queued tasks a limit holds back: beyond the room it leaves",
+                labels=[*by, "reason"],
+            ),
+        )
+
+    def _collect(self) -> list[Metric]:
+        families = limit, running, held = self.families()
+        for v in self.views.all():
+            limit.add_metric([v.stage_type], v.max_in_progress)
+            running.add_metric([v.stage_type], v.in_progress)
+            held.add_metric([v.stage_type, REASON], v.held_back)
+        return list(families)

@@ -1,0 +1,72 @@
+"""What the API reads of concurrency limits: each limit in force with its use (the stage type's
+tasks IN_PROGRESS), read from the inline read models, so it reflects every acknowledged write."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from jobnik.domain.errors import LimitNotFound
+from jobnik.projections.store.base import SqlStore
+
+
+@dataclass(frozen=True)
+class LimitView:
+    """A stage type's concurrency limit and its use."""
+
+    stage_type: str
+    max_in_progress: int
+    in_progress: int
+    queued: int  # PENDING or RETRIED (also in paused jobs and stages not released yet)
+    updated_by: str
+    reason: str | None
+    creation_time: datetime
+    update_time: datetime
+
+    @property
+    def room(self) -> int:
+        """How many more tasks a claim may take now."""
+        return max(0, self.max_in_progress - self.in_progress)
+
+    @property
+    def held_back(self) -> int:
+        """Queued tasks of the type beyond the limit's room: those waiting on it."""
+        return max(0, self.queued - self.room)
+
+
+def _view(row: Mapping[str, Any]) -> LimitView:
+    return LimitView(
+        row["stage_type"],
+        int(row["max_in_progress"]),
+        int(row["in_progress"]),
+        int(row["queued"]),
+        row["updated_by"],
+        row["reason"],
+        row["creation_time"],
+        row["update_time"],
+    )
+
+
+class LimitViews:
+    """Read-only queries over the limits' read model; each one short transaction."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
+        self.d = store.dialect
+
+    def all(self) -> list[LimitView]:
+        """Every limit in force, by stage type."""
+        with self.store.cursor(write=False) as cur:
+            rows = cur.all(self.d.sql("limit_views", where="1 = 1"))
+        return [_view(r) for r in rows]
+
+    def get(self, stage_type: str) -> LimitView:
+        """`stage_type`'s limit; LimitNotFound when it has none."""
+        where = f"l.stage_type = {self.d.param('t')}"
+        with self.store.cursor(write=False) as cur:
+            row = cur.one(self.d.sql("limit_views", where=where), {"t": stage_type})
+        if row is None:
+            raise LimitNotFound(f"no concurrency limit is set for stage type '{stage_type}'")
+        return _view(row)

@@ -1,0 +1,1 @@
+-- reserved: this number belongs to a migration of another change (replaced when it lands)

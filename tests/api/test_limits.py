@@ -1,0 +1,118 @@
+"""/v1/limits over HTTP: set, change, read and remove a stage type's concurrency limit; the dequeue
+that would exceed it finds nothing; named refusals that write nothing; /v1/queues, the metrics
+and the OpenAPI document show it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jobnik.domain.limits import limit_id
+
+from .conftest import Api, Json
+
+
+def set_limit(api: Api, stage_type: str, value: int, **body: Any) -> Json:
+    r = api.http.put(f"/v1/limits/{stage_type}", json={"maxInProgress": value, **body})
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def queued(api: Api, stage_type: str, n: int) -> None:
+    job = api.create_job()
+    stage = api.add_stage(job["id"], type=stage_type)
+    api.add_tasks(stage["id"], n)
+
+
+def test_a_limit_holds_dequeues_of_its_type_back_and_no_other(api: Api) -> None:
+    queued(api, "render", 4)
+    queued(api, "encode", 1)
+    made = set_limit(api, "render", 2, reason="licence for 2")
+    assert {k: made[k] for k in ("stageType", "maxInProgress", "inProgress", "room")} == {
+        "stageType": "render",
+        "maxInProgress": 2,
+        "inProgress": 0,
+        "room": 2,
+    }
+    assert (made["updatedBy"], made["reason"]) == ("api", "licence for 2")
+
+    first = api.dequeue("render")
+    api.dequeue("render")
+    api.dequeue_nothing("render")  # 404 TASK_NOT_FOUND, as when none is queued
+    api.dequeue("encode")
+    r = api.http.patch("/v1/stages/render/tasks/dequeue", params={"count": 5})
+    assert (r.status_code, r.json()) == (200, [])
+
+    got = api.http.get("/v1/limits/render").json()
+    assert (got["inProgress"], got["room"]) == (2, 0)
+    api.report(first["id"], "COMPLETED")
+    assert api.http.get("/v1/limits").json()["items"][0]["room"] == 1
+    api.dequeue("render")
+
+
+def test_a_limit_is_changed_and_removed_each_an_event_with_its_reason(api: Api) -> None:
+    set_limit(api, "render", 2)
+    assert set_limit(api, "render", 5, reason="more seats")["maxInProgress"] == 5
+    with api.wrote_events():
+        r = api.http.delete("/v1/limits/render", params={"reason": "no licence needed"})
+    assert (r.status_code, r.json()) == (200, {"code": "LIMIT_REMOVED_SUCCESSFULLY"})
+    assert api.events_of(str(limit_id("render"))) == ["LimitSet", "LimitChanged", "LimitRemoved"]
+    assert api.http.get("/v1/limits").json() == {"total": 0, "items": []}
+    for r in (api.http.get("/v1/limits/render"), api.http.delete("/v1/limits/render")):
+        assert (r.status_code, r.json()["code"]) == (404, "LIMIT_NOT_FOUND")
+
+
+@pytest.mark.parametrize(
+    ("stage_type", "body"),
+    [
+        ("render", {"maxInProgress": 0}),
+        ("render", {"maxInProgress": -1}),
+        ("render", {"maxInProgress": 10_000_001}),
+        ("x" * 51, {"maxInProgress": 2}),
+    ],
+)
+def test_a_bad_limit_is_a_named_400_and_writes_nothing(
+    api: Api, stage_type: str, body: Json
+) -> None:
+    with api.nothing_written():
+        r = api.http.put(f"/v1/limits/{stage_type}", json=body)
+    assert (r.status_code, r.json()["code"]) == (400, "INVALID_LIMIT"), r.text
+
+
+@pytest.mark.parametrize(
+    "body", [{}, {"maxInProgress": "two"}, {"maxInProgress": 2, "reason": "r" * 2001}]
+)
+def test_a_malformed_limit_is_a_validation_error_and_writes_nothing(api: Api, body: Json) -> None:
+    with api.nothing_written():
+        r = api.http.put("/v1/limits/render", json=body)
+    assert (r.status_code, r.json()["code"]) == (400, "VALIDATION_ERROR"), r.text
+
+
+def test_queues_and_metrics_show_each_limit_its_use_and_the_tasks_it_holds_back(
+    api: Api,
+) -> None:
+    queued(api, "render", 5)
+    queued(api, "encode", 1)
+    set_limit(api, "render", 2)
+    api.dequeue("render")
+    api.dequeue("render")
+
+    items = {q["stageType"]: q for q in api.http.get("/v1/queues").json()["items"]}
+    assert (items["render"]["maxInProgress"], items["render"]["heldBack"]) == (2, 3)
+    assert (items["encode"]["maxInProgress"], items["encode"]["heldBack"]) == (None, 0)
+
+    metrics = api.http.get("/metrics").text
+    assert 'jobnik_limit_max_in_progress{stage_type="render"} 2.0' in metrics
+    assert 'jobnik_limit_in_progress{stage_type="render"} 2.0' in metrics
+    assert 'jobnik_tasks_held_back{reason="concurrency_limit",stage_type="render"} 3.0' in metrics
+
+
+def test_the_openapi_document_names_every_limit_answer(api: Api) -> None:
+    paths = api.http.get("/openapi.json").json()["paths"]
+    one = paths["/v1/limits/{stageType}"]
+    assert "INVALID_LIMIT" in one["put"]["responses"]["400"]["description"]
+    assert "LIMIT_NOT_FOUND" in one["delete"]["responses"]["404"]["description"]
+    assert "LIMIT_NOT_FOUND" in one["get"]["responses"]["404"]["description"]
+    body = api.http.get("/openapi.json").json()["components"]["schemas"]["LimitBody"]
+    assert body["properties"]["maxInProgress"]["minimum"] == 1

@@ -1,0 +1,106 @@
+"""Concurrency limits through live servers: 8 SDK workers over HTTP (on PostgreSQL, against two
+server processes) never hold more tasks of a limited type than its limit; the SDK's Producer and
+`jobnik limits` set, list and remove it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from jobnik.scripts.cli import app
+from jobnik.workers import ApiError, Consumer, Producer
+
+
+def test_the_sdk_and_the_command_line_set_list_and_remove_a_limit(
+    database_url: str, spawn_server: Callable[..., Any]
+) -> None:
+    server = spawn_server(database_url)
+    producer = Producer(server.url)
+    made = producer.set_limit("render farm", 3, reason="three licences")
+    assert (made.stage_type, made.max_in_progress, made.room) == ("render farm", 3, 3)
+    assert producer.limit("render farm").reason == "three licences"
+
+    cli = CliRunner()
+    url = ["--api-url", server.url]
+    changed = cli.invoke(app, ["limits", "set", "encode", "2", "--reason", "cpu", *url])
+    assert changed.exit_code == 0, changed.output
+    listed = cli.invoke(app, ["limits", "list", *url])
+    assert listed.exit_code == 0, listed.output
+    assert "encode  0/2  by api  (cpu)" in listed.output
+    assert "render farm  0/3" in listed.output
+    bad = cli.invoke(app, ["limits", "set", "encode", "0", *url])
+    assert bad.exit_code == 1
+    assert "INVALID_LIMIT" in bad.output
+
+    removed = cli.invoke(app, ["limits", "remove", "encode", "--reason", "done", *url])
+    assert removed.exit_code == 0, removed.output
+    producer.remove_limit("render farm")
+    assert producer.limits() == []
+    with pytest.raises(ApiError) as refused:
+        producer.limit("render farm")
+    assert refused.value.code == "LIMIT_NOT_FOUND"
+
+
+def test_eight_http_workers_never_exceed_the_limit_two_server_processes_on_postgres(
+    database_url: str, spawn_server: Callable[..., Any]
+) -> None:
+    processes = 1 if database_url.startswith("sqlite") else 2  # (SQLite: one server)
+    server = spawn_server(database_url, workers=processes)
+    producer = Producer(server.url)
+    job = producer.create_job("farm", {})
+    stage = producer.create_stage(job.id, "render", {})
+    total, limit = 40, 3
+    producer.create_tasks(stage.id, [{"i": i} for i in range(total)])
+    producer.set_limit("render", limit)
+    lock = threading.Lock()
+    state = {"holding": 0, "most": 0, "done": 0}
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        consumer = Consumer(server.url)
+        try:
+            while True:
+                with lock:
+                    if state["done"] >= total:
+                        return
+                task = consumer.dequeue("render")
+                if task is None:
+                    continue
+                with lock:
+                    state["holding"] += 1
+                    state["most"] = max(state["most"], state["holding"])
+                time.sleep(0.002)
+                with lock:
+                    state["holding"] -= 1
+                consumer.complete(task)
+                with lock:
+                    state["done"] += 1
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    sampled: list[int] = []
+    finished = threading.Event()
+
+    def watch() -> None:  # the server's own count, meanwhile
+        while not finished.is_set():
+            sampled.append(producer.limit("render").in_progress)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    watcher = threading.Thread(target=watch)
+    for t in (*threads, watcher):
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    finished.set()
+    watcher.join()
+    assert errors == []
+    assert sampled
+    assert max(sampled) <= limit
+    assert state["done"] == total
+    assert 1 <= state["most"] <= limit
+    assert producer.limit("render").in_progress == 0

@@ -1,0 +1,253 @@
+"""Concurrency limits per stage type on both backends: a claim never takes a type's tasks in
+progress over its limit, even with 8 claimers at once; other types go on; each change is an
+event; a rebuild restores the limits and verify is clean."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.domain.errors import InvalidLimit, LimitNotFound, TaskNotFound
+from jobnik.domain.limit_commands import LimitCommands
+from jobnik.domain.limits import limit_id
+from jobnik.domain.principals import Principal, Role
+from jobnik.domain.statuses import TaskStatus
+from jobnik.domain.tasks import Task
+from jobnik.projections.rebuild.bluegreen import rebuild
+from jobnik.projections.rebuild.verify import verify
+from jobnik.projections.store.base import SqlStore
+
+from .test_rebuild import snapshot
+
+OPS = Principal("ops", Role.OPERATOR)
+
+
+@pytest.fixture
+def limits(jobnik: Jobnik) -> LimitCommands:
+    return LimitCommands(jobnik.store, jobnik.clock)
+
+
+def queue(jobnik: Jobnik, stage_type: str, n: int) -> list[Task]:
+    job = jobnik.create_job(NewJob("work", {}))
+    stage = jobnik.add_stage(job.id, NewStage(stage_type, {}))
+    return jobnik.add_tasks(stage.id, [NewTask({"i": i}) for i in range(n)])
+
+
+def claim(jobnik: Jobnik, stage_type: str) -> Task | None:
+    try:
+        return jobnik.dequeue(stage_type)
+    except TaskNotFound:
+        return None
+
+
+def in_progress(store: SqlStore, stage_type: str) -> int:
+    with store.cursor(write=False) as cur:
+        row = cur.one(
+            store.dialect.params(
+                "SELECT count(*) AS n FROM tasks_v1 WHERE stage_type = %(t)s "
+                "AND status = 'IN_PROGRESS'"
+            ),
+            {"t": stage_type},
+        )
+    assert row is not None
+    return int(row["n"])
+
+
+def test_a_claim_takes_no_more_than_the_limit_and_other_types_go_on(
+    jobnik: Jobnik, limits: LimitCommands
+) -> None:
+    queue(jobnik, "render", 6)
+    queue(jobnik, "encode", 2)
+    limits.set("render", 2, by=OPS, reason="licence for 2")
+
+    first, second = claim(jobnik, "render"), claim(jobnik, "render")
+    assert first is not None
+    assert second is not None
+    assert claim(jobnik, "render") is None  # at its limit: held back
+    assert claim(jobnik, "encode") is not None  # another type is not
+
+    jobnik.report_task(first.id, TaskStatus.COMPLETED)
+    assert claim(jobnik, "render") is not None  # room again
+    assert claim(jobnik, "render") is None
+
+    limits.set("render", 4, by=OPS)
+    assert [t.stage_type for t in jobnik.dequeue_batch("render", 10)] == ["render"] * 2
+
+    limits.remove("render", by=OPS, reason="licence server gone")
+    assert claim(jobnik, "render") is not None  # no limit: what is queued
+
+
+def test_a_lowered_limit_holds_claims_back_until_the_tasks_in_progress_are_fewer(
+    jobnik: Jobnik, limits: LimitCommands
+) -> None:
+    queue(jobnik, "render", 5)
+    running = [claim(jobnik, "render") for _ in range(3)]
+    limits.set("render", 1, by=OPS)
+    assert claim(jobnik, "render") is None
+    assert jobnik.dequeue_batch("render", 5) == []
+    for task in running[:2]:
+        assert task is not None
+        jobnik.report_task(task.id, TaskStatus.COMPLETED)
+    assert claim(jobnik, "render") is None  # one still in progress: the limit's one
+    assert running[2] is not None
+    jobnik.report_task(running[2].id, TaskStatus.FAILED)  # RETRIED: back in the queue
+    assert claim(jobnik, "render") is not None
+
+
+def test_each_change_is_an_event_with_its_actor_and_reason(
+    store: SqlStore, limits: LimitCommands
+) -> None:
+    limits.set("render", 2, by=OPS, reason="licence for 2")
+    limits.set("render", 2, by=OPS, reason="the same again")  # no change, no event
+    limits.set("render", 3, by=OPS, reason="a third seat")
+    limits.remove("render", by=OPS, reason="licence server gone")
+    limits.set("render", 1, by=OPS)
+    found = list(store.log_app.events.get(limit_id("render")))
+    assert [(type(e).__name__, e.actor, e.reason) for e in found] == [
+        ("LimitSet", "ops", "licence for 2"),
+        ("LimitChanged", "ops", "a third seat"),
+        ("LimitRemoved", "ops", "licence server gone"),
+        ("LimitChanged", "ops", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("stage_type", "value"), [("render", 0), ("render", -3), ("x" * 51, 2), ("", 2)]
+)
+def test_a_bad_limit_is_refused_and_writes_nothing(
+    store: SqlStore, limits: LimitCommands, stage_type: str, value: int
+) -> None:
+    before = store.log_app.recorder.max_notification_id()
+    with pytest.raises(InvalidLimit):
+        limits.set(stage_type, value, by=OPS)
+    assert store.log_app.recorder.max_notification_id() == before
+    with pytest.raises(LimitNotFound):
+        limits.remove("render", by=OPS)
+
+
+def test_rebuilt_limits_equal_their_live_twins_and_verify_is_clean(
+    store: SqlStore, jobnik: Jobnik, limits: LimitCommands
+) -> None:
+    queue(jobnik, "render", 3)
+    limits.set("render", 2, by=OPS, reason="licence for 2")
+    limits.set("encode", 5, by=OPS)
+    limits.remove("encode", by=OPS)
+    claim(jobnik, "render")
+    live = snapshot(store)
+    assert len(live["concurrency_limits_v1"]) == 2
+
+    rebuild(store)
+
+    assert snapshot(store) == live
+    assert verify(store) == []
+    claim(jobnik, "render")
+    assert claim(jobnik, "render") is None  # the rebuilt limit still holds
+
+
+# -- under concurrency -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_eight_concurrent_claimers_never_exceed_the_limit_and_leave_nothing_behind(
+    store: SqlStore, jobnik: Jobnik, limits: LimitCommands, batch: int
+) -> None:
+    """8 threads claim (one task or a batch), hold, and complete until the queue is empty;
+    meanwhile a watcher reads the database's count of tasks in progress. Neither the claimers'
+    own count (which never exceeds the database's: it rises after a claim commits and falls
+    before a report) nor the database's ever exceeds the limit, and every task completes."""
+    limit, total = 3, 40
+    queue(jobnik, "render", total)
+    limits.set("render", limit, by=OPS)
+    lock = threading.Lock()
+    held = {"now": 0, "most": 0, "done": 0}
+    sampled: list[int] = []
+    finished = threading.Event()
+    errors: list[BaseException] = []
+
+    def claimer(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            while True:
+                with lock:
+                    if held["done"] == total:
+                        return
+                tasks = (
+                    jobnik.dequeue_batch("render", batch)
+                    if batch > 1
+                    else [t for t in [claim(jobnik, "render")] if t is not None]
+                )
+                if not tasks:
+                    time.sleep(0.002)
+                    continue
+                with lock:
+                    held["now"] += len(tasks)
+                    held["most"] = max(held["most"], held["now"])
+                time.sleep(rng.random() * 0.005)
+                with lock:
+                    held["now"] -= len(tasks)
+                for task in tasks:
+                    jobnik.report_task(task.id, TaskStatus.COMPLETED)
+                with lock:
+                    held["done"] += len(tasks)
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    def watcher() -> None:
+        while not finished.is_set():
+            sampled.append(in_progress(store, "render"))
+            time.sleep(0.001)
+
+    watching = threading.Thread(target=watcher)
+    watching.start()
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    finished.set()
+    watching.join()
+
+    assert errors == []
+    assert held["done"] == total
+    assert 1 <= held["most"] <= limit
+    assert sampled
+    assert max(sampled) <= limit
+    assert in_progress(store, "render") == 0
+
+
+def test_a_claim_succeeds_exactly_when_a_task_is_queued_and_the_limit_has_room(
+    jobnik: Jobnik, limits: LimitCommands
+) -> None:
+    """A random walk of claims, batches, reports and limit changes against a model: each claim
+    takes min(asked, queued, room) tasks, never fewer (no eligible task is left unclaimed)."""
+    rng = random.Random(7)
+    queued = {t.id for t in queue(jobnik, "render", 30)}
+    running: set[Any] = set()
+    limit: int | None = None
+    for _ in range(120):
+        step = rng.choice(["claim", "batch", "report", "report", "limit", "unlimit"])
+        room = len(queued) if limit is None else max(0, min(len(queued), limit - len(running)))
+        if step in ("claim", "batch"):
+            asked = 1 if step == "claim" else rng.randint(1, 4)
+            got = jobnik.dequeue_batch("render", asked)
+            assert len(got) == min(asked, room)
+            queued -= {t.id for t in got}
+            running |= {t.id for t in got}
+        elif step == "report" and running:
+            task_id = rng.choice(sorted(running, key=str))
+            status = rng.choice([TaskStatus.COMPLETED, TaskStatus.FAILED])
+            task = jobnik.report_task(task_id, status)
+            running.discard(task_id)
+            if task.status == TaskStatus.RETRIED:
+                queued.add(task_id)
+        elif step == "limit":
+            limit = rng.randint(1, 5)
+            limits.set("render", limit, by=OPS)
+        elif step == "unlimit" and limit is not None:
+            limits.remove("render", by=OPS)
+            limit = None
