@@ -430,3 +430,15 @@ class BackfillTooLarge(InvalidRequest):
     """a backfill's range holds more nominal times than one backfill fires"""
 
     code = "BACKFILL_TOO_LARGE"
+
+
+class InvalidRetentionPeriod(InvalidRequest):
+    """a retention period is a whole number of seconds, 1 or more"""
+
+    code = "INVALID_RETENTION_PERIOD"
+
+
+class ArchiveUnreachable(JobnikError):
+    """the job was archived and its archive cannot be read here"""
+
+    code = "ARCHIVED"

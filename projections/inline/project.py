@@ -14,6 +14,7 @@ from eventsourcing.domain import DomainEventProtocol
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus
+from jobnik.projections.inline.archives import ARCHIVE_PROJECT, job_rows
 from jobnik.projections.inline.history import entity_row
 from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, Update, own_row
 from jobnik.projections.inline.queue import is_open
@@ -21,11 +22,9 @@ from jobnik.projections.inline.schedules import SCHEDULE_PROJECT
 from jobnik.projections.inline.tables import (
     ENTITY_JOBS,
     JOBS,
-    LOGS,
     QUEUE,
     STAGES,
     SUMMARIES,
-    TASKS,
 )
 from jobnik.projections.inline.task_ops import TASK_PROJECT
 from jobnik.projections.inline.tokens import TOKEN_PROJECT
@@ -147,15 +146,7 @@ def _job_priority_changed(e: Job.JobPriorityChanged, _: int) -> list[Op]:
 
 
 def _job_deleted(e: Job.JobDeleted, _: int) -> list[Op]:
-    job = {"job_id": e.originator_id}
-    return [
-        Delete(QUEUE, job),
-        Delete(LOGS, job),
-        Delete(TASKS, job),
-        Delete(SUMMARIES, job),
-        Delete(STAGES, job),
-        Delete(JOBS, {"id": e.originator_id}),
-    ]
+    return job_rows(e.originator_id)
 
 
 def _stage_added(e: Stage.StageAdded, _: int) -> list[Op]:
@@ -225,6 +216,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     **TASK_PROJECT,
     **TOKEN_PROJECT,
     **SCHEDULE_PROJECT,
+    **ARCHIVE_PROJECT,
 }
 
 

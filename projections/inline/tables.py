@@ -9,9 +9,10 @@ TASKS, QUEUE, LOGS = "tasks_v1", "queue_v1", "task_logs_v2"
 ENTITY_JOBS, JOB_EVENTS = "entity_jobs_v1", "job_events_v1"
 TOKENS = "tokens_v1"
 SCHEDULES, SCHEDULE_FIRES = "schedules_v1", "schedule_fires_v1"
+RETENTION, ARCHIVES = "retention_v1", "archives_v1"
 TABLES: Final = (
     *(JOBS, STAGES, SUMMARIES, TASKS, QUEUE, LOGS, ENTITY_JOBS, JOB_EVENTS, TOKENS),
-    *(SCHEDULES, SCHEDULE_FIRES),
+    *(SCHEDULES, SCHEDULE_FIRES, RETENTION, ARCHIVES),
 )
 PRIMARY_KEYS: Final = {
     JOBS: "id",
@@ -25,6 +26,8 @@ PRIMARY_KEYS: Final = {
     TOKENS: "id",
     SCHEDULES: "id",
     SCHEDULE_FIRES: "schedule_id, nominal_time",
+    RETENTION: "name",
+    ARCHIVES: "job_id",
 }
 # The same, as column tuples.
 KEYS: Final = {t: tuple(c.strip() for c in cols.split(",")) for t, cols in PRIMARY_KEYS.items()}

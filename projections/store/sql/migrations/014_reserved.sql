@@ -1,0 +1,1 @@
+-- reserved: number held for another change (this file is dropped when that change is merged)
