@@ -21,9 +21,12 @@ from pathlib import Path
 from uuid import UUID
 
 from jobnik.api.pages import render_event
+from jobnik.api.settings import Settings
 from jobnik.domain.archives import ArchiveFile
 from jobnik.domain.errors import ArchiveUnreachable, JobNotFound
 from jobnik.domain.principals import Actor, Principal
+from jobnik.projections.catchup.registry import CATCH_UP
+from jobnik.projections.catchup.runner import catch_up
 from jobnik.projections.queries.archives import Candidate, Record, candidates, record, records
 from jobnik.projections.queries.audit import Audit, Entry
 from jobnik.projections.rebuild.archiving import commit
@@ -74,6 +77,12 @@ class Archiver:
         self.store, self.directory, self.default_seconds = store, directory, default_seconds
         self.batch, self.clock = batch, clock
 
+    @classmethod
+    def of(cls, store: SqlStore, settings: Settings) -> Archiver:
+        """The archiver the settings configure."""
+        directory = Path(settings.archive_dir) if settings.archive_dir else None
+        return cls(store, directory, settings.retention_seconds, batch=settings.archive_batch)
+
     def due(self) -> list[Candidate]:
         """The jobs the next run would archive (at most `batch`)."""
         return candidates(self.store, self.clock(), self.default_seconds, self.batch)
@@ -84,6 +93,7 @@ class Archiver:
             return Run()
         try:
             with rebuild_lock(self.store):
+                catch_up_all(self.store)  # (the jobs due are read from the run statistics)
                 due = self.due()
                 if dry_run or not due:
                     return Run(due=due)
@@ -176,6 +186,13 @@ class Archiver:
                     f"holds {count} events up to position {last}, the record "
                     f"{f.events} up to {f.last_position}",
                 )
+
+
+def catch_up_all(store: SqlStore) -> None:
+    """Bring every catch-up projection to the log's head (as of now)."""
+    for projection in CATCH_UP:
+        while catch_up(store, projection):
+            pass
 
 
 def _unreachable(r: Record, why: str) -> ArchiveUnreachable:
