@@ -17,6 +17,7 @@ from starlette.types import Scope
 from jobnik.api.middleware import REQUEST_ID_HEADER, REQUEST_ID_KEY
 from jobnik.api.schemas import ErrorBody
 from jobnik.domain.errors import (
+    ArchiveUnreachable,
     Busy,
     DatabaseError,
     Forbidden,
@@ -57,6 +58,7 @@ HTTP_STATUS: Final[Mapping[type[JobnikError], int]] = {
     IdempotencyKeyReused: 422,
     DatabaseError: 500,
     Busy: 503,
+    ArchiveUnreachable: 410,
 }
 
 # Where Jobnik's manager answers a route's error with another status, as it does.

@@ -6,6 +6,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from types import ModuleType
 from typing import Any, Final
 
 from fastapi import FastAPI
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from jobnik.api import console, errors, positions
 from jobnik.api.access import Access, Authenticate, TokenTable
+from jobnik.api.archives import Archiver
 from jobnik.api.bodies import Bounds
 from jobnik.api.grouping import GroupCommit
 from jobnik.api.headers import DocsHeaders
@@ -25,6 +27,7 @@ from jobnik.api.openapi import document_errors
 from jobnik.api.permissions import document_security
 from jobnik.api.routes import (
     activity,
+    archives,
     catchup,
     health,
     history,
@@ -59,6 +62,7 @@ from jobnik.api.telemetry.tracing import (
 )
 from jobnik.api.waiters import Waiters
 from jobnik.domain.application import Jobnik
+from jobnik.domain.archives import RetentionCommands
 from jobnik.domain.errors import StoreInUse
 from jobnik.domain.limit_commands import LimitCommands
 from jobnik.domain.schedule_commands import ScheduleCommands
@@ -108,6 +112,11 @@ TAGS: Final = [
     {
         "name": "limits",
         "description": "Concurrency limits per stage type: at most N tasks in progress at once.",
+    },
+    {
+        "name": "archives",
+        "description": "Retention: how long ended jobs stay in the live log, and where "
+        "archived jobs' events are.",
     },
     {"name": "health", "description": "Liveness."},
     {
@@ -176,13 +185,13 @@ def create_app(
     app.state.schedule_views = ScheduleViews(views.store)
     app.state.limits = LimitCommands(views.store, jobnik.clock)
     app.state.limit_views = LimitViews(views.store)
+    app.state.archiver = Archiver.of(views.store, settings)
+    app.state.retention = RetentionCommands(jobnik.store, jobnik.clock)
     if telemetry.metrics is not None:
         _add_store_metrics(app, telemetry.metrics)
     errors.install(app)
-    modules = (
-        *(jobs, stages, tasks, history, catchup, tokens, queues, activity, schedules, limits),
-        health,
-    )
+    modules: tuple[ModuleType, ...] = (jobs, stages, tasks, history, catchup, tokens, queues)
+    modules = (*modules, activity, schedules, limits, archives, health)
     for module in (*modules, metrics) if telemetry.metrics is not None else modules:
         # The routes themselves, not `include_router`: FastAPI keeps an included router as a
         # nested one, which it matches twice per request and whose route list it re-walks for
@@ -324,6 +333,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
         max_batch=settings.max_batch_size,
     )
     keys = IdempotencyKeys(store, settings.idempotency_ttl)
+    archiver = Archiver.of(store, settings)
     interval = settings.sweep_interval
     sweeper = (
         Sweeper(
@@ -333,6 +343,8 @@ def app_from_settings(settings: Settings) -> FastAPI:
             purge=keys.purge,
             round=background_rounds(telemetry.provider),
             schedules=ScheduleCommands(jobnik),
+            archive=lambda: len(archiver.run().archived),
+            archive_every=settings.archive_interval,
         )
         if interval > 0
         else None
@@ -366,4 +378,5 @@ def app_from_settings(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.store, app.state.sweeper, app.state.catchup_runner = store, sweeper, runner
+    app.state.archiver = archiver
     return app

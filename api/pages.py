@@ -178,9 +178,13 @@ def render_event(e: Entry) -> str:
 
 def event_page(page: Page) -> Response:
     """A page of events, each rendered on its own (`EventPage`'s shape)."""
-    items = ",".join(render_event(e) for e in page.items)
-    nxt = "null" if page.next is None else str(int(page.next))
-    return Response(f'{{"items":[{items}],"next":{nxt}}}', media_type="application/json")
+    return rendered_event_page([render_event(e) for e in page.items], page.next)
+
+
+def rendered_event_page(items: list[str], next: int | None) -> Response:
+    """A page of events rendered already (`EventPage`'s shape)."""
+    nxt = "null" if next is None else str(int(next))
+    return Response(f'{{"items":[{",".join(items)}],"next":{nxt}}}', media_type="application/json")
 
 
 def task_name(task: Task) -> str:

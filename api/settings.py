@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 
+from jobnik.domain.archives import MAX_PERIOD_SECONDS
 from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_BATCH
+from jobnik.projections.store.archive_files import writable_directory
 from jobnik.projections.store.config import library_env
 
 PREFIX = "JOBNIK_"
@@ -235,6 +237,23 @@ class Settings(BaseSettings):
         "(Jobnik 1.x) or plain arrays (SDK 0.3.x)",
     )
 
+    retention_seconds: int | None = Field(
+        None,
+        gt=0,
+        le=MAX_PERIOD_SECONDS,
+        description="ended jobs are archived this many seconds after they end (unless their "
+        "name has a period of its own); unset: kept in the live log forever",
+    )
+    archive_dir: str | None = Field(
+        None,
+        description="the directory (local or mounted) archived jobs' files are written to; "
+        "an archive run needs it, and it must be a writable directory",
+    )
+    archive_interval: float = Field(
+        60.0, gt=0, description="seconds between the sweeper's archive runs"
+    )
+    archive_batch: int = Field(100, ge=1, le=10_000, description="jobs one archive run takes")
+
     def __init__(self, **values: Any) -> None:
         try:
             super().__init__(**values)
@@ -246,6 +265,19 @@ class Settings(BaseSettings):
     def _a_database_url(cls, value: str) -> str:
         library_env({"JOBNIK_DATABASE_URL": value})  # raises ValueError on what it cannot read
         return value
+
+    @field_validator("archive_dir")
+    @classmethod
+    def _a_writable_directory(cls, value: str | None) -> str | None:
+        if value is not None:
+            writable_directory(value)  # raises ValueError, in one sentence
+        return value
+
+    @model_validator(mode="after")
+    def _archives_somewhere(self) -> Settings:
+        if self.retention_seconds is not None and self.archive_dir is None:
+            raise ValueError("JOBNIK_RETENTION_SECONDS needs JOBNIK_ARCHIVE_DIR, where jobs go")
+        return self
 
     @field_validator("cors_origins", "allowed_hosts", mode="before")
     @classmethod
@@ -288,7 +320,10 @@ def _problems(cls: type[BaseSettings], error: ValidationError) -> str:
     fields = cls.model_fields
     out = []
     for e in error.errors():
-        name = str(e["loc"][0]) if e["loc"] else ""
+        if not e["loc"]:  # (a rule between settings: its message names them)
+            out.append(str(e["msg"]).removeprefix("Value error, "))
+            continue
+        name = str(e["loc"][0])
         field = fields.get(name)
         variable = _variable(name, field.validation_alias) if field else name
         value = "" if name in UNQUOTED else f"={e['input']!r}"

@@ -1,8 +1,10 @@
 """The lease sweeper: a background thread; only the process holding the leader lock sweeps.
 
 It also steps the schedules' clocks (each due nominal time run, skipped, buffered or recorded
-as missed: domain/schedule_commands.py) and purges expired Idempotency-Keys (expired keys
-already count as absent at lookup; the purge only keeps the table small)."""
+as missed: domain/schedule_commands.py), purges expired Idempotency-Keys (expired keys
+already count as absent at lookup; the purge only keeps the table small) and, every
+JOBNIK_ARCHIVE_INTERVAL seconds, archives the ended jobs past their retention period, a bounded
+batch a round (api/archives.py)."""
 
 from __future__ import annotations
 
@@ -31,10 +33,14 @@ class Sweeper:
         purge: Callable[[], int] | None = None,
         round: Round = unobserved,
         schedules: ScheduleCommands | None = None,
+        archive: Callable[[], int] | None = None,
+        archive_every: float = 60.0,
     ) -> None:
         self.jobnik, self.lock, self.interval, self.purge = jobnik, lock, interval, purge
         self.round = round  # each round runs in it, told how many tasks and keys it took
         self.schedules = schedules
+        self.archive, self.archive_every = archive, archive_every  # a round: jobs archived
+        self._archived_at = -archive_every
         self._purged_at = -PURGE_EVERY
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="jobnik-sweeper", daemon=True)
@@ -71,7 +77,11 @@ class Sweeper:
             self._purged_at = time.monotonic()
             if purged := self.purge():
                 log.info("idempotency keys purged", extra={"action": "keys_purged", "keys": purged})
-        did(total + steps + purged)
+        archived = 0
+        if self.archive is not None and time.monotonic() - self._archived_at >= self.archive_every:
+            self._archived_at = time.monotonic()
+            archived = self.archive()
+        did(total + steps + purged + archived)
         return total
 
     def _fire_schedules(self, schedules: ScheduleCommands) -> int:

@@ -442,3 +442,15 @@ class InvalidLimit(InvalidRequest):
     """a concurrency limit is a whole number from 1 up, for a stage type of 1 to 50 characters"""
 
     code = "INVALID_LIMIT"
+
+
+class InvalidRetentionPeriod(InvalidRequest):
+    """a retention period is a whole number of seconds, 1 or more"""
+
+    code = "INVALID_RETENTION_PERIOD"
+
+
+class ArchiveUnreachable(JobnikError):
+    """the job was archived and its archive cannot be read here"""
+
+    code = "ARCHIVED"

@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
-from uuid import UUID
 
 import typer
 
+from jobnik.scripts.archive_cli import archive
 from jobnik.scripts.durations import parse_duration
 from jobnik.scripts.failures import EXIT_STATUSES, EXIT_USAGE, Failure, JobnikGroup
 from jobnik.scripts.limits_cli import limits
+from jobnik.scripts.history_cli import history, replay
 from jobnik.scripts.projections_cli import projections
 from jobnik.scripts.schedules_cli import schedules
 from jobnik.scripts.stores import migrated, open_store
 from jobnik.scripts.tokens_cli import tokens
 
 if TYPE_CHECKING:
-    from jobnik.projections.queries.audit import Entry
+    pass
 
 app = typer.Typer(
     help="jobnik: an event-sourced workflow engine that speaks Jobnik's v1 HTTP API.\n\n"
@@ -37,18 +36,15 @@ worker = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode="markdown",
 )
-history = typer.Typer(
-    help="Read a job's history from the event log.",
-    no_args_is_help=True,
-    rich_markup_mode="markdown",
-)
 app.add_typer(history, name="history")
+app.command()(replay)
 app.add_typer(worker, name="worker")
 jobs = typer.Typer(help="Repair jobs and tasks.", no_args_is_help=True, rich_markup_mode="markdown")
 app.add_typer(jobs, name="jobs")
 app.add_typer(tokens, name="tokens")
 app.add_typer(schedules, name="schedules")
 app.add_typer(limits, name="limits")
+app.add_typer(archive, name="archive")
 
 
 CreateDatabase = Annotated[
@@ -336,73 +332,6 @@ def worker_run(
         raise Failure(str(exc), EXIT_USAGE) from None
     except RuntimeError as exc:  # e.g. traces asked for without OpenTelemetry installed
         raise Failure(f"cannot start: {exc}", EXIT_USAGE) from None
-
-
-def _entries(job_id: UUID) -> Iterator[Entry]:
-    """The job's history, page by page; a Failure naming the job when it has none."""
-    from jobnik.domain.errors import JobNotFound
-    from jobnik.projections.queries.audit import Audit
-
-    store = open_store()
-    audit, after = Audit(store), 0
-    try:
-        while True:
-            try:
-                page = audit.job_history(job_id, after, 1000)
-            except JobNotFound:
-                raise Failure(f"no job {job_id} in this database (nor in its history)") from None
-            yield from page.items
-            if page.next is None:
-                return
-            after = page.next
-    finally:
-        store.close()
-
-
-JobId = Annotated[UUID, typer.Argument(help="the job's id (a UUID)")]
-
-
-@history.command("export")
-def history_export(job_id: JobId) -> None:
-    """Write every event of a job, its stages and its tasks to stdout as NDJSON.
-
-    Deleted jobs keep their history, so this works for them too."""
-    from jobnik.api.history_schemas import EventOut
-
-    for entry in _entries(job_id):
-        sys.stdout.write(EventOut.of(entry).model_dump_json(by_alias=True) + "\n")
-
-
-@app.command()
-def replay(job_id: JobId) -> None:
-    """Print a job's events as a table: position, time, entity, event, actor, and its status
-    change and reason (pauses, aborts, reruns with the reason the operator gave)."""
-    entries = _entries(job_id)
-    first = next(entries)  # (a job's history is never empty: its creation is in it)
-    header = (
-        f"{'pos':>7}  {'time':<29}  {'entity':<6}  {'id':<8}  {'event':<24}  {'actor':<6}  details"
-    )
-    typer.echo(header)
-    typer.echo("-" * len(header))
-    for e in itertools.chain([first], entries):
-        details = _details(e.payload, e.reason)
-        actor = f"{e.actor} ({e.actor_role})" if e.actor_role else e.actor
-        typer.echo(
-            f"{e.position:>7}  {e.time.isoformat(timespec='milliseconds'):<29}  {e.entity:<6}  "
-            f"{str(e.entity_id)[:8]:<8}  {e.type:<24}  {actor:<6}  {details}"
-        )
-
-
-def _details(payload: dict[str, object], reason: str | None) -> str:
-    """An event's status change (`previous → status`, as far as it has them) and its reason."""
-    previous, status = payload.get("previous"), payload.get("status")
-    if previous and status:
-        change = f"{previous} → {status}"
-    elif previous:
-        change = f"from {previous}"
-    else:
-        change = str(status or "")
-    return ": ".join(part for part in (change, reason) if part)
 
 
 def main() -> None:

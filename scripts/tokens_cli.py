@@ -28,7 +28,7 @@ tokens = typer.Typer(
 ROLES = "reader, producer, operator, admin or worker"
 
 
-def _cli_principal() -> Principal:
+def cli_principal() -> Principal:
     from jobnik.domain.principals import Principal, Role
 
     try:
@@ -62,7 +62,7 @@ def create(
     lifetime = parse_duration(expires) if expires else None
     store = open_store(create=True)  # the first admin token may come before the first server
     try:
-        by = _cli_principal()
+        by = cli_principal()
         expires_at = datetime.now(UTC) + lifetime if lifetime else None
         issued = Jobnik(store).issue_token(
             name, chosen, stage_types=stage_type or [], expires_at=expires_at, by=by
@@ -110,7 +110,7 @@ def revoke(name: Annotated[str, typer.Argument(help="the token's name")]) -> Non
 
     store = open_store()
     try:
-        by = _cli_principal()
+        by = cli_principal()
         changed = Jobnik(store).revoke_token(name, by=by)
     except JobnikError as exc:
         typer.echo(f"cannot revoke token: {exc.message}", err=True)

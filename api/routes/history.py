@@ -14,14 +14,15 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from jobnik.api.access import Access
+from jobnik.api.archives import Archiver
 from jobnik.api.deps import AuditDep, reject_unknown_query
 from jobnik.api.errors import error_answers
 from jobnik.api.history_schemas import EventPage
-from jobnik.api.pages import event_page, render_event
+from jobnik.api.pages import event_page, render_event, rendered_event_page
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import INT64_MAX
 from jobnik.api.streams import POLL_SECONDS, StreamResponse, Streams
-from jobnik.domain.errors import TooManyStreams
+from jobnik.domain.errors import ArchiveUnreachable, JobNotFound, TooManyStreams
 from jobnik.domain.principals import Permission, Principal
 from jobnik.projections.queries.audit import TOPICS, Page
 
@@ -45,10 +46,26 @@ _POSITION = re.compile("[0-9]{1,19}")
 EventType = StrEnum("EventType", {name: name for name in TOPICS})  # type: ignore[misc]
 
 
-@router.get("/jobs/{jobId}/history", response_model=EventPage, openapi_extra=needs(P.READ))
-def job_history(audit: AuditDep, job_id: JobId, after: After = 0, limit: Limit = 100) -> Response:
-    """Every event of the job, its stages and its tasks, in order; kept after deletion."""
-    return event_page(audit.job_history(job_id, after, limit))
+@router.get(
+    "/jobs/{jobId}/history",
+    response_model=EventPage,
+    responses=error_answers(
+        (JobNotFound, "no such job, in the log nor in the archives"),
+        (ArchiveUnreachable, "the job is archived where this server cannot read it"),
+    ),
+    openapi_extra=needs(P.READ),
+)
+def job_history(
+    audit: AuditDep, request: Request, job_id: JobId, after: After = 0, limit: Limit = 100
+) -> Response:
+    """Every event of the job, its stages and its tasks, in order; kept after deletion, and
+    read from its archive once archived (410 ARCHIVED, naming the archive, when this server
+    cannot read it)."""
+    try:
+        return event_page(audit.job_history(job_id, after, limit))
+    except JobNotFound:
+        archiver: Archiver = request.app.state.archiver
+        return rendered_event_page(*archiver.page(job_id, after, limit))
 
 
 @router.get("/events", response_model=EventPage, openapi_extra=needs(P.READ))

@@ -14,6 +14,7 @@ from eventsourcing.domain import DomainEventProtocol
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus
+from jobnik.projections.inline.archives import ARCHIVE_PROJECT, job_rows
 from jobnik.projections.inline.history import entity_row
 from jobnik.projections.inline.limits import LIMIT_PROJECT
 from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, Update, own_row
@@ -22,11 +23,9 @@ from jobnik.projections.inline.schedules import SCHEDULE_PROJECT
 from jobnik.projections.inline.tables import (
     ENTITY_JOBS,
     JOBS,
-    LOGS,
     QUEUE,
     STAGES,
     SUMMARIES,
-    TASKS,
 )
 from jobnik.projections.inline.task_ops import TASK_PROJECT
 from jobnik.projections.inline.tokens import TOKEN_PROJECT
@@ -148,15 +147,7 @@ def _job_priority_changed(e: Job.JobPriorityChanged, _: int) -> list[Op]:
 
 
 def _job_deleted(e: Job.JobDeleted, _: int) -> list[Op]:
-    job = {"job_id": e.originator_id}
-    return [
-        Delete(QUEUE, job),
-        Delete(LOGS, job),
-        Delete(TASKS, job),
-        Delete(SUMMARIES, job),
-        Delete(STAGES, job),
-        Delete(JOBS, {"id": e.originator_id}),
-    ]
+    return job_rows(e.originator_id)
 
 
 def _stage_added(e: Stage.StageAdded, _: int) -> list[Op]:
@@ -227,6 +218,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     **TOKEN_PROJECT,
     **SCHEDULE_PROJECT,
     **LIMIT_PROJECT,
+    **ARCHIVE_PROJECT,
 }
 
 

@@ -10,9 +10,10 @@ ENTITY_JOBS, JOB_EVENTS = "entity_jobs_v1", "job_events_v1"
 TOKENS = "tokens_v1"
 SCHEDULES, SCHEDULE_FIRES = "schedules_v1", "schedule_fires_v1"
 LIMITS = "concurrency_limits_v1"
+RETENTION, ARCHIVES = "retention_v1", "archives_v1"
 TABLES: Final = (
     *(JOBS, STAGES, SUMMARIES, TASKS, QUEUE, LOGS, ENTITY_JOBS, JOB_EVENTS, TOKENS),
-    *(SCHEDULES, SCHEDULE_FIRES, LIMITS),
+    *(SCHEDULES, SCHEDULE_FIRES, LIMITS, RETENTION, ARCHIVES),
 )
 PRIMARY_KEYS: Final = {
     JOBS: "id",
@@ -27,6 +28,8 @@ PRIMARY_KEYS: Final = {
     SCHEDULES: "id",
     SCHEDULE_FIRES: "schedule_id, nominal_time",
     LIMITS: "id",
+    RETENTION: "name",
+    ARCHIVES: "job_id",
 }
 # The same, as column tuples.
 KEYS: Final = {t: tuple(c.strip() for c in cols.split(",")) for t, cols in PRIMARY_KEYS.items()}

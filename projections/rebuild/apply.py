@@ -73,11 +73,14 @@ def _inline_preparer(rename: Callable[[str], str]) -> Prepare | None:
     return fold_ops if rename is not identity and FOLD else None
 
 
-def applier(store: SqlStore, projection: Projection, rename: Callable[[str], str]) -> Applier:
-    """A function applying a batch of events to `projection`'s tables as `rename` names them."""
+def applier(
+    store: SqlStore, projection: Projection, rename: Callable[[str], str], after: int = 0
+) -> Applier:
+    """A function applying a batch of events to `projection`'s tables as `rename` names them;
+    a catch-up projection's only those after position `after` (its seed's: seeds.py)."""
     if isinstance(projection, InlineProjection):
         return _inline_applier(store, rename)
-    prepare = _catch_up_preparer(projection)
+    prepare = _catch_up_preparer(projection, after)
     sql = Sql(store.dialect, rename)
     replay = batch_by_batch(projection, sql) if rename is identity else projection.replay(sql)
 
@@ -90,19 +93,23 @@ def applier(store: SqlStore, projection: Projection, rename: Callable[[str], str
     return apply
 
 
-def _catch_up_preparer(projection: CatchUpProjection) -> Prepare:
-    """A catch-up projection's pure part: its events of the batch, and its `prepare` of them."""
+def _catch_up_preparer(projection: CatchUpProjection, after: int = 0) -> Prepare:
+    """A catch-up projection's pure part: its events of the batch (those after `after`), and its
+    `prepare` of them."""
     events = frozenset(projection.events)
 
     def prepare(batch: Batch) -> tuple[Batch, Any]:
-        mine = [(p, e) for p, e in batch if type(e) in events]
+        mine = [(p, e) for p, e in batch if type(e) in events and p > after]
         return mine, projection.prepare(mine) if mine else None
 
     return prepare
 
 
-def preparer(projection: Projection, rename: Callable[[str], str]) -> Prepare | None:
-    """The pure part of `applier(..., projection, rename)`, if it has one (see `Applier`)."""
+def preparer(
+    projection: Projection, rename: Callable[[str], str], after: int = 0
+) -> Prepare | None:
+    """The pure part of `applier(..., projection, rename, after)`, if it has one (see
+    `Applier`)."""
     if isinstance(projection, InlineProjection):
         return _inline_preparer(rename)
-    return _catch_up_preparer(projection)
+    return _catch_up_preparer(projection, after)

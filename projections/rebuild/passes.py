@@ -18,9 +18,9 @@ from typing import Any, Final
 
 from eventsourcing.persistence import Notification
 
-from jobnik.projections.catchup.projection import Batch
+from jobnik.projections.catchup.projection import Batch, CatchUpProjection
 from jobnik.projections.catchup.registry import Projection, by_name
-from jobnik.projections.rebuild import parallel
+from jobnik.projections.rebuild import parallel, seeds
 from jobnik.projections.rebuild.apply import Applier, Prepare, applier, preparer
 from jobnik.projections.rebuild.log import PAGE, read_pages
 from jobnik.projections.rebuild.readahead import read_ahead
@@ -60,14 +60,21 @@ class _Shadow:
     rename: Renamer
     apply: Applier
     prepare: Prepare | None
+    seeded: int = 0  # the position of the seed it starts from (0: none, an empty start)
 
 
 def shadows_of(store: SqlStore, projections: Sequence[Projection]) -> list[_Shadow]:
-    """A shadow of each projection, with its applier (and its state) for a pass."""
+    """A shadow of each projection, with its applier (and its state) for a pass; a seeded
+    catch-up projection's takes the events after its seed (seeds.py)."""
+    with store.cursor(write=False) as cur:
+        seeded = seeds.positions(cur)
     out = []
     for p in projections:
         rename = Renamer(p.tables)
-        out.append(_Shadow(p, rename, applier(store, p, rename), preparer(p, rename)))
+        after = seeded.get(p.name, 0) if isinstance(p, CatchUpProjection) else 0
+        out.append(
+            _Shadow(p, rename, applier(store, p, rename, after), preparer(p, rename, after), after)
+        )
     return out
 
 
@@ -105,7 +112,8 @@ class Pass:
         self.applied = 0
 
     def create(self) -> None:
-        """Empty shadows without their late indexes, which are kept for `settle`."""
+        """Shadows without their late indexes, which are kept for `settle`: empty, or a
+        seeded catch-up projection's with its seed's rows (seeds.py)."""
         self.late = []
         with self.store.cursor(write=True, lock=False) as cur:
             for s in self.shadows:
@@ -116,6 +124,8 @@ class Pass:
                         self.late.append(s.rename(statement))
                         continue
                     cur.execute(s.rename(statement))
+                if s.seeded and isinstance(s.projection, CatchUpProjection):
+                    seeds.plant(cur, s.projection, [s.rename(t) for t in s.projection.tables])
 
     def settle(self) -> None:
         """Shadows fit to be swapped in: every index built. (A verify's shadows are compared

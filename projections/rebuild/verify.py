@@ -63,13 +63,13 @@ def _frozen(store: SqlStore, work: Pass, projections: Sequence[Projection]) -> I
     def settle(cur: Cursor) -> None:
         head = work.finish(cur)
         for p in catch_ups:
-            _catch_up_in(store, cur, p, head)
+            catch_up_in(store, cur, p, head)
 
     with store.settled(settle) as cur:
         yield cur
 
 
-def _catch_up_in(store: SqlStore, cur: Cursor, p: CatchUpProjection, head: int) -> None:
+def catch_up_in(store: SqlStore, cur: Cursor, p: CatchUpProjection, head: int) -> None:
     """Bring a live catch-up projection to `head` inside `cur`'s (write) transaction, as its
     runner would: its registry row locked first, so a round under way commits before."""
     position = tracking.locked(cur, [p.name]).get(p.name)

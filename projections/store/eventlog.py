@@ -187,3 +187,13 @@ def select(
     )
     rows = cur.raw.fetchall()  # (the driver's rows as they are: no copy into dicts of our own)
     return [notification(r) for r in rows]
+
+
+def delete_positions(
+    cur: Cursor, table: str, position: str, positions_sql: str, params: Mapping[str, Any]
+) -> None:
+    """Remove from the events table (`position`: its position column) the events at the
+    positions `positions_sql` (a SELECT of one column, with its `params`) lists, in
+    `cur`'s transaction. Readers of the log by position (catch-up projections, feeds) never
+    look back past what they have read, so events they have read may go."""
+    cur.execute(f"DELETE FROM {table} WHERE {position} IN ({positions_sql})", params)

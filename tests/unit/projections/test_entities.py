@@ -8,6 +8,7 @@ import pytest
 from eventsourcing.domain import Aggregate
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.domain.archives import Archive, ArchiveFile, RetentionChange
 from jobnik.domain.errors import TaskNotRerunnable
 from jobnik.domain.jobs import Job
 from jobnik.domain.limits import ConcurrencyLimit
@@ -22,12 +23,14 @@ from jobnik.projections.inline.ops import Add, Delete, Enqueue, IndexEvent, Inse
 from jobnik.projections.inline.project import PROJECT, project
 from jobnik.projections.inline.rows import summary_from_row
 from jobnik.projections.inline.tables import (
+    ARCHIVES,
     ENTITY_JOBS,
     JOB_EVENTS,
     JOBS,
     LIMITS,
     LOGS,
     QUEUE,
+    RETENTION,
     SCHEDULE_FIRES,
     SCHEDULES,
     STAGES,
@@ -77,7 +80,7 @@ def _event_classes(aggregate: type) -> list[type]:
     ]
 
 
-AGGREGATES = (Job, Stage, Task, Token, Schedule, ConcurrencyLimit)
+AGGREGATES = (Job, Stage, Task, Token, Schedule, ConcurrencyLimit, RetentionChange, Archive)
 DOMAIN_EVENTS = [cls for agg in AGGREGATES for cls in _event_classes(agg)]
 
 
@@ -263,8 +266,8 @@ def test_job_deleted_deletes_the_job_tree_from_every_table() -> None:
         Delete(JOBS, {"id": job.id}),
     ]
     # the history stays, and so do the job's fire key if a schedule ran it; tokens,
-    # schedules and limits belong to no job
-    kept = {ENTITY_JOBS, JOB_EVENTS, TOKENS, SCHEDULES, SCHEDULE_FIRES, LIMITS}
+    # schedules, limits, retention periods and archive records belong to no job
+    kept = {ENTITY_JOBS, JOB_EVENTS, TOKENS, SCHEDULES, SCHEDULE_FIRES, LIMITS, RETENTION, ARCHIVES}
     assert {op.table for op in ops} == set(TABLES) - kept
 
 
@@ -905,3 +908,33 @@ def test_every_event_is_filed_under_its_job_and_creations_map_their_entity() -> 
     ]
     assert replaced_ops[-1] == IndexEvent(job.id, 8)
     assert not any(isinstance(op, Insert) and op.table == ENTITY_JOBS for op in replaced_ops)
+
+
+# -- archives -------------------------------------------------------------------------------
+
+
+def test_job_archived_removes_the_jobs_rows_and_history_index_and_records_the_archive() -> None:
+    job = new_job(Priority.HIGH)
+    archive = Archive.record(
+        ArchiveFile(job.id, "nightly", "ab/x.ndjson.gz", "sha256:00", 3, 9, NOW),
+        now=NOW,
+        actor=Actor.SYSTEM,
+    )
+
+    ops = entity_ops(only_event(archive), POSITION)
+
+    removed = {op.table for op in ops if isinstance(op, Delete)}
+    assert removed == {QUEUE, LOGS, TASKS, SUMMARIES, STAGES, JOBS, ENTITY_JOBS, JOB_EVENTS}
+    [insert] = [op for op in ops if isinstance(op, Insert)]
+    assert (insert.table, insert.row["job_id"], insert.row["events"]) == (ARCHIVES, job.id, 3)
+
+
+def test_a_retention_change_replaces_the_names_period_and_none_removes_it() -> None:
+    kept = RetentionChange.set("audit", 3600, now=NOW, actor=Actor.API)
+    cleared = RetentionChange.set("audit", None, now=NOW, actor=Actor.API)
+
+    set_ops, clear_ops = entity_ops(only_event(kept), 1), entity_ops(only_event(cleared), 2)
+
+    assert [type(op) for op in set_ops] == [Delete, Insert]
+    assert set_ops[1].table == RETENTION
+    assert clear_ops == [Delete(RETENTION, {"name": "audit"})]

@@ -1,0 +1,214 @@
+"""Archive runs, archive reads and archive checks.
+
+An archive run takes the ended jobs whose retention period has run out (the period set for
+their name, else JOBNIK_RETENTION_SECONDS), oldest end first, `batch` at a time. For each it
+writes the job's history (every event of the job, its stages and its tasks, each line what
+`GET /v1/jobs/{id}/history` answers for it) to its archive file and syncs it; then, in one
+transaction, the jobs whose events are still those of their files leave the log and the read
+models, and each gets its `JobArchived` record (projections/rebuild/archiving.py). Runs hold the
+rebuild lock: a run and a rebuild or verify never overlap (a rebuild starts from the seeds a run
+moves). Without an archive directory nothing is archived.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from uuid import UUID
+
+from jobnik.api.pages import render_event
+from jobnik.api.settings import Settings
+from jobnik.domain.archives import ArchiveFile
+from jobnik.domain.errors import ArchiveUnreachable, JobNotFound
+from jobnik.domain.principals import Actor, Principal
+from jobnik.projections.catchup.registry import CATCH_UP
+from jobnik.projections.catchup.runner import catch_up
+from jobnik.projections.queries.archives import Candidate, Record, candidates, record, records
+from jobnik.projections.queries.audit import Audit, Entry
+from jobnik.projections.rebuild.archiving import commit
+from jobnik.projections.rebuild.bluegreen import RebuildBusy, rebuild_lock
+from jobnik.projections.store import archive_files
+from jobnik.projections.store.base import SqlStore
+
+log = logging.getLogger(__name__)
+
+READ_PAGE = 1000  # events per read of a job's history while writing its archive
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Run:
+    """What an archive run found due and archived; `busy`: a rebuild or verify held the lock,
+    so the run did nothing."""
+
+    due: list[Candidate] = field(default_factory=list)
+    archived: list[UUID] = field(default_factory=list)
+    busy: bool = False
+
+
+@dataclass(frozen=True)
+class Problem:
+    """An archive that does not match its record."""
+
+    job_id: UUID
+    location: str
+    problem: str
+
+
+class Archiver:
+    """Archive runs over `store`, into `directory` (None: archiving is off)."""
+
+    def __init__(
+        self,
+        store: SqlStore,
+        directory: Path | None,
+        default_seconds: int | None = None,
+        *,
+        batch: int = 100,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        self.store, self.directory, self.default_seconds = store, directory, default_seconds
+        self.batch, self.clock = batch, clock
+
+    @classmethod
+    def of(cls, store: SqlStore, settings: Settings) -> Archiver:
+        """The archiver the settings configure."""
+        directory = Path(settings.archive_dir) if settings.archive_dir else None
+        return cls(store, directory, settings.retention_seconds, batch=settings.archive_batch)
+
+    def due(self) -> list[Candidate]:
+        """The jobs the next run would archive (at most `batch`)."""
+        return candidates(self.store, self.clock(), self.default_seconds, self.batch)
+
+    def run(self, *, dry_run: bool = False, by: Principal = Actor.SYSTEM) -> Run:
+        """Archive the jobs due (`dry_run`: only say which); see the module."""
+        if self.directory is None:
+            return Run()
+        try:
+            with rebuild_lock(self.store):
+                catch_up_all(self.store)  # (the jobs due are read from the run statistics)
+                due = self.due()
+                if dry_run or not due:
+                    return Run(due=due)
+                written = [self._write(self.directory, c) for c in due]
+                archived = commit(self.store, written, self.clock(), by)
+        except RebuildBusy:
+            return Run(busy=True)
+        for w in written:
+            if w.job_id not in archived:  # it changed meanwhile (a rerun): still live
+                (self.directory / w.location).unlink(missing_ok=True)
+        if archived:
+            log.info("jobs archived", extra={"action": "jobs_archived", "jobs": len(archived)})
+        return Run(due=due, archived=archived)
+
+    def _write(self, directory: Path, c: Candidate) -> ArchiveFile:
+        seen = {"events": 0, "last": 0}
+
+        def lines() -> Iterator[str]:
+            for entry in history(Audit(self.store), c.job_id):
+                seen["events"] += 1
+                seen["last"] = entry.position
+                yield render_event(entry)
+
+        where = archive_files.location(c.job_id)
+        checksum = archive_files.write(directory, where, lines())
+        return ArchiveFile(
+            job_id=c.job_id,
+            name=c.name,
+            location=where,
+            checksum=checksum,
+            events=seen["events"],
+            last_position=seen["last"],
+            ended_at=c.ended_at,
+        )
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def record(self, job_id: UUID) -> Record | None:
+        return record(self.store, job_id)
+
+    def lines(self, job_id: UUID) -> Iterator[str]:
+        """Job `job_id`'s archived history, line by line: JobNotFound when it has no archive,
+        ArchiveUnreachable (naming where it is) when its file cannot be read here."""
+        found = self.record(job_id)
+        if found is None:
+            raise JobNotFound
+        if self.directory is None:
+            raise _unreachable(found, "no archive directory is configured here")
+        try:
+            yield from archive_files.read(self.directory / found.file.location)
+        except OSError as exc:
+            raise _unreachable(found, exc.strerror or str(exc)) from None
+
+    def page(self, job_id: UUID, after: int, limit: int) -> tuple[list[str], int | None]:
+        """A page of the archived history after position `after`: its events and the cursor
+        for the next page (None at the end), as `GET /v1/jobs/{id}/history` pages the log."""
+        items: list[str] = []
+        for line in self.lines(job_id):
+            position = int(json.loads(line)["position"])
+            if position <= after:
+                continue
+            items.append(line)
+            if len(items) == limit:
+                return items, position
+        return items, None
+
+    def verify(self) -> Iterator[Problem]:
+        """Each archive that does not match its record (missing, another checksum, another
+        number of events or last position)."""
+        for r in records(self.store):
+            f = r.file
+            if self.directory is None:
+                yield Problem(f.job_id, f.location, "no archive directory is configured")
+                continue
+            path = self.directory / f.location
+            try:
+                if archive_files.checksum(path) != f.checksum:
+                    yield Problem(f.job_id, f.location, "its checksum differs from the record's")
+                    continue
+                count, last = 0, 0
+                for line in archive_files.read(path):
+                    count, last = count + 1, int(json.loads(line)["position"])
+            except OSError as exc:
+                yield Problem(f.job_id, f.location, f"cannot be read ({exc.strerror or exc})")
+                continue
+            if (count, last) != (f.events, f.last_position):
+                yield Problem(
+                    f.job_id,
+                    f.location,
+                    f"holds {count} events up to position {last}, the record "
+                    f"{f.events} up to {f.last_position}",
+                )
+
+
+def catch_up_all(store: SqlStore) -> None:
+    """Bring every catch-up projection to the log's head (as of now)."""
+    for projection in CATCH_UP:
+        while catch_up(store, projection):
+            pass
+
+
+def _unreachable(r: Record, why: str) -> ArchiveUnreachable:
+    f = r.file
+    return ArchiveUnreachable(
+        f"job {f.job_id} was archived to {f.location} (checksum {f.checksum}) in the archive "
+        f"directory, which cannot be read here: {why}"
+    )
+
+
+def history(audit: Audit, job_id: UUID) -> Iterator[Entry]:
+    """Every event of the job's history in the live log, page by page."""
+    after = 0
+    while True:
+        page = audit.job_history(job_id, after, READ_PAGE)
+        yield from page.items
+        if page.next is None:
+            return
+        after = page.next

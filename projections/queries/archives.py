@@ -1,0 +1,147 @@
+"""Reading the retention settings and the archive records: the jobs due for archiving, and
+where each archived job's events are."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+from uuid import UUID
+
+from jobnik.domain.archives import ArchiveFile
+from jobnik.domain.statuses import JOB_FINAL
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.cursor import Cursor
+
+FINAL: Final = tuple(sorted(str(s) for s in JOB_FINAL))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An ended job (deleted ones too) whose retention period has run out."""
+
+    job_id: UUID
+    name: str
+    ended_at: datetime
+
+
+@dataclass(frozen=True)
+class Record:
+    """An archived job: its archive file, and who archived it when."""
+
+    file: ArchiveFile
+    archived_by: str
+    archived_at: datetime
+
+
+@dataclass(frozen=True)
+class Retention:
+    """A job name's retention period, as an operator set it."""
+
+    name: str
+    period_seconds: int
+    set_by: str
+    set_time: datetime
+
+
+def periods(cur: Cursor) -> list[Retention]:
+    """The retention periods set per job name, by name."""
+    return [
+        Retention(r["name"], int(r["period_seconds"]), r["set_by"], r["set_time"])
+        for r in cur.all("SELECT * FROM retention_v1 ORDER BY name")
+    ]
+
+
+def candidates(
+    store: SqlStore, now: datetime, default_seconds: int | None, limit: int
+) -> list[Candidate]:
+    """Up to `limit` jobs, oldest end first, that ended (COMPLETED, FAILED or ABORTED; deleted
+    or not) more than their name's retention period before `now` and are not archived: the
+    period set for the name, else `default_seconds` (None: such jobs are kept)."""
+    with store.cursor(write=False) as cur:
+        overrides = periods(cur)
+        found = [
+            c
+            for o in overrides
+            for c in _ended(cur, now - timedelta(seconds=o.period_seconds), limit, name=o.name)
+        ]
+        if default_seconds is not None:
+            cutoff = now - timedelta(seconds=default_seconds)
+            found += _ended(cur, cutoff, limit, besides=[o.name for o in overrides])
+    return sorted(found, key=lambda c: (c.ended_at, str(c.job_id)))[:limit]
+
+
+def _ended(
+    cur: Cursor,
+    before: datetime,
+    limit: int,
+    *,
+    name: str | None = None,
+    besides: Sequence[str] = (),
+) -> list[Candidate]:
+    d, p = cur.dialect, cur.dialect.param
+    status, params = d.one_of("j.status", "s", FINAL)
+    where = [status, "j.end_time IS NOT NULL", f"j.end_time < {p('before')}"]
+    params["before"] = d.dump("end_time", before)
+    if name is not None:
+        where.append(f"j.name = {p('name')}")
+        params["name"] = name
+    if besides:
+        kept, names = d.one_of("j.name", "n", besides)
+        where.append(f"NOT {kept}")
+        params.update(names)
+    rows = cur.all(
+        "SELECT j.job_id, j.name, j.end_time FROM run_stats_v1_jobs j "
+        f"WHERE {' AND '.join(where)} AND NOT EXISTS "
+        "(SELECT 1 FROM archives_v1 a WHERE a.job_id = j.job_id) "
+        f"ORDER BY j.end_time LIMIT {int(limit)}",
+        params,
+    )
+    return [Candidate(r["job_id"], r["name"], r["end_time"]) for r in rows]
+
+
+def _record(row: dict[str, Any]) -> Record:
+    file = ArchiveFile(
+        job_id=row["job_id"],
+        name=row["name"],
+        location=row["location"],
+        checksum=row["checksum"],
+        events=int(row["events"]),
+        last_position=int(row["last_position"]),
+        ended_at=row["ended_at"],
+    )
+    return Record(file, row["archived_by"], row["archived_at"])
+
+
+def record(store: SqlStore, job_id: UUID) -> Record | None:
+    """Job `job_id`'s archive record; None when it is not archived."""
+    with store.cursor(write=False) as cur:
+        row = cur.one(
+            f"SELECT * FROM archives_v1 WHERE job_id = {cur.dialect.param('j')}",
+            {"j": cur.dialect.dump("job_id", job_id)},
+        )
+    return _record(row) if row is not None else None
+
+
+def records(store: SqlStore, page: int = 500) -> Iterator[Record]:
+    """Every archive record, by job id; read page by page."""
+    after: UUID | None = None
+    while True:
+        with store.cursor(write=False) as cur:
+            d, p = cur.dialect, cur.dialect.param
+            where = "" if after is None else f"WHERE job_id > {p('a')}"
+            rows = cur.all(
+                f"SELECT * FROM archives_v1 {where} ORDER BY job_id LIMIT {int(page)}",
+                {} if after is None else {"a": d.dump("job_id", after)},
+            )
+        yield from (_record(r) for r in rows)
+        if len(rows) < page:
+            return
+        after = rows[-1]["job_id"]
+
+
+def retention(store: SqlStore) -> list[Retention]:
+    """The retention periods set per job name."""
+    with store.cursor(write=False) as cur:
+        return periods(cur)

@@ -1,0 +1,65 @@
+"""An archive run's transaction: ended jobs' events leave the log, their archive records enter
+it, and the catch-up projections' seeds move to where the log then starts to matter.
+
+The caller wrote and synced each job's archive file first. Here, in one write transaction under
+the writer lock: every catch-up projection is brought to the log's head (so each has folded the
+events about to go), each job's events are checked to be the ones its file holds (a rerun since,
+or an archive by another run, and the job is left alone), removed, and its `JobArchived` record
+appended (its inline projection removes the job's read-model rows); then the seeds are copied
+(seeds.py). A crash before the commit leaves every job fully live (its file is written again by
+the next run); after it, fully archived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+from jobnik.domain.archives import Archive, ArchiveFile
+from jobnik.domain.principals import Principal
+from jobnik.projections.catchup.registry import CATCH_UP
+from jobnik.projections.rebuild import seeds
+from jobnik.projections.rebuild.verify import catch_up_in
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.cursor import Cursor
+from jobnik.projections.store.eventlog import delete_positions
+
+
+def extent(cur: Cursor, job_id: UUID) -> tuple[int, int]:
+    """How many events the job has in the log, and the position of its last (0 when none)."""
+    p = cur.dialect.param
+    row = cur.one(
+        f"SELECT COUNT(*) AS n, MAX(position) AS last FROM job_events_v1 WHERE job_id = {p('j')}",
+        {"j": cur.dialect.dump("job_id", job_id)},
+    )
+    return (int(row["n"]), int(row["last"] or 0)) if row else (0, 0)
+
+
+def commit(
+    store: SqlStore, written: Sequence[ArchiveFile], now: datetime, actor: Principal
+) -> list[UUID]:
+    """Archive the jobs of `written` whose events are still exactly those of their file, in one
+    transaction (see the module); the ids of the jobs archived."""
+    done: list[UUID] = []
+    with store.session(write=True) as s:
+        s.lock()
+        cur = s.cur
+        head = store.log_head(cur)
+        for projection in CATCH_UP:
+            catch_up_in(store, cur, projection, head)
+        for w in written:
+            if extent(cur, w.job_id) != (w.events, w.last_position):
+                continue
+            delete_positions(
+                cur,
+                store.events_table,
+                store.position_column,
+                f"SELECT position FROM job_events_v1 WHERE job_id = {cur.dialect.param('j')}",
+                {"j": cur.dialect.dump("job_id", w.job_id)},
+            )
+            s.save(Archive.record(w, now=now, actor=actor))
+            done.append(w.job_id)
+        if done:
+            seeds.refresh(cur, CATCH_UP, head)
+    return done

@@ -1,0 +1,358 @@
+"""Retention and archives on both backends, with a controlled clock: an archive run archives
+exactly the jobs past their period, their history is read from the archive, archives verify
+against their records, the read models that span jobs do not change (nor after a rebuild), and a
+run interrupted before its commit leaves every job live."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from jobnik.api import archives as archives_module
+from jobnik.api.archives import Archiver
+from jobnik.api.sweeper import Sweeper
+from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.domain.archives import RetentionCommands
+from jobnik.domain.errors import ArchiveUnreachable, InvalidRetentionPeriod, JobNotFound
+from jobnik.domain.principals import Actor
+from jobnik.domain.statuses import JobStatus, TaskStatus
+from jobnik.projections.catchup.registry import CATCH_UP
+from jobnik.projections.catchup.runner import catch_up
+from jobnik.projections.queries.archives import Candidate, retention
+from jobnik.projections.queries.audit import Audit
+from jobnik.projections.rebuild import seeds
+from jobnik.projections.rebuild.bluegreen import rebuild
+from jobnik.projections.rebuild.verify import verify
+from jobnik.projections.store.base import SqlStore
+
+from .test_rebuild import random_workload
+
+START = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
+DAY = 24 * 3600
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def engine(store: SqlStore, clock: Clock) -> Jobnik:
+    return Jobnik(store, clock=clock)
+
+
+@pytest.fixture
+def archiver(store: SqlStore, clock: Clock, tmp_path: Path) -> Archiver:
+    return Archiver(store, tmp_path / "archive", 7 * DAY, clock=clock)
+
+
+@pytest.fixture(autouse=True)
+def archive_dir(tmp_path: Path) -> None:
+    (tmp_path / "archive").mkdir()
+
+
+def settle(store: SqlStore) -> None:
+    for projection in CATCH_UP:
+        while catch_up(store, projection, 7):
+            pass
+
+
+def ended_job(engine: Jobnik, name: str, outcome: str = "COMPLETED", tasks: int = 2) -> UUID:
+    job = engine.create_job(NewJob(name=name, data={"for": name}))
+    stage = engine.add_stage(job.id, NewStage(type=f"{name}-work", data={}))
+    engine.add_tasks(stage.id, [NewTask(data={"i": i}, max_attempts=1) for i in range(tasks)])
+    if outcome == "ABORTED":
+        engine.set_job_status(job.id, JobStatus.ABORTED, reason="not needed")
+        return job.id
+    if outcome == "FAILED":
+        task = engine.dequeue(f"{name}-work")
+        engine.report_task(task.id, TaskStatus.FAILED, attempt=task.attempt, fatal=True)
+        return job.id
+    for _ in range(tasks):
+        task = engine.dequeue(f"{name}-work")
+        engine.report_task(task.id, TaskStatus.COMPLETED, attempt=task.attempt)
+    return job.id
+
+
+def spanning(store: SqlStore) -> dict[str, list[dict[str, Any]]]:
+    """Every row of every catch-up projection (the read models that span jobs)."""
+    with store.cursor(write=False) as cur:
+        return {
+            t: cur.all(f"SELECT * FROM {t} ORDER BY {', '.join(p.keys[t])}")
+            for p in CATCH_UP
+            for t in p.tables
+        }
+
+
+def live_history(store: SqlStore, job_id: UUID) -> list[int]:
+    return [e.position for e in Audit(store).job_history(job_id, 0, 1000).items]
+
+
+def test_an_archive_run_archives_exactly_the_jobs_ended_more_than_the_period_ago(
+    store: SqlStore, engine: Jobnik, clock: Clock, archiver: Archiver
+) -> None:
+    old = ended_job(engine, "nightly")
+    aborted = ended_job(engine, "nightly", "ABORTED")
+    deleted = ended_job(engine, "cleanup", "FAILED")
+    engine.delete_job(deleted, reason="tidy")
+    clock.advance(6 * DAY)
+    recent = ended_job(engine, "nightly")
+    running = engine.create_job(NewJob(name="nightly", data={})).id
+    clock.advance(2 * DAY)
+    settle(store)
+
+    dry = archiver.run(dry_run=True)
+    run = archiver.run()
+
+    assert {c.job_id for c in dry.due} == {old, aborted, deleted}
+    assert set(run.archived) == {old, aborted, deleted}
+    for job_id in (old, aborted, deleted):
+        with pytest.raises(JobNotFound):
+            Audit(store).job_history(job_id)
+        assert archiver.record(job_id) is not None
+    assert live_history(store, recent)
+    assert live_history(store, running)
+    assert archiver.run().archived == []
+
+
+def test_an_archived_jobs_history_is_read_from_its_archive_as_it_was(
+    store: SqlStore, engine: Jobnik, clock: Clock, archiver: Archiver
+) -> None:
+    job_id = ended_job(engine, "nightly", tasks=3)
+    before = Audit(store).job_history(job_id, 0, 1000).items
+    clock.advance(8 * DAY)
+    settle(store)
+
+    archiver.run()
+
+    lines = list(archiver.lines(job_id))
+    assert [json.loads(line)["position"] for line in lines] == [e.position for e in before]
+    assert [json.loads(line)["type"] for line in lines] == [e.type for e in before]
+    first, cursor = archiver.page(job_id, 0, 2)
+    rest, end = archiver.page(job_id, cursor or 0, 100)
+    assert [*first, *rest] == lines
+    assert end is None
+
+
+def test_verify_checks_every_archive_against_its_record(
+    store: SqlStore, engine: Jobnik, clock: Clock, archiver: Archiver, tmp_path: Path
+) -> None:
+    kept, broken = ended_job(engine, "a"), ended_job(engine, "b")
+    clock.advance(8 * DAY)
+    settle(store)
+    archiver.run()
+    assert list(archiver.verify()) == []
+    record = archiver.record(broken)
+    assert record is not None
+
+    path = tmp_path / "archive" / record.file.location
+    path.write_bytes(gzip.compress(b'{"position": 1}\n'))
+
+    problems = list(archiver.verify())
+    assert [(p.job_id, "checksum" in p.problem) for p in problems] == [(broken, True)]
+    assert archiver.record(kept) is not None
+
+
+def test_an_unreachable_archive_is_named(
+    store: SqlStore, engine: Jobnik, clock: Clock, archiver: Archiver, tmp_path: Path
+) -> None:
+    job_id = ended_job(engine, "nightly")
+    clock.advance(8 * DAY)
+    settle(store)
+    archiver.run()
+    record = archiver.record(job_id)
+    assert record is not None
+    (tmp_path / "archive" / record.file.location).unlink()
+
+    with pytest.raises(ArchiveUnreachable) as refused:
+        archiver.page(job_id, 0, 10)
+
+    assert record.file.location in refused.value.message
+
+
+def test_archiving_changes_no_read_model_that_spans_jobs_nor_does_a_rebuild_after_it(
+    store: SqlStore, engine: Jobnik, clock: Clock, archiver: Archiver
+) -> None:
+    for name, outcome in [("a", "COMPLETED"), ("a", "FAILED"), ("b", "ABORTED")]:
+        ended_job(engine, name, outcome)
+    clock.advance(8 * DAY)
+    ended_job(engine, "a")
+    engine.create_job(NewJob(name="b", data={}))
+    settle(store)
+    before = spanning(store)
+
+    assert len(archiver.run().archived) == 3
+    settle(store)
+    after = spanning(store)
+    differences = verify(store)
+    rebuild(store)
+    rebuilt = spanning(store)
+
+    assert after == before
+    assert differences == []
+    assert rebuilt == before
+
+
+def test_a_run_interrupted_after_its_files_leaves_every_job_live_and_a_rerun_archives_it_once(
+    store: SqlStore,
+    engine: Jobnik,
+    clock: Clock,
+    archiver: Archiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job_id = ended_job(engine, "nightly")
+    history = live_history(store, job_id)
+    clock.advance(8 * DAY)
+    settle(store)
+
+    def crash(*args: Any, **kwargs: Any) -> list[UUID]:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(archives_module, "commit", crash)
+        with pytest.raises(KeyboardInterrupt):
+            archiver.run()
+    assert live_history(store, job_id) == history
+    assert archiver.record(job_id) is None
+    assert verify(store) == []
+
+    assert archiver.run().archived == [job_id]
+    assert archiver.run().archived == []
+    assert list(archiver.verify()) == []
+
+
+def test_a_name_keeps_its_jobs_for_the_period_an_operator_set(
+    store: SqlStore, engine: Jobnik, clock: Clock, archiver: Archiver
+) -> None:
+    commands = RetentionCommands(store, clock)
+    commands.set_retention("audit", 30 * DAY, by=Actor.API, reason="kept for audits")
+    commands.set_retention("scratch", 3600, by=Actor.API)
+    audit, scratch, other = (
+        ended_job(engine, "audit"),
+        ended_job(engine, "scratch"),
+        ended_job(engine, "other"),
+    )
+    clock.advance(2 * 3600)
+    settle(store)
+
+    assert archiver.run().archived == [scratch]
+    clock.advance(8 * DAY)
+    assert archiver.run().archived == [other]
+    commands.set_retention("audit", None, by=Actor.API)
+    assert archiver.run().archived == [audit]
+    assert [r.name for r in retention(store)] == ["scratch"]
+
+
+def test_a_retention_period_of_zero_or_less_is_refused(store: SqlStore, clock: Clock) -> None:
+    commands = RetentionCommands(store, clock)
+
+    for period in (0, -1):
+        with pytest.raises(InvalidRetentionPeriod):
+            commands.set_retention("audit", period, by=Actor.API)
+
+    assert retention(store) == []
+
+
+class SomeOfThem(Archiver):
+    """An archiver that takes a random part of the jobs due."""
+
+    def __init__(self, store: SqlStore, directory: Path, rng: random.Random) -> None:
+        later = datetime.now(UTC) + timedelta(days=1)
+        super().__init__(store, directory, 1, batch=10_000, clock=lambda: later)
+        self.rng = rng
+
+    def due(self) -> list[Candidate]:
+        return [c for c in super().due() if self.rng.random() < 0.5]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_archiving_a_random_part_of_random_jobs_changes_no_spanning_read_model(
+    store: SqlStore, tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    jobnik = Jobnik(store)
+    random_workload(jobnik, rng, 250)
+    settle(store)
+    before = spanning(store)
+
+    archived = SomeOfThem(store, tmp_path / "archive", rng).run().archived
+    settle(store)
+    after = spanning(store)
+    differences = verify(store)
+    rebuild(store)
+    rebuilt = spanning(store)
+    random_workload(jobnik, rng, 100)  # and the log goes on
+    settle(store)
+
+    assert archived
+    assert after == before
+    assert differences == []
+    assert rebuilt == before
+    assert verify(store) == []
+
+
+def test_a_run_whose_transaction_fails_before_its_commit_leaves_every_job_live(
+    store: SqlStore,
+    engine: Jobnik,
+    clock: Clock,
+    archiver: Archiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    jobs = [ended_job(engine, "nightly") for _ in range(3)]
+    histories = [live_history(store, j) for j in jobs]
+    clock.advance(8 * DAY)
+    settle(store)
+
+    def crash(*args: Any, **kwargs: Any) -> None:  # after the removals, before the commit
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(seeds, "refresh", crash)
+        with pytest.raises(KeyboardInterrupt):
+            archiver.run()
+
+    assert [live_history(store, j) for j in jobs] == histories
+    assert all(archiver.record(j) is None for j in jobs)
+    assert verify(store) == []
+    assert sorted(archiver.run().archived) == sorted(jobs)
+    assert list(archiver.verify()) == []
+
+
+def test_the_leaders_sweeper_archives_the_jobs_due(
+    store: SqlStore, engine: Jobnik, clock: Clock, archiver: Archiver
+) -> None:
+    job_id = ended_job(engine, "nightly")
+    clock.advance(8 * DAY)
+    runs: list[int] = []
+
+    def archive() -> int:
+        runs.append(len(archiver.run().archived))
+        return runs[-1]
+
+    sweeper = Sweeper(engine, store.leader_lock("sweeper"), 60, archive=archive, archive_every=60)
+    try:
+        sweeper.sweep_once()
+        sweeper.sweep_once()  # (within the interval: no second run)
+    finally:
+        sweeper.lock.release()
+
+    assert runs == [1]
+    assert archiver.record(job_id) is not None
