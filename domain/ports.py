@@ -91,8 +91,9 @@ class Session(Protocol):
         """DELEGATED tasks since before `before` whose child jobs have all ended."""
         ...
 
-    def claim(self, stage_type: str) -> Task | None:
-        """The next eligible task of `stage_type` (priority, then enqueue order), locked."""
+    def claim(self, stage_type: str, now: datetime) -> Task | None:
+        """The next eligible task of `stage_type` (priority, then enqueue order), locked; a
+        task with a not-before time only once `now` reached it."""
         ...
 
     def read_ahead(self, task_ids: Collection[UUID]) -> None:
@@ -100,7 +101,7 @@ class Session(Protocol):
         still raise NotFound)."""
         ...
 
-    def claim_batch(self, stage_type: str, count: int) -> list[Task]:
+    def claim_batch(self, stage_type: str, count: int, now: datetime) -> list[Task]:
         """Up to `count` next eligible tasks of `stage_type`, in `claim`'s order, locked."""
         ...
 

@@ -26,6 +26,7 @@ from jobnik.workers.models import (
     Task,
 )
 from jobnik.workers.producer import Producer
+from jobnik.workers.timing import RetryPolicy
 
 __all__ = [
     "DELEGATED",
@@ -44,6 +45,7 @@ __all__ = [
     "Report",
     "Reported",
     "Rerun",
+    "RetryPolicy",
     "Schedule",
     "ScheduleRun",
     "Stage",

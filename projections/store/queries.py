@@ -2,7 +2,8 @@
 
 A statement follows a `-- name: <name>` line, up to the next one; its comment lines describe it.
 Parameters are `%(name)s` (SQLite's statements get `:name`). `{open}`, `{next_in_queue}` and
-`{next_batch_in_queue}` are the dequeue rule (inline/queue.py), filled in here; any other
+`{next_batch_in_queue}` (and their `_locked` twins) are the dequeue rule (inline/queue.py),
+filled in here; any other
 `{slot}` is the caller's to fill (a list of placeholders, a table name).
 `grep -rn <table> projections/store/sql` lists every statement that names a table; statements
 built from row operations (executor.py, bulk.py) and the catch-up projections' own (catchup/)
@@ -15,7 +16,13 @@ import re
 from importlib.resources import files
 from typing import Final
 
-from jobnik.projections.inline.queue import NEXT_BATCH_IN_QUEUE, NEXT_IN_QUEUE, OPEN_SQL
+from jobnik.projections.inline.queue import (
+    LOCKED,
+    NEXT_BATCH_IN_QUEUE,
+    NEXT_IN_QUEUE,
+    OPEN_SQL,
+    next_in_queue,
+)
 
 SQL: Final = files("jobnik.projections.store") / "sql"
 _NAME: Final = re.compile(r"^--\s*name:\s*(\w+)\s*$")
@@ -24,6 +31,9 @@ RULES: Final = {
     "open": OPEN_SQL,
     "next_in_queue": NEXT_IN_QUEUE,
     "next_batch_in_queue": NEXT_BATCH_IN_QUEUE,
+    # (PostgreSQL's claims: each probe's rows locked, FOR UPDATE SKIP LOCKED)
+    "next_in_queue_locked": next_in_queue("1", LOCKED),
+    "next_batch_in_queue_locked": next_in_queue("%(n)s", LOCKED),
 }
 
 
