@@ -14,6 +14,7 @@ from jobnik.workers import JobnikClient, Producer, RetryPolicy
 
 from ..unit.builders import HeldClock
 from .conftest import Api, Json, parse_time
+from .test_queues import domain, stuck
 from .test_reruns import AppTransport
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -27,7 +28,7 @@ class Clock(HeldClock):
 @pytest.fixture
 def clock(api: Api) -> Clock:
     c = Clock(T0)
-    api.http.app.state.jobnik._jobnik.clock = c  # type: ignore[attr-defined]  # (observed)
+    domain(api).clock = c
     return c
 
 
@@ -232,3 +233,39 @@ def test_the_producer_sends_not_before_times_and_retry_policies(api: Api, clock:
     assert producer.client.patch(f"/v1/stages/{stage.type}/tasks/dequeue")["id"] == task.id
     with pytest.raises(ValueError, match="time zone"):
         producer.create_tasks(stage.id, [{}], not_before=datetime(2030, 1, 1))
+
+
+def test_the_console_shows_when_a_queued_task_may_run(api: Api, clock: Clock) -> None:
+    stage = queued_stage(api)
+    api.add_tasks(stage["id"], notBefore="2030-01-01T13:30:00+00:00")
+
+    page = api.http.get(f"/ui/jobs/{stage['jobId']}", params={"stage": stage["id"]})
+
+    assert page.status_code == 200
+    assert "not before 2030-01-01 13:30" in page.text
+
+
+def test_an_expired_lease_retries_after_the_policy_wait_too(api: Api, clock: Clock) -> None:
+    stage = queued_stage(api, retryPolicy={"initialSeconds": 30, "maxSeconds": 30})
+    [task] = api.add_tasks(stage["id"])
+    r = api.http.patch(f"/v1/stages/{stage['type']}/tasks/dequeue", params={"lease_seconds": 10})
+    assert r.status_code == 200, r.text
+    clock.advance(11)
+
+    assert domain(api).sweep() == 1
+
+    swept = api.task(task["id"])
+    assert swept["status"] == "RETRIED"
+    assert parse_time(swept["notBefore"]) == T0 + timedelta(seconds=41)
+
+
+def test_a_job_waiting_for_its_time_is_not_stuck(api: Api, clock: Clock) -> None:
+    api.http.app.state.clock = clock  # type: ignore[attr-defined]  # (what /v1/stuck reads)
+    stage = queued_stage(api)
+    api.add_tasks(stage["id"], notBefore=clock.at(7200))
+    clock.advance(3600)
+    assert stuck(api, job_idle_seconds=60, queue_idle_seconds=1e9) == []
+
+    clock.advance(3600)  # its time has come: from now on it waits for a worker
+    kinds = [i["kind"] for i in stuck(api, job_idle_seconds=60, queue_idle_seconds=1e9)]
+    assert kinds == ["JOB_IDLE"]

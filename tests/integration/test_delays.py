@@ -22,6 +22,8 @@ from jobnik.projections.inline.tables import PRIMARY_KEYS, TABLES
 from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.rebuild.verify import verify
 from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.postgres import PostgresStore
+from jobnik.scripts.bench_claim_plan import claim_plan, plan_problems
 
 from ..unit.builders import HeldClock
 
@@ -169,3 +171,20 @@ def test_a_rebuild_with_delayed_retried_and_rescheduled_tasks_equals_the_live_re
 
     assert snapshot(store) == live
     assert verify(store) == []
+
+
+def test_the_claim_stays_two_index_probes_with_many_delayed_tasks(store: SqlStore) -> None:
+    clock = HeldClock(T0)
+    app = Jobnik(store, clock=clock)
+    stage = stage_of(app, "probed")
+    for _ in range(4):
+        app.add_tasks(stage.id, [NewTask(data={}, not_before=at(3600)) for _ in range(500)])
+    app.add_tasks(stage.id, [NewTask(data={})])
+    if isinstance(store, PostgresStore):
+        with store.cursor(write=True) as cur:
+            cur.execute("ANALYZE queue_v1", {})
+
+    plan = claim_plan(store, "probed")
+
+    assert plan_problems(store, plan) == []
+    assert "queue_v1_due" in "\n".join(plan)

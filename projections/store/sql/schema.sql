@@ -128,7 +128,7 @@ CREATE INDEX IF NOT EXISTS queue_v1_next ON queue_v1 (stage_type, priority_rank,
 CREATE INDEX IF NOT EXISTS queue_v1_due ON queue_v1 (stage_type, not_before, seq)
     WHERE stage_open AND job_open AND not_before IS NOT NULL;
 CREATE INDEX IF NOT EXISTS queue_v1_oldest ON queue_v1 (stage_type, seq)
-    WHERE stage_open AND job_open;
+    WHERE stage_open AND job_open AND not_before IS NULL;
 CREATE INDEX IF NOT EXISTS queue_v1_job ON queue_v1 (job_id);
 CREATE INDEX IF NOT EXISTS queue_v1_stage ON queue_v1 (stage_id);
 
