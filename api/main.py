@@ -331,6 +331,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
         store,
         lease_seconds=settings.lease_seconds,
         max_batch=settings.max_batch_size,
+        retry_policy=settings.retry_policy(),
     )
     keys = IdempotencyKeys(store, settings.idempotency_ttl)
     archiver = Archiver.of(store, settings)

@@ -12,9 +12,10 @@ from uuid import UUID
 
 from pydantic import Field
 
-from jobnik.api.schemas import ApiModel, OutModel
+from jobnik.api.schemas import ApiModel, NotBefore, OutModel
 from jobnik.domain.errors import (
     EarlierStageNotCompleted,
+    InvalidNotBefore,
     InvalidRequest,
     JobNotRerunnable,
     LaterStageEnded,
@@ -26,6 +27,9 @@ from jobnik.domain.statuses import JobStatus, Priority
 MALFORMED = (InvalidRequest, "the request is malformed; the message names the field")
 STAGE_NOT_CURRENT = (EarlierStageNotCompleted, LaterStageEnded)  # task and stage reruns
 JOB_NOT_ENDED = (JobNotRerunnable, "the job has not FAILED and was not ABORTED")
+
+# A reschedule's documented error answers.
+BAD_NOT_BEFORE = (InvalidNotBefore, "notBefore does not parse, or names no time zone offset")
 
 REASON_MAX: int = 2000
 REASON_TEXT = "jobnik: why; recorded on the events this command appends"
@@ -85,3 +89,15 @@ class RerunOut(OutModel):
             reopened_stages=list(rerun.stages),
             rerun_tasks=rerun.tasks,
         )
+
+
+class Reschedule(ApiModel):
+    """A queued task's, or a stage's, new not-before time: later postpones, earlier brings
+    forward, null lets it be dequeued at once."""
+
+    not_before: NotBefore | None = Field(
+        description="ISO 8601 with a time zone offset; null: at once (a stage's tasks: none)"
+    )
+    reason: Annotated[str, Field(min_length=1, max_length=REASON_MAX)] = Field(
+        description="why; recorded on the events the change appends"
+    )

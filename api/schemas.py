@@ -31,6 +31,7 @@ from pydantic_core import PydanticCustomError
 
 from jobnik.api.readable import if_asked
 from jobnik.api.settings import Settings
+from jobnik.domain.delays import RetryPolicy, parse_not_before
 from jobnik.domain.errors import InvalidRequest, TooManyLogLines
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
@@ -168,7 +169,49 @@ class Traced(ApiModel):
         return {"traceparent": incoming[0], "tracestate": incoming[1]}
 
 
-class CreateJob(Traced):
+NotBefore = Annotated[
+    str,
+    Field(
+        max_length=64,
+        description="jobnik: not dequeued before this time: ISO 8601 with a time zone offset, "
+        "e.g. 2030-01-02T03:04:05Z (else 400 INVALID_NOT_BEFORE)",
+    ),
+]
+
+
+class RetryPolicyIn(ApiModel):
+    """jobnik: how long a retried task waits before its next attempt: retry n waits
+    initialSeconds * coefficient^(n-1), at most maxSeconds, less up to `jitter` of it (a
+    fraction fixed per task and retry). Out of bounds: 400 INVALID_RETRY_POLICY."""
+
+    initial_seconds: float
+    coefficient: float = 2.0
+    max_seconds: float = 3600.0
+    jitter: float = 0.0
+
+    def policy(self) -> RetryPolicy:
+        return RetryPolicy(self.initial_seconds, self.coefficient, self.max_seconds, self.jitter)
+
+    @classmethod
+    def of(cls, values: dict[str, float] | None) -> RetryPolicyIn | None:
+        return None if values is None else cls(**values)
+
+
+class Delayable(Traced):
+    """What a job's or a stage's creation says about time."""
+
+    not_before: NotBefore | None = None
+    retry_policy: RetryPolicyIn | None = Field(
+        default=None, description="jobnik: its tasks' retry policy (a stage's, else its job's)"
+    )
+
+    def timing(self) -> dict[str, Any]:
+        """NewJob's and NewStage's time fields (InvalidNotBefore, InvalidRetryPolicy)."""
+        policy = None if self.retry_policy is None else self.retry_policy.policy()
+        return {"not_before": parse_not_before(self.not_before), "retry_policy": policy}
+
+
+class CreateJob(Delayable):
     name: JobName
     data: Payload
     priority: Priority = Priority.MEDIUM
@@ -187,7 +230,7 @@ class CreateJob(Traced):
 FailurePattern = Annotated[str, Field(min_length=1, max_length=500)]
 
 
-class CreateStage(Traced):
+class CreateStage(Delayable):
     type: StageType
     data: Payload
     user_metadata: Payload = Field(default_factory=dict)
@@ -208,6 +251,7 @@ class CreateTask(Traced):
     data: Payload
     user_metadata: Payload = Field(default_factory=dict)
     max_attempts: Annotated[int, Field(ge=1, le=INT32_MAX)] = 3
+    not_before: NotBefore | None = None
 
 
 class StageStatusChange(ApiModel):
@@ -336,6 +380,11 @@ class TaskOut(OutModel):
     delegations: int = Field(
         default=0, description="jobnik: how many times the task waited for child jobs"
     )
+    not_before: datetime | None = Field(
+        default=None,
+        description="jobnik: a queued task is not dequeued before this time (a delayed task, or "
+        "a retry's due time); absent when it may be dequeued at once",
+    )
 
     @classmethod
     def of(cls, t: Task) -> TaskOut:
@@ -357,6 +406,7 @@ class TaskOut(OutModel):
             lease_expires_at=t.lease_expires_at,
             result=t.result,
             delegations=t.delegations,
+            not_before=t.not_before,
         )
 
 
@@ -379,6 +429,12 @@ class StageOut(OutModel):
     tasks: list[TaskOut] | None = None
     completion: bool = Field(default=False, description="jobnik: a completion-phase stage")
     failure_patterns: list[str] | None = None
+    not_before: datetime | None = Field(
+        default=None, description="jobnik: its tasks are not dequeued before this time"
+    )
+    retry_policy: RetryPolicyIn | None = Field(
+        default=None, description="jobnik: the retry policy its new tasks get"
+    )
 
     @classmethod
     def of(cls, v: StageView) -> StageOut:
@@ -402,6 +458,8 @@ class StageOut(OutModel):
             tasks=[TaskOut.of(t) for t in v.tasks] if v.tasks is not None else None,
             completion=s.completion,
             failure_patterns=s.failure_patterns or None,
+            not_before=s.not_before,
+            retry_policy=RetryPolicyIn.of(s.retry_policy),
         )
 
 
@@ -424,6 +482,12 @@ class JobOut(OutModel):
     parent_task_id: UUID | None = Field(default=None, description="jobnik: the delegating task")
     parent_job_id: UUID | None = Field(default=None, description="jobnik: that task's job")
     finish_time: datetime | None = Field(default=None, description="jobnik: when it was finished")
+    not_before: datetime | None = Field(
+        default=None, description="jobnik: its tasks are not dequeued before this time"
+    )
+    retry_policy: RetryPolicyIn | None = Field(
+        default=None, description="jobnik: its stages' default retry policy"
+    )
 
     @classmethod
     def of(cls, job: Job | JobView) -> JobOut:
@@ -448,4 +512,6 @@ class JobOut(OutModel):
             parent_task_id=j.parent_task_id,
             parent_job_id=j.parent_job_id,
             finish_time=j.finish_time,
+            not_before=j.not_before,
+            retry_policy=RetryPolicyIn.of(j.retry_policy),
         )

@@ -14,6 +14,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 
 from jobnik.domain.archives import MAX_PERIOD_SECONDS
+from jobnik.domain.delays import RetryPolicy
+from jobnik.domain.errors import InvalidRetryPolicy
 from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_BATCH
 from jobnik.projections.store.archive_files import writable_directory
 from jobnik.projections.store.config import library_env
@@ -50,6 +52,24 @@ class Settings(BaseSettings):
     db_timeout: int = Field(30, ge=1, description="seconds to wait for a connection or lock")
     lease_seconds: int = Field(
         DEFAULT_LEASE_SECONDS, ge=1, description="a dequeue's lease when the client names none"
+    )
+    retry_initial_seconds: float | None = Field(
+        None,
+        gt=0,
+        description="the server's retry policy, for stages and jobs that name none: the first "
+        "retry's wait in seconds; unset: a retried task may be dequeued again at once",
+    )
+    retry_coefficient: float = Field(
+        2.0, ge=1, description="the server's retry policy: each retry waits this many times more"
+    )
+    retry_max_seconds: float = Field(
+        3600.0, gt=0, description="the server's retry policy: the longest wait, in seconds"
+    )
+    retry_jitter: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="the server's retry policy: up to this fraction of a wait is taken off",
     )
     idempotency_ttl: float = Field(
         24 * 3600.0, gt=0, description="seconds an Idempotency-Key is remembered"
@@ -292,6 +312,21 @@ class Settings(BaseSettings):
         not read)."""
         # `_build_sources` is BaseSettings' own hook for the sources to read.
         return cls(_build_sources=((_GivenEnv(cls, env),), {}))
+
+    def retry_policy(self) -> RetryPolicy | None:
+        """The server's retry policy (JOBNIK_RETRY_*), None when JOBNIK_RETRY_INITIAL_SECONDS
+        is unset: Jobnik's behaviour, a retry at once."""
+        if self.retry_initial_seconds is None:
+            return None
+        try:
+            return RetryPolicy(
+                self.retry_initial_seconds,
+                self.retry_coefficient,
+                self.retry_max_seconds,
+                self.retry_jitter,
+            )
+        except InvalidRetryPolicy as exc:
+            raise InvalidSettings(f"JOBNIK_RETRY_*: {exc.message}") from None
 
     def library_env(self) -> dict[str, str]:
         """The eventsourcing library's persistence settings for this database."""

@@ -11,11 +11,13 @@ from uuid import UUID, uuid4
 from jobnik.domain.access import TokenCommands
 from jobnik.domain.batches import BatchCommands
 from jobnik.domain.commands import command, utcnow
+from jobnik.domain.delays import RetryPolicy, latest
 from jobnik.domain.errors import InvalidRequest, ParentTaskNotRunning
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Session
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.reruns import RerunCommands
+from jobnik.domain.reschedules import RescheduleCommands
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.sweeps import SweepCommands
@@ -35,6 +37,8 @@ class NewJob:
     tracestate: str | None = None
     mode: JobMode = JobMode.RUN_ONCE
     parent_task_id: UUID | None = None
+    not_before: datetime | None = None  # its tasks are not dequeued before
+    retry_policy: RetryPolicy | None = None  # its stages' default
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ class NewStage:
     start_as_waiting: bool = False
     completion: bool = False
     failure_patterns: tuple[str, ...] = ()
+    not_before: datetime | None = None  # its tasks are not dequeued before
+    retry_policy: RetryPolicy | None = None  # None: the job's, else the server's
 
 
 @dataclass(frozen=True)
@@ -56,9 +62,10 @@ class NewTask:
     max_attempts: int = 3
     traceparent: str = NO_TRACE
     tracestate: str | None = None
+    not_before: datetime | None = None  # not dequeued before (nor before its stage's, job's)
 
 
-class Jobnik(RerunCommands, BatchCommands, SweepCommands, TokenCommands):
+class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, TokenCommands):
     """The Jobnik contract's commands, one transaction each; the worker's (WorkCommands;
     batched: BatchCommands), the server's take-backs (SweepCommands), the operator's reruns
     (RerunCommands) and access management (TokenCommands) besides."""
@@ -91,6 +98,8 @@ class Jobnik(RerunCommands, BatchCommands, SweepCommands, TokenCommands):
                 mode=new.mode,
                 parent_task_id=new.parent_task_id,
                 parent_job_id=parent_job_id,
+                not_before=new.not_before,
+                retry_policy=new.retry_policy,
             )
             s.save(job)
         return job
@@ -209,6 +218,8 @@ class Jobnik(RerunCommands, BatchCommands, SweepCommands, TokenCommands):
                 actor=by,
                 completion=new.completion,
                 failure_patterns=new.failure_patterns,
+                not_before=new.not_before,
+                retry_policy=new.retry_policy,
             )
             s.save(job, stage)
         return stage
@@ -245,8 +256,10 @@ class Jobnik(RerunCommands, BatchCommands, SweepCommands, TokenCommands):
         with self._write() as s:
             stage = s.stage(stage_id)
             stage.check_tasks_can_be_added()
+            job = s.job(stage.job_id)
             if not stage.completion:  # completion stages take tasks until the job ends
-                s.job(stage.job_id).check_not_finishing()
+                job.check_not_finishing()
+            policy = self.retry_policy_of(stage, job)
             tasks = [
                 Task.create(
                     stage_id=stage.id,
@@ -259,6 +272,8 @@ class Jobnik(RerunCommands, BatchCommands, SweepCommands, TokenCommands):
                     tracestate=n.tracestate,
                     now=now,
                     actor=by,
+                    not_before=latest(n.not_before, stage.not_before, job.not_before),
+                    retry_policy=policy,
                 )
                 for n in new
             ]

@@ -110,7 +110,7 @@ class BatchCommands(WorkCommands):
         by.check_stage_type(stage_type)
         now = self.clock()
         with self._write() as s:
-            tasks = s.claim_batch(stage_type, count)
+            tasks = s.claim_batch(stage_type, count, now)
             self._dequeue_each(s, [(task, by, lease_seconds, None) for task in tasks], now)
         return tasks
 
@@ -218,7 +218,7 @@ class BatchCommands(WorkCommands):
         answers: list[Task | TaskNotFound] = [TaskNotFound() for _ in dequeues]
         claims = []
         for stage_type, waiting in by_type.items():
-            for i, task in zip(waiting, s.claim_batch(stage_type, len(waiting)), strict=False):
+            for i, task in zip(waiting, s.claim_batch(stage_type, len(waiting), now), strict=False):
                 d = dequeues[i]
                 answers[i] = task
                 claims.append((task, d.by, d.lease_seconds, d.trace))

@@ -454,3 +454,22 @@ class ArchiveUnreachable(JobnikError):
     """the job was archived and its archive cannot be read here"""
 
     code = "ARCHIVED"
+
+
+class InvalidNotBefore(InvalidRequest):
+    """a not-before time is an ISO 8601 time with a time zone offset, e.g. 2030-01-02T03:04:05Z"""
+
+    code = "INVALID_NOT_BEFORE"
+
+
+class InvalidRetryPolicy(InvalidRequest):
+    """a retry policy has initialSeconds above 0, a coefficient of 1 or more, maxSeconds of
+    initialSeconds or more, and a jitter between 0 and 1"""
+
+    code = "INVALID_RETRY_POLICY"
+
+
+class TaskNotQueued(IllegalTransition):
+    """only a task waiting in the queue (PENDING or RETRIED) has a not-before time to change"""
+
+    code = "TASK_NOT_QUEUED"

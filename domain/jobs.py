@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 from jobnik.domain.base import Entity, cause
+from jobnik.domain.delays import RetryPolicy
 from jobnik.domain.errors import (
     IllegalJobTransition,
     JobFinishing,
@@ -45,6 +47,8 @@ class Job(Entity):
         finishing: bool
         completing: bool
         finish_time: datetime | None
+        not_before: datetime | None
+        retry_policy: dict[str, float] | None
 
     class JobCreated(Entity.Created):
         """`mode`: runOnce or standard; `parent_task_id`: the delegating task."""
@@ -60,6 +64,10 @@ class Job(Entity):
         mode: str
         parent_task_id: UUID | None
         parent_job_id: UUID | None
+        # Its tasks' not-before time and its stages' default retry policy; keyword fields
+        # with defaults: events stored without them load with None.
+        not_before: datetime | None = field(default=None, kw_only=True)
+        retry_policy: dict[str, float] | None = field(default=None, kw_only=True)
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -67,6 +75,7 @@ class Job(Entity):
             state.update(mode=str(JobMode.RUN_ONCE), parent_task_id=None, parent_job_id=None)
 
         def apply(self, job: Job) -> None:
+            job.not_before, job.retry_policy = self.not_before, self.retry_policy
             job.name, job.data, job.priority = self.name, self.data, self.priority
             job.user_metadata = self.user_metadata
             job.traceparent, job.tracestate = self.traceparent, self.tracestate
@@ -210,6 +219,8 @@ class Job(Entity):
         mode: JobMode = JobMode.RUN_ONCE,
         parent_task_id: UUID | None = None,
         parent_job_id: UUID | None = None,
+        not_before: datetime | None = None,
+        retry_policy: RetryPolicy | None = None,
     ) -> Job:
         return cls._create(
             cls.JobCreated,
@@ -226,6 +237,8 @@ class Job(Entity):
             mode=str(mode),
             parent_task_id=parent_task_id,
             parent_job_id=parent_job_id,
+            not_before=not_before,
+            retry_policy=None if retry_policy is None else retry_policy.to_dict(),
         )
 
     @property

@@ -97,10 +97,11 @@ class Session(Protocol):
         """DELEGATED tasks since before `before` whose child jobs have all ended."""
         ...
 
-    def claim(self, stage_type: str) -> Task | None:
-        """The next eligible task of `stage_type` (priority, then enqueue order), locked; None
-        when none, or when the stage type's concurrency limit has no room (the claim, committed,
-        never takes the type's tasks IN_PROGRESS over its limit)."""
+    def claim(self, stage_type: str, now: datetime) -> Task | None:
+        """The next eligible task of `stage_type` (priority, then enqueue order), locked; a
+        task with a not-before time only once `now` reached it. None when none, or when the
+        stage type's concurrency limit has no room (the claim, committed, never takes the
+        type's tasks IN_PROGRESS over its limit)."""
         ...
 
     def read_ahead(self, task_ids: Collection[UUID]) -> None:
@@ -108,7 +109,7 @@ class Session(Protocol):
         still raise NotFound)."""
         ...
 
-    def claim_batch(self, stage_type: str, count: int) -> list[Task]:
+    def claim_batch(self, stage_type: str, count: int, now: datetime) -> list[Task]:
         """Up to `count` next eligible tasks of `stage_type`, in `claim`'s order, locked; no
         more than its concurrency limit has room for."""
         ...

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 from jobnik.domain import patterns
 from jobnik.domain.base import Entity, cause
+from jobnik.domain.delays import RetryPolicy
 from jobnik.domain.errors import (
     AddTasksNotAllowed,
     CompletionStageHeld,
@@ -37,6 +39,8 @@ class Stage(Entity):
         end_time: datetime | None
         completion: bool
         failure_patterns: list[str]
+        not_before: datetime | None
+        retry_policy: dict[str, float] | None
 
     class StageAdded(Entity.Created):
         """`completion`: held until every normal stage completed (the job's completion phase);
@@ -54,6 +58,10 @@ class Stage(Entity):
         status: str
         completion: bool
         failure_patterns: list[str]
+        # Its tasks' not-before time and retry policy (RetryPolicy.to_dict); keyword fields
+        # with defaults: events stored without them load with None.
+        not_before: datetime | None = field(default=None, kw_only=True)
+        retry_policy: dict[str, float] | None = field(default=None, kw_only=True)
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -61,12 +69,23 @@ class Stage(Entity):
             state.update(completion=False, failure_patterns=[])
 
         def apply(self, stage: Stage) -> None:
+            stage.not_before, stage.retry_policy = self.not_before, self.retry_policy
             stage.job_id, stage.order, stage.type = self.job_id, self.order, self.type
             stage.data, stage.user_metadata = self.data, self.user_metadata
             stage.traceparent, stage.tracestate = self.traceparent, self.tracestate
             stage.status = self.status
             stage.start_time = stage.end_time = None
             stage.completion, stage.failure_patterns = self.completion, self.failure_patterns
+
+    class StageRescheduled(Entity.Event):
+        """The stage's not-before time changed (None: none)."""
+
+        job_id: UUID
+        not_before: datetime | None
+        previous: datetime | None
+
+        def apply(self, stage: Stage) -> None:
+            stage.not_before = self.not_before
 
     class StageReleased(Entity.Event):
         """CREATED/WAITING → PENDING, by a user or because the previous stage completed."""
@@ -140,6 +159,8 @@ class Stage(Entity):
         actor: Principal = Actor.API,
         completion: bool = False,
         failure_patterns: Sequence[str] = (),
+        not_before: datetime | None = None,
+        retry_policy: RetryPolicy | None = None,
     ) -> Stage:
         """WAITING if asked; PENDING if first or after a completed stage; else CREATED.
 
@@ -169,6 +190,25 @@ class Stage(Entity):
             status=str(status),
             completion=completion,
             failure_patterns=list(failure_patterns),
+            not_before=not_before,
+            retry_policy=None if retry_policy is None else retry_policy.to_dict(),
+        )
+
+    def reschedule(
+        self, not_before: datetime | None, now: datetime, actor: Principal, reason: str
+    ) -> None:
+        """A new not-before time for the stage's tasks (its queued ones are rescheduled with
+        it, by the command; tasks added later get it too). StageInFiniteState once it ended."""
+        if self.is_final:
+            raise StageInFiniteState
+        self._emit(
+            self.StageRescheduled,
+            now,
+            actor,
+            reason,
+            job_id=self.job_id,
+            not_before=not_before,
+            previous=self.not_before,
         )
 
     def failure_in(self, result: Any) -> str | None:

@@ -14,7 +14,14 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate
 
 from jobnik.domain.base import Entity
-from jobnik.domain.errors import Forbidden, IllegalTaskTransition, StaleAttempt, TaskNotRerunnable
+from jobnik.domain.delays import RetryPolicy
+from jobnik.domain.errors import (
+    Forbidden,
+    IllegalTaskTransition,
+    StaleAttempt,
+    TaskNotQueued,
+    TaskNotRerunnable,
+)
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, ERROR, FATAL, TASK_FINAL, TASK_TRANSITIONS
 from jobnik.domain.statuses import TaskStatus as S
@@ -44,6 +51,8 @@ class TaskCommands:
         delegations: int
         delegated_at: datetime | None
         holder: str | None  # the token whose dequeue opened the current attempt
+        not_before: datetime | None  # not dequeued before (None: at once)
+        retry_policy: dict[str, float] | None  # RetryPolicy.to_dict(); None: retry at once
         # the events (tasks.py)
         TaskDequeued: type[Entity.Event]
         TaskLeaseExtended: type[Entity.Event]
@@ -54,6 +63,7 @@ class TaskCommands:
         TaskRetried: type[Entity.Event]
         TaskFailed: type[Entity.Event]
         TaskReturned: type[Entity.Event]
+        TaskRescheduled: type[Entity.Event]
         TaskAborted: type[Entity.Event]
         TaskRerun: type[Entity.Event]
         TaskAttemptRefused: type[Entity.Event]
@@ -211,11 +221,11 @@ class TaskCommands:
         """RETRIED while attempts remain, else FAILED; fatal fails at once."""
         attempts = self.attempts + 1
         retry = cause != FATAL and attempts < self.max_attempts
-        target = S.RETRIED if retry else S.FAILED
-        self._check(target)
-        event = self.TaskRetried if retry else self.TaskFailed
+        self._check(S.RETRIED if retry else S.FAILED)
+        policy = RetryPolicy.from_dict(self.retry_policy) if retry else None
+        due = {"not_before": None if policy is None else policy.due(attempts, self.id, now)}
         self._emit(
-            event,
+            self.TaskRetried if retry else self.TaskFailed,
             now,
             actor,
             reason,
@@ -223,6 +233,7 @@ class TaskCommands:
             attempt=self.attempt,
             attempts=attempts,
             cause=cause,
+            **(due if retry else {}),
         )
 
     def report(
@@ -240,6 +251,26 @@ class TaskCommands:
             self.complete(now, actor, result)
         else:
             self.fail(now, actor, reason, cause=FATAL if fatal else ERROR)
+
+    def reschedule(
+        self, not_before: datetime | None, now: datetime, actor: Principal, reason: str
+    ) -> bool:
+        """Bring a queued task forward or postpone it (None: dequeueable at once); False when
+        it already has that time (nothing recorded). TaskNotQueued unless PENDING or RETRIED."""
+        if self.status not in (S.PENDING, S.RETRIED):
+            raise TaskNotQueued(f"task {self.id} is {self.status}: it is not waiting in the queue")
+        if not_before == self.not_before:
+            return False
+        self._emit(
+            self.TaskRescheduled,
+            now,
+            actor,
+            reason,
+            stage_id=self.stage_id,
+            not_before=not_before,
+            previous=self.not_before,
+        )
+        return True
 
     def give_back(self, now: datetime, actor: Principal, reason: str) -> None:
         """IN_PROGRESS → PENDING: the worker returns it unfinished; no attempt is spent."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import field
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
 from jobnik.domain.base import Entity, cause
+from jobnik.domain.delays import RetryPolicy
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, ERROR
 from jobnik.domain.statuses import TaskStatus as S
@@ -28,8 +30,13 @@ class Task(TaskCommands, Entity):
         max_attempts: int
         traceparent: str
         tracestate: str | None
+        # Not dequeued before `not_before`; `retry_policy` (RetryPolicy.to_dict) spaces its
+        # retries. Keyword fields with defaults: events stored without them load with None.
+        not_before: datetime | None = field(default=None, kw_only=True)
+        retry_policy: dict[str, float] | None = field(default=None, kw_only=True)
 
         def apply(self, task: Task) -> None:
+            task.not_before, task.retry_policy = self.not_before, self.retry_policy
             task.stage_id, task.job_id = self.stage_id, self.job_id
             task.stage_type = self.stage_type
             task.data, task.user_metadata = self.data, self.user_metadata
@@ -67,6 +74,7 @@ class Task(TaskCommands, Entity):
 
         def apply(self, task: Task) -> None:
             task.status, task.start_time, task.attempt = S.IN_PROGRESS, self.timestamp, self.attempt
+            task.not_before = None
             task.lease_seconds, task.lease_expires_at = self.lease_seconds, self.lease_expires_at
             task.holder = self.holder
 
@@ -127,10 +135,11 @@ class Task(TaskCommands, Entity):
         job_id: UUID
 
         def apply(self, task: Task) -> None:
-            task.status, task.delegated_at = S.PENDING, None
+            task.status, task.delegated_at, task.not_before = S.PENDING, None, None
 
     class TaskRetried(Entity.Event):
-        """Back in the queue; `cause` is error (the handler failed) or timeout (lease expired)."""
+        """Back in the queue; `cause` is error (the handler failed) or timeout (lease expired);
+        `not_before`: when its retry policy lets it be dequeued again (None: at once)."""
 
         class_version = 2
 
@@ -138,6 +147,7 @@ class Task(TaskCommands, Entity):
         attempt: int
         attempts: int
         cause: str
+        not_before: datetime | None = field(default=None, kw_only=True)
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -146,6 +156,7 @@ class Task(TaskCommands, Entity):
 
         def apply(self, task: Task) -> None:
             task.status, task.attempts, task.lease_expires_at = S.RETRIED, self.attempts, None
+            task.not_before = self.not_before
 
     class TaskFailed(Entity.Event):
         """Failed for good; `cause` is error (attempts ran out), timeout, or fatal (no retry)."""
@@ -173,7 +184,17 @@ class Task(TaskCommands, Entity):
         attempt: int
 
         def apply(self, task: Task) -> None:
-            task.status, task.lease_expires_at = S.PENDING, None
+            task.status, task.lease_expires_at, task.not_before = S.PENDING, None, None
+
+    class TaskRescheduled(Entity.Event):
+        """A queued task's not-before time changed (None: it may be dequeued at once)."""
+
+        stage_id: UUID
+        not_before: datetime | None
+        previous: datetime | None
+
+        def apply(self, task: Task) -> None:
+            task.not_before = self.not_before
 
     class TaskAborted(Entity.Event):
         """Cancelled with its job; `reported` is a late worker report that moved nothing."""
@@ -184,6 +205,7 @@ class Task(TaskCommands, Entity):
 
         def apply(self, task: Task) -> None:
             task.status, task.end_time, task.lease_expires_at = S.ABORTED, self.timestamp, None
+            task.not_before = None
 
     class TaskRerun(Entity.Event):
         """An operator's rerun: queued again with a fresh attempt budget (`attempts` back to 0;
@@ -195,7 +217,7 @@ class Task(TaskCommands, Entity):
 
         def apply(self, task: Task) -> None:
             task.status, task.attempts, task.end_time = S.PENDING, 0, None
-            task.lease_expires_at, task.result = None, None
+            task.lease_expires_at, task.result, task.not_before = None, None, None
 
     class TaskAttemptRefused(Entity.Event):
         """A worker's request (report, heartbeat, hand-back, log) from an attempt that is no
@@ -241,6 +263,8 @@ class Task(TaskCommands, Entity):
         now: datetime,
         actor: Principal = Actor.API,
         id: UUID | None = None,
+        not_before: datetime | None = None,
+        retry_policy: RetryPolicy | None = None,
     ) -> Task:
         return cls._create(
             cls.TaskCreated,
@@ -256,4 +280,6 @@ class Task(TaskCommands, Entity):
             max_attempts=max_attempts,
             traceparent=traceparent,
             tracestate=tracestate,
+            not_before=not_before,
+            retry_policy=None if retry_policy is None else retry_policy.to_dict(),
         )

@@ -10,6 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from jobnik.domain.commands import command, utcnow
+from jobnik.domain.delays import RetryPolicy
 from jobnik.domain.errors import (
     AttemptRequired,
     DelegationRefused,
@@ -104,11 +105,13 @@ class WorkCommands:
         *,
         lease_seconds: int = DEFAULT_LEASE_SECONDS,
         max_batch: int = DEFAULT_MAX_BATCH,
+        retry_policy: RetryPolicy | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.lease_seconds = lease_seconds
         self.max_batch = max_batch  # the most tasks one batched command takes
+        self.retry_policy = retry_policy  # the server's default (None: retry at once)
 
     def _write(self) -> AbstractContextManager[Session]:
         return self.store.session(write=True)
@@ -121,7 +124,7 @@ class WorkCommands:
         by.check_stage_type(stage_type)
         now = self.clock()
         with self._write() as s:
-            task = s.claim(stage_type)
+            task = s.claim(stage_type, now)
             if task is None:
                 raise TaskNotFound
             stage, job = s.stage(task.stage_id), s.job(task.job_id)

@@ -11,8 +11,8 @@ import typer
 from jobnik.scripts.archive_cli import archive
 from jobnik.scripts.durations import parse_duration
 from jobnik.scripts.failures import EXIT_STATUSES, EXIT_USAGE, Failure, JobnikGroup
-from jobnik.scripts.limits_cli import limits
 from jobnik.scripts.history_cli import history, replay
+from jobnik.scripts.limits_cli import limits
 from jobnik.scripts.projections_cli import projections
 from jobnik.scripts.schedules_cli import schedules
 from jobnik.scripts.stores import migrated, open_store

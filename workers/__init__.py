@@ -27,6 +27,7 @@ from jobnik.workers.models import (
     Task,
 )
 from jobnik.workers.producer import Producer
+from jobnik.workers.timing import RetryPolicy
 
 __all__ = [
     "DELEGATED",
@@ -46,6 +47,7 @@ __all__ = [
     "Report",
     "Reported",
     "Rerun",
+    "RetryPolicy",
     "Schedule",
     "ScheduleRun",
     "Stage",

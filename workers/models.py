@@ -22,6 +22,7 @@ _TASK_KEYS: Final = frozenset(
         "delegations",
         "traceparent",
         "tracestate",
+        "notBefore",
     }
 )
 
@@ -49,6 +50,7 @@ class Task:
     delegations: int = 0  # how many times it waited for child jobs: > 0 on a re-dispatch
     traceparent: str | None = None  # the W3C trace context it was created in
     tracestate: str | None = None
+    not_before: datetime | None = None  # queued, not dequeued before (delayed, or a retry's wait)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -67,6 +69,7 @@ class Task:
             delegations=body.get("delegations", 0),
             traceparent=body.get("traceparent"),
             tracestate=body.get("tracestate"),
+            not_before=_time(body.get("notBefore")),
             extra={k: v for k, v in body.items() if k not in _TASK_KEYS},
         )
 

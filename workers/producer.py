@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 from jobnik.workers.client import JobnikClient, client_of
 from jobnik.workers.models import Job, Limit, Rerun, Schedule, ScheduleRun, Stage, Task
+from jobnik.workers.timing import RetryPolicy, instant, timing
 
 
 def _with_reason(body: dict[str, Any], reason: str | None) -> dict[str, Any]:
@@ -35,14 +36,19 @@ class Producer:
         user_metadata: Mapping[str, Any] | None = None,
         mode: str | None = None,
         parent_task_id: str | None = None,
+        not_before: datetime | None = None,
+        retry_policy: RetryPolicy | None = None,
     ) -> Job:
         """`mode`: "runOnce" (default) or "standard" (open until `finish`); `parent_task_id`:
-        a child job of that running task (see TaskContext.create_child_job)."""
+        a child job of that running task (see TaskContext.create_child_job); `not_before` (an
+        aware datetime): its tasks are not dequeued before it; `retry_policy`: its stages'
+        default (else the server's)."""
         body: dict[str, Any] = {
             "name": name,
             "data": dict(data),
             "priority": priority,
             "userMetadata": dict(user_metadata or {}),
+            **timing(not_before, retry_policy),
         }
         if mode is not None:
             body["mode"] = mode
@@ -64,14 +70,18 @@ class Producer:
         start_as_waiting: bool = False,
         completion: bool = False,
         failure_patterns: Sequence[str] = (),
+        not_before: datetime | None = None,
+        retry_policy: RetryPolicy | None = None,
     ) -> Stage:
         """`completion`: runs after every normal stage completed; `failure_patterns`: regular
-        expressions that turn a matching COMPLETED result into a failure."""
+        expressions that turn a matching COMPLETED result into a failure; `not_before`: its
+        tasks are not dequeued before it; `retry_policy`: its tasks' (else the job's)."""
         body: dict[str, Any] = {
             "type": type,
             "data": dict(data),
             "userMetadata": dict(user_metadata or {}),
             "startAsWaiting": start_as_waiting,
+            **timing(not_before, retry_policy),
         }
         if completion:
             body["completion"] = True
@@ -86,19 +96,32 @@ class Producer:
         *,
         max_attempts: int | None = None,
         batch: int = 1000,
+        not_before: datetime | None = None,
     ) -> list[Task]:
-        """Each item is a task's `data`; posted in batches of `batch`."""
+        """Each item is a task's `data`; posted in batches of `batch`. `not_before`: not
+        dequeued before it (nor before its stage's or job's)."""
         items = [dict(t) for t in tasks]
+        common: dict[str, Any] = {"maxAttempts": max_attempts} if max_attempts else {}
+        if not_before is not None:
+            common["notBefore"] = instant(not_before)
         created: list[Task] = []
         for start in range(0, len(items), batch):
-            body = [
-                {"data": d, **({"maxAttempts": max_attempts} if max_attempts else {})}
-                for d in items[start : start + batch]
-            ]
+            body = [{"data": d, **common} for d in items[start : start + batch]]
             created += [
                 Task.from_json(t) for t in self.client.post(f"/v1/stages/{stage_id}/tasks", body)
             ]
         return created
+
+    def reschedule_task(self, task_id: str, not_before: datetime | None, *, reason: str) -> Task:
+        """Bring a queued task forward or postpone it (None: dequeueable at once); `reason` is
+        recorded. ApiError 400 TASK_NOT_QUEUED once a worker took it."""
+        body = {"notBefore": None if not_before is None else instant(not_before), "reason": reason}
+        return Task.from_json(self.client.patch(f"/v1/tasks/{task_id}/not-before", body))
+
+    def reschedule_stage(self, stage_id: str, not_before: datetime | None, *, reason: str) -> Stage:
+        """The stage's new not-before time, for its queued tasks and those added later."""
+        body = {"notBefore": None if not_before is None else instant(not_before), "reason": reason}
+        return Stage.from_json(self.client.patch(f"/v1/stages/{stage_id}/not-before", body))
 
     def job(self, job_id: str) -> Job:
         return Job.from_json(self.client.get(f"/v1/jobs/{job_id}"))

@@ -139,6 +139,7 @@ def create_job(
         user_metadata=body.user_metadata,
         mode=body.mode,
         parent_task_id=body.parent_task_id,
+        **body.timing(),
         **body.trace(incoming),  # type: ignore[arg-type]
     )
     return once(lambda: JobOut.of(jobnik.create_job(new, by=by)))
@@ -285,6 +286,7 @@ def add_stage(
         start_as_waiting=body.start_as_waiting,
         completion=body.completion,
         failure_patterns=tuple(body.failure_patterns),
+        **body.timing(),
         **body.trace(incoming),  # type: ignore[arg-type]
     )
     return once(lambda: StageOut.of(StageView(jobnik.add_stage(job_id, new, by=by), Summary())))

@@ -22,11 +22,13 @@ from jobnik.api.deps import (
 from jobnik.api.errors import error_answers
 from jobnik.api.openapi import setting_maximum
 from jobnik.api.operator_schemas import (
+    BAD_NOT_BEFORE,
     JOB_NOT_ENDED,
     MALFORMED,
     STAGE_NOT_CURRENT,
     RerunOut,
     RerunRequest,
+    Reschedule,
 )
 from jobnik.api.pages import PagingDep, answer, page_schema, render_one, task_name
 from jobnik.api.permissions import PrincipalDep, authorize, needs
@@ -43,7 +45,14 @@ from jobnik.api.schemas import (
     TaskOut,
 )
 from jobnik.domain.application import NewTask
-from jobnik.domain.errors import BatchTooLarge, StageNotFound, StageNotRerunnable, TooManyTasks
+from jobnik.domain.delays import parse_not_before
+from jobnik.domain.errors import (
+    BatchTooLarge,
+    StageInFiniteState,
+    StageNotFound,
+    StageNotRerunnable,
+    TooManyTasks,
+)
 from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import StageStatus
 
@@ -170,6 +179,25 @@ def rerun_stage(
     return RerunOut.of(jobnik.rerun_stage(stage_id, by=by, reason=reason))
 
 
+@router.patch(
+    "/stages/{stageId}/not-before",
+    response_model=StageOut,
+    responses=error_answers(
+        MALFORMED, BAD_NOT_BEFORE, StageInFiniteState, (StageNotFound, "no such stage")
+    ),
+    openapi_extra=needs(P.PRODUCE),
+)
+def reschedule_stage(
+    jobnik: JobnikDep, views: ViewsDep, stage_id: StageId, body: Reschedule, by: PrincipalDep
+) -> Any:
+    """jobnik: bring the stage's tasks forward or postpone them: its queued (PENDING, RETRIED)
+    tasks, and those added later, are not dequeued before `notBefore` (null: at once). Recorded
+    with `reason` (StageRescheduled, and TaskRescheduled for each queued task)."""
+    not_before = parse_not_before(body.not_before)
+    jobnik.reschedule_stage(stage_id, not_before, reason=body.reason, by=by)
+    return StageOut.of(views.stage(stage_id))
+
+
 @router.get(
     "/stages/{stageId}/tasks",
     response_model=None,
@@ -203,6 +231,7 @@ def add_tasks(
             data=t.data,
             user_metadata=t.user_metadata,
             max_attempts=t.max_attempts,
+            not_before=parse_not_before(t.not_before),
             **t.trace(incoming),  # type: ignore[arg-type]
         )
         for t in body

@@ -21,11 +21,13 @@ from jobnik.api.deps import (
 from jobnik.api.errors import error_answers
 from jobnik.api.history_schemas import ChildJobOut
 from jobnik.api.operator_schemas import (
+    BAD_NOT_BEFORE,
     JOB_NOT_ENDED,
     MALFORMED,
     STAGE_NOT_CURRENT,
     RerunOut,
     RerunRequest,
+    Reschedule,
 )
 from jobnik.api.pages import PagingDep, answer, page_schema, render_one, task_name
 from jobnik.api.permissions import PrincipalDep, authorize, needs
@@ -45,10 +47,12 @@ from jobnik.api.schemas import (
     TaskOut,
     TaskStatusChange,
 )
+from jobnik.domain.delays import parse_not_before
 from jobnik.domain.errors import (
     BatchTooLarge,
     OtherTasksFailed,
     TaskNotFound,
+    TaskNotQueued,
     TaskNotRerunnable,
 )
 from jobnik.domain.principals import Permission
@@ -114,6 +118,21 @@ def update_task_user_metadata(
     """Replace the task's user metadata (any status)."""
     jobnik.replace_task_user_metadata(task_id, body, by=by)
     return Message(code="TASK_MODIFIED_SUCCESSFULLY")
+
+
+@router.patch(
+    "/tasks/{taskId}/not-before",
+    response_model=TaskOut,
+    responses=error_answers(
+        MALFORMED, BAD_NOT_BEFORE, TaskNotQueued, (TaskNotFound, "no such task")
+    ),
+    openapi_extra=needs(P.PRODUCE),
+)
+def reschedule_task(jobnik: JobnikDep, task_id: TaskId, body: Reschedule, by: PrincipalDep) -> Any:
+    """jobnik: bring a queued (PENDING or RETRIED) task forward or postpone it: it is not
+    dequeued before `notBefore` (null: at once). Recorded with `reason` (TaskRescheduled)."""
+    not_before = parse_not_before(body.not_before)
+    return TaskOut.of(jobnik.reschedule_task(task_id, not_before, reason=body.reason, by=by))
 
 
 @router.put("/tasks/{taskId}/status", response_model=TaskOut, openapi_extra=needs(P.WORK))

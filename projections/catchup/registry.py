@@ -60,6 +60,7 @@ class InlineProjection:
             "tasks_v1_type_status",
             "queue_v1_next",
             "queue_v1_oldest",
+            "queue_v1_due",
             "tasks_v1_lease",
             "tasks_v1_delegated",
         }

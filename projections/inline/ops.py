@@ -48,6 +48,7 @@ class Enqueue:
     task_id: Any
     stage_id: Any
     seq: int
+    not_before: Any = None  # not dequeued before (a datetime; None: at once)
 
 
 @dataclass(slots=True)

@@ -77,6 +77,8 @@ def _job_created(e: Job.JobCreated, _: int) -> list[Op]:
                 "finishing": False,
                 "completing": False,
                 "finish_time": None,
+                "not_before": e.not_before,
+                "retry_policy": e.retry_policy,
             },
         )
     ]
@@ -171,6 +173,8 @@ def _stage_added(e: Stage.StageAdded, _: int) -> list[Op]:
                 "end_time": None,
                 "completion": e.completion,
                 "failure_patterns": e.failure_patterns,
+                "not_before": e.not_before,
+                "retry_policy": e.retry_policy,
             },
         ),
         Insert(SUMMARIES, {"stage_id": e.originator_id, "job_id": e.job_id}),
@@ -214,6 +218,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Stage.StageAborted: _ended(_stage, "stage_id", StageStatus.ABORTED),
     Stage.StageReopened: _stage_reopened,
     Stage.StageUserMetadataReplaced: lambda e, _: [_stage(e, user_metadata=e.user_metadata)],
+    Stage.StageRescheduled: lambda e, _: [_stage(e, not_before=e.not_before)],
     **TASK_PROJECT,
     **TOKEN_PROJECT,
     **SCHEDULE_PROJECT,

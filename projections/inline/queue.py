@@ -7,7 +7,8 @@ It can be dequeued while its stage and its job are both open: PENDING or IN_PROG
 paused, waiting, or ended). The queue row keeps the two answers
 (`stage_open`, `job_open`), set when the task is queued and changed by the events that move its
 stage or job in or out of OPEN; a claim takes the first row with both, by job priority then
-queue order (`seq`, the log position that queued it).
+queue order (`seq`, the log position that queued it), among the rows whose not-before time
+(`not_before`: a delayed task's, a retry's due time) is unset or has come.
 """
 
 from __future__ import annotations
@@ -30,10 +31,14 @@ def is_open(status: str) -> bool:
 
 
 def queue_row(
-    task_id: Any, stage: Mapping[str, Any], job: Mapping[str, Any], seq: int
+    task_id: Any,
+    stage: Mapping[str, Any],
+    job: Mapping[str, Any],
+    seq: int,
+    not_before: Any = None,
 ) -> dict[str, Any]:
-    """The queue row of task `task_id`, queued at log position `seq`, from its stage's and its
-    job's rows."""
+    """The queue row of task `task_id`, queued at log position `seq` (not dequeued before
+    `not_before`), from its stage's and its job's rows."""
     return {
         "task_id": task_id,
         "job_id": stage["job_id"],
@@ -43,14 +48,39 @@ def queue_row(
         "seq": seq,
         "stage_open": is_open(stage["status"]),
         "job_open": is_open(job["status"]),
+        "not_before": not_before,
     }
 
 
-# The next dequeueable task of a stage type (`%(v)s`): priority, then queue order; one probe of
-# the queue_v1_next index (WHERE stage_open AND job_open).
-NEXT_IN_QUEUE: Final = (
-    "SELECT task_id FROM queue_v1 WHERE stage_type = %(v)s AND stage_open AND job_open "
-    "ORDER BY priority_rank, seq LIMIT 1"
+# The next dequeueable tasks of a stage type (`%(v)s`) at `%(now)s`: two probes, each one index
+# probe, merged by priority then queue order. Ready rows (no not-before time) come from
+# queue_v1_next, in priority and queue order, as before delayed work existed; delayed rows
+# whose time has come from queue_v1_due, earliest due first. A delayed row is never in the
+# first index, so however many tasks wait for their time, the ready probe never walks past
+# them, and the due probe stops at the first row not due yet. `{lock}` is PostgreSQL's
+# FOR UPDATE SKIP LOCKED (each probe locks the rows it returns; the merge may leave one unused,
+# locked until the claim's transaction ends), empty on SQLite.
+_READY: Final = (
+    "SELECT task_id, priority_rank, seq FROM queue_v1 WHERE stage_type = %(v)s AND stage_open "
+    "AND job_open AND not_before IS NULL ORDER BY priority_rank, seq LIMIT {n}{lock}"
 )
+_DUE: Final = (
+    "SELECT task_id, priority_rank, seq FROM queue_v1 WHERE stage_type = %(v)s AND stage_open "
+    "AND job_open AND not_before IS NOT NULL AND not_before <= %(now)s "
+    "ORDER BY not_before, seq LIMIT {n}{lock}"
+)
+
+
+def next_in_queue(n: str, lock: str = "") -> str:
+    """The ids of the next `n` (a literal or a parameter) dequeueable tasks, in claim order."""
+    ready, due = _READY.format(n=n, lock=lock), _DUE.format(n=n, lock=lock)
+    return (
+        f"SELECT c.task_id FROM (SELECT * FROM ({ready}) r UNION ALL SELECT * FROM ({due}) d) c "
+        f"ORDER BY c.priority_rank, c.seq LIMIT {n}"
+    )
+
+
+LOCKED: Final = " FOR UPDATE SKIP LOCKED"
+NEXT_IN_QUEUE: Final = next_in_queue("1")
 # The next `%(n)s` of them, for a batched claim.
-NEXT_BATCH_IN_QUEUE: Final = NEXT_IN_QUEUE.replace("LIMIT 1", "LIMIT %(n)s")
+NEXT_BATCH_IN_QUEUE: Final = next_in_queue("%(n)s")

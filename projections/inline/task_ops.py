@@ -68,10 +68,12 @@ def _task_created(e: Task.TaskCreated, position: int) -> list[Op]:
                 "delegations": 0,
                 "delegated_at": None,
                 "holder": None,
+                "not_before": e.not_before,
+                "retry_policy": e.retry_policy,
             },
         ),
         _summary(e, pending=1, total=1),
-        Enqueue(e.originator_id, e.stage_id, position),
+        Enqueue(e.originator_id, e.stage_id, position, e.not_before),
     ]
 
 
@@ -85,6 +87,7 @@ def _task_dequeued(e: Task.TaskDequeued, _: int) -> list[Op]:
             lease_seconds=e.lease_seconds,
             lease_expires_at=e.lease_expires_at,
             holder=e.holder,
+            not_before=None,
         ),
         _summary(e, **{_SUMMARY_OF[e.previous]: -1, "in_progress": 1}),
         Delete(QUEUE, {"task_id": e.originator_id}),
@@ -93,15 +96,21 @@ def _task_dequeued(e: Task.TaskDequeued, _: int) -> list[Op]:
 
 def _task_retried(e: Task.TaskRetried, position: int) -> list[Op]:
     return [
-        _task(e, status=TASK_RETRIED, attempts=e.attempts, lease_expires_at=None),
+        _task(
+            e,
+            status=TASK_RETRIED,
+            attempts=e.attempts,
+            lease_expires_at=None,
+            not_before=e.not_before,
+        ),
         _summary(e, in_progress=-1, retried=1),
-        Enqueue(e.originator_id, e.stage_id, position),
+        Enqueue(e.originator_id, e.stage_id, position, e.not_before),
     ]
 
 
 def _task_aborted(e: Task.TaskAborted, _: int) -> list[Op]:
     return [
-        _task(e, status=TASK_ABORTED, end_time=e.timestamp, lease_expires_at=None),
+        _task(e, status=TASK_ABORTED, end_time=e.timestamp, lease_expires_at=None, not_before=None),
         _summary(e, **{_SUMMARY_OF[e.previous]: -1, "aborted": 1}),
         Delete(QUEUE, {"task_id": e.originator_id}),
     ]
@@ -109,7 +118,7 @@ def _task_aborted(e: Task.TaskAborted, _: int) -> list[Op]:
 
 def _task_returned(e: Task.TaskReturned, position: int) -> list[Op]:
     return [
-        _task(e, status=TASK_PENDING, lease_expires_at=None),
+        _task(e, status=TASK_PENDING, lease_expires_at=None, not_before=None),
         _summary(e, in_progress=-1, pending=1),
         Enqueue(e.originator_id, e.stage_id, position),
     ]
@@ -127,7 +136,7 @@ def _task_delegated(e: Task.TaskDelegated, _: int) -> list[Op]:
 
 def _task_redispatched(e: Task.TaskRedispatched, position: int) -> list[Op]:
     return [
-        _task(e, status=TaskStatus.PENDING.value, delegated_at=None),
+        _task(e, status=TaskStatus.PENDING.value, delegated_at=None, not_before=None),
         _summary(e, delegated=-1, pending=1),
         Enqueue(e.originator_id, e.stage_id, position),
     ]
@@ -157,9 +166,17 @@ def _task_rerun(e: Task.TaskRerun, position: int) -> list[Op]:
             end_time=None,
             lease_expires_at=None,
             result=None,
+            not_before=None,
         ),
         _summary(e, **{_SUMMARY_OF[e.previous]: -1, "pending": 1}),
         Enqueue(e.originator_id, e.stage_id, position),
+    ]
+
+
+def _task_rescheduled(e: Task.TaskRescheduled, _: int) -> list[Op]:
+    return [
+        _task(e, not_before=e.not_before),
+        Update(QUEUE, {"task_id": e.originator_id}, {"not_before": e.not_before}),
     ]
 
 
@@ -195,6 +212,7 @@ TASK_PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Task.TaskUserMetadataReplaced: lambda e, _: [_task(e, user_metadata=e.user_metadata)],
     Task.TaskLeaseExtended: lambda e, _: [_task(e, lease_expires_at=e.lease_expires_at)],
     Task.TaskReturned: _task_returned,
+    Task.TaskRescheduled: _task_rescheduled,
     Task.TaskAttemptRefused: lambda e, _: [_task(e)],
     Task.TaskLogged: _task_logged,
 }

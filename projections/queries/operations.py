@@ -201,7 +201,11 @@ class OperationsViews:
             delegations = cur.all(d.sql("stuck_delegations"), {"limit": STUCK_LIMIT})
             jobs = cur.all(
                 d.sql("idle_jobs"),
-                {"before": d.dump("since", idle_before), "limit": STUCK_LIMIT},
+                {
+                    "before": d.dump("since", idle_before),
+                    "now": d.dump("not_before", now),
+                    "limit": STUCK_LIMIT,
+                },
             )
             failing = cur.all(
                 d.sql("failing_schedules"),

@@ -70,6 +70,7 @@ class OpExecutor:
                 "task_id": d.dump("task_id", op.task_id),
                 "stage_id": d.dump("stage_id", op.stage_id),
                 "seq": op.seq,
+                "not_before": d.dump("not_before", op.not_before),
             }
         keys = tuple(op.key)
         params = d.dump_row(op.key, "k_")

@@ -170,13 +170,12 @@ class PostgresSession(SqlSession):
             for row in self._read_ahead("read_ahead_tasks", {"v": wanted}):
                 self._fetched.setdefault(row["id"], row)
 
-    def _next_in_queue(self, stage_type: str) -> dict[str, Any] | None:
-        rows = self._claimed(stage_type, self._read_ahead("read_ahead_claim", {"v": stage_type}))
+    def _next_in_queue(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        rows = self._claimed(params["v"], self._read_ahead("read_ahead_claim", params))
         return rows[0] if rows else None
 
-    def _next_batch_in_queue(self, stage_type: str, count: int) -> list[dict[str, Any]]:
-        params = {"v": stage_type, "n": int(count)}
-        return self._claimed(stage_type, self._read_ahead("read_ahead_claims", params))
+    def _next_batch_in_queue(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        return self._claimed(params["v"], self._read_ahead("read_ahead_claims", params))
 
     def _claimed(self, stage_type: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if rows:

@@ -2,8 +2,8 @@
 
 A statement follows a `-- name: <name>` line, up to the next one; its comment lines describe it.
 Parameters are `%(name)s` (SQLite's statements get `:name`). `{open}`, `{next_in_queue}` and
-`{next_batch_in_queue}` are the dequeue rule (inline/queue.py, within the concurrency limits of
-inline/limits.py), filled in here; any other
+`{next_batch_in_queue}` (and their `_locked` twins) are the dequeue rule (inline/queue.py, within
+the concurrency limits of inline/limits.py), filled in here; any other
 `{slot}` is the caller's to fill (a list of placeholders, a table name).
 `grep -rn <table> projections/store/sql` lists every statement that names a table; statements
 built from row operations (executor.py, bulk.py) and the catch-up projections' own (catchup/)
@@ -17,7 +17,13 @@ from importlib.resources import files
 from typing import Final
 
 from jobnik.projections.inline.limits import within_limit
-from jobnik.projections.inline.queue import NEXT_BATCH_IN_QUEUE, NEXT_IN_QUEUE, OPEN_SQL
+from jobnik.projections.inline.queue import (
+    LOCKED,
+    NEXT_BATCH_IN_QUEUE,
+    NEXT_IN_QUEUE,
+    OPEN_SQL,
+    next_in_queue,
+)
 
 SQL: Final = files("jobnik.projections.store") / "sql"
 _NAME: Final = re.compile(r"^--\s*name:\s*(\w+)\s*$")
@@ -26,11 +32,14 @@ _PARAM: Final = re.compile(r"%\((\w+)\)s")
 
 def rules(backend: str) -> dict[str, str]:
     """The dequeue rule's slots; the claim takes no more than the stage type's concurrency
-    limit has room for."""
+    limit has room for. (PostgreSQL's claims: the `_locked` twins, each probe's rows locked
+    with FOR UPDATE SKIP LOCKED.)"""
     return {
         "open": OPEN_SQL,
         "next_in_queue": within_limit(NEXT_IN_QUEUE, backend),
         "next_batch_in_queue": within_limit(NEXT_BATCH_IN_QUEUE, backend),
+        "next_in_queue_locked": within_limit(next_in_queue("1", LOCKED), backend),
+        "next_batch_in_queue_locked": within_limit(next_in_queue("%(n)s", LOCKED), backend),
     }
 
 

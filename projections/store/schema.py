@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Final
 
 JSON_COLUMNS: Final = frozenset(
-    {"data", "user_metadata", "result", "failure_patterns", "stage_types", "lines"} | {"template"}
+    {"data", "user_metadata", "result", "failure_patterns", "stage_types", "lines"}
+    | {"template", "retry_policy"}
 )
 UUID_COLUMNS: Final = frozenset(
     {"id", "job_id", "stage_id", "task_id", "entity_id", "last_job_id"}
@@ -24,6 +25,7 @@ TIME_COLUMNS: Final = frozenset(
     | {"cursor_time", "next_fire_at", "buffered_time", "last_fire_time"}  # schedules
     | {"nominal_time", "fired_at", "failing_since"}
     | {"set_time", "ended_at", "archived_at"}  # retention and archives
+    | {"not_before"}  # delayed work
 )
 BOOL_COLUMNS: Final = frozenset(
     {"started", "stage_open", "job_open", "deleted", "finishing", "completing", "completion"}

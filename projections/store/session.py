@@ -129,8 +129,8 @@ class SqlSession:
         rows = self._rows("due_schedules", now=self.d.dump("next_fire_at", now), limit=int(limit))
         return [UUID(str(r["id"])) for r in rows]
 
-    def claim(self, stage_type: str) -> Task | None:
-        row = self._next_in_queue(stage_type)
+    def claim(self, stage_type: str, now: datetime) -> Task | None:
+        row = self._next_in_queue(self._claim_params(stage_type, now))
         if row is None:
             return None
         self._fetched.setdefault(row["id"], row)
@@ -139,19 +139,23 @@ class SqlSession:
     def read_ahead(self, task_ids: Collection[UUID]) -> None:
         """Nothing here: each load is one indexed read (PostgresSession reads them at once)."""
 
-    def claim_batch(self, stage_type: str, count: int) -> list[Task]:
-        rows = self._next_batch_in_queue(stage_type, count)
+    def claim_batch(self, stage_type: str, count: int, now: datetime) -> list[Task]:
+        rows = self._next_batch_in_queue({**self._claim_params(stage_type, now), "n": int(count)})
         for row in rows:
             self._fetched.setdefault(row["id"], row)
         return [self.task(row["id"]) for row in rows]
 
-    def _next_batch_in_queue(self, stage_type: str, count: int) -> list[dict[str, Any]]:
-        """The rows of the next `count` dequeueable tasks of `stage_type`."""
-        return self.cur.all(self.d.sql("claim_tasks"), {"v": stage_type, "n": int(count)})
+    def _claim_params(self, stage_type: str, now: datetime) -> dict[str, Any]:
+        """A claim's parameters: the stage type, and now (delayed tasks due by then count)."""
+        return {"v": stage_type, "now": self.d.dump("not_before", now)}
 
-    def _next_in_queue(self, stage_type: str) -> dict[str, Any] | None:
-        """The row of the next dequeueable task of `stage_type`."""
-        return self.cur.one(self.d.sql("claim_task"), {"v": stage_type})
+    def _next_batch_in_queue(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """The rows of the next `n` dequeueable tasks of stage type `v` at `now`."""
+        return self.cur.all(self.d.sql("claim_tasks"), params)
+
+    def _next_in_queue(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        """The row of the next dequeueable task of stage type `v` at `now`."""
+        return self.cur.one(self.d.sql("claim_task"), params)
 
     def _load(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from jobnik.projections.store.base import SqlStore
@@ -26,7 +27,8 @@ class _Capture:
 def claim_statement(store: SqlStore, stage_type: str) -> tuple[str, Any]:
     """The engine's own claim SQL and parameters, so the figures track `SqlSession.claim`."""
     capture = _Capture()
-    SqlSession(store, capture, write=False).claim(stage_type)  # type: ignore[arg-type]
+    session = SqlSession(store, capture, write=False)  # type: ignore[arg-type]
+    session.claim(stage_type, datetime.now(UTC))
     if not capture.sql:
         raise RuntimeError("SqlSession.claim ran no statement")
     return capture.sql, capture.params

@@ -195,7 +195,12 @@ def test_the_cli_rebuilds_one_projection_and_shows_its_status(
     assert "events/s" in rebuilt.output
     lines = {line.split()[0]: line for line in shown.output.splitlines()[2:]}
     assert set(lines) == {
-        "inline", "last_status", "run_stats", "operations", "activity", "schedule_runs"
+        "inline",
+        "last_status",
+        "run_stats",
+        "operations",
+        "activity",
+        "schedule_runs",
     }
     assert "caught up" in lines["last_status"]
     assert "never" not in lines["last_status"]

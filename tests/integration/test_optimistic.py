@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask, utcnow
 from jobnik.domain.commands import conflicts_retried
 from jobnik.domain.errors import ConcurrencyConflict, StaleAttempt, TaskNotFound
 from jobnik.domain.principals import Actor
@@ -321,7 +321,7 @@ def test_a_command_that_changes_a_jobs_queue_rows_waits_for_a_claim_without_the_
     def dequeue_in_flight() -> None:
         try:
             with pg.session(write=True) as s:
-                task = s.claim("hold")  # FOR UPDATE: its queue row is locked from here
+                task = s.claim("hold", utcnow())  # FOR UPDATE: its queue row is locked from here
                 assert task is not None
                 outcome["claimed"] = task.id
                 claimed.set()

@@ -136,8 +136,8 @@ class SessionContract:
 
         claimed = [app.dequeue("claim").id for _ in range(4)]
         with store.session(write=True) as s:
-            nothing = s.claim("claim")
-            never = s.claim("no such type")
+            nothing = s.claim("claim", utcnow())
+            never = s.claim("no such type", utcnow())
 
         assert claimed == [high[0].id, high[1].id, low[0].id, low[1].id]
         assert nothing is None
@@ -254,7 +254,7 @@ class SessionContract:
         with store.session(write=True) as s:
             s.hold_queue(job.id)
             queued = [t.id for t in s.queued_tasks(job.id)]
-            claimed = s.claim("hold")
+            claimed = s.claim("hold", utcnow())
 
         assert queued == in_queue_order(tasks)
         assert claimed is not None

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
 from jobnik.domain.base import Entity
+from jobnik.domain.delays import RetryPolicy
 from jobnik.domain.jobs import Job
 from jobnik.domain.principals import Actor
 from jobnik.domain.stages import Stage
@@ -33,6 +34,20 @@ class Clock:
     def __call__(self) -> datetime:
         self.minute += 1
         return at(self.minute)
+
+
+class HeldClock:
+    """A clock that stands still until the test moves it (`now`, `advance`)."""
+
+    def __init__(self, start: datetime = NOW) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
 
 
 def new_job(priority: Priority = Priority.MEDIUM, now: datetime = NOW) -> Job:
@@ -77,6 +92,7 @@ def new_task(
     stage_id: UUID | None = None,
     job_id: UUID | None = None,
     now: datetime = NOW,
+    retry_policy: RetryPolicy | None = None,
 ) -> Task:
     return Task.create(
         stage_id=stage_id or uuid4(),
@@ -88,6 +104,7 @@ def new_task(
         traceparent=TRACE,
         tracestate=None,
         now=now,
+        retry_policy=retry_policy,
     )
 
 

@@ -108,7 +108,7 @@ class Tables:
             stage = self.one(STAGES, id=op.stage_id)
             job = self.one(JOBS, id=stage["job_id"])
             assert not self.where(QUEUE, {"task_id": op.task_id}), "task enqueued twice"
-            self.rows[QUEUE].append(queue_row(op.task_id, stage, job, op.seq))
+            self.rows[QUEUE].append(queue_row(op.task_id, stage, job, op.seq, op.not_before))
 
     def copy(self) -> Tables:
         """A copy to write on: rows are copied, values are only ever replaced, never mutated."""
@@ -128,14 +128,27 @@ class Tables:
         assert len(rows) <= 1
         return rows[0] if rows else None
 
-    def dequeueable(self, stage_type: str | None = None) -> list[UUID]:
-        """Task ids in dequeue order (priority, then enqueue position)."""
+    def dequeueable(
+        self, stage_type: str | None = None, now: datetime | None = None, count: int | None = None
+    ) -> list[UUID]:
+        """Task ids in dequeue order, as the claim's SQL (inline/queue.py) takes `count` (None:
+        all): the first of the ready tasks (priority, then enqueue position) and of the delayed
+        ones due at `now` (due time, then enqueue position), merged by priority then position."""
         rows = [
             r
             for r in self.rows[QUEUE]
             if r["stage_open"] and r["job_open"] and stage_type in (None, r["stage_type"])
         ]
-        return [r["task_id"] for r in sorted(rows, key=lambda r: (r["priority_rank"], r["seq"]))]
+        ready = sorted(
+            (r for r in rows if r["not_before"] is None),
+            key=lambda r: (r["priority_rank"], r["seq"]),
+        )[:count]
+        due = sorted(
+            (r for r in rows if r["not_before"] is not None and now and r["not_before"] <= now),
+            key=lambda r: (r["not_before"], r["seq"]),
+        )[:count]
+        merged = sorted([*ready, *due], key=lambda r: (r["priority_rank"], r["seq"]))[:count]
+        return [r["task_id"] for r in merged]
 
     def room(self, stage_type: str, n: int) -> int:
         """How many of `n` tasks a claim of `stage_type` may take (its concurrency limit)."""
@@ -258,16 +271,16 @@ class MemorySession:
         rows.sort(key=lambda r: r["delegated_at"])
         return [cast(Task, self._remember(r, task_from_row)) for r in rows[:limit]]
 
-    def claim(self, stage_type: str) -> Task | None:
-        queued = self.tables.dequeueable(stage_type)[: self.tables.room(stage_type, 1)]
+    def claim(self, stage_type: str, now: datetime) -> Task | None:
+        queued = self.tables.dequeueable(stage_type, now, self.tables.room(stage_type, 1))
         return self.task(queued[0]) if queued else None
 
     def read_ahead(self, task_ids: Collection[UUID]) -> None:
         """Nothing to gain: every row is at hand."""
 
-    def claim_batch(self, stage_type: str, count: int) -> list[Task]:
+    def claim_batch(self, stage_type: str, count: int, now: datetime) -> list[Task]:
         room = self.tables.room(stage_type, count)
-        return [self.task(t) for t in self.tables.dequeueable(stage_type)[:room]]
+        return [self.task(t) for t in self.tables.dequeueable(stage_type, now, room)]
 
     def hold_queue(self, *job_ids: UUID) -> None:
         """Nothing to wait for: this store's sessions never overlap."""

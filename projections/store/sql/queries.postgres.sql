@@ -41,7 +41,7 @@ SELECT to_jsonb(t) AS task, s.id AS stage_id, to_jsonb(s) AS stage, j.id AS job_
     to_jsonb(j) AS job, to_jsonb(sm) AS summary
 FROM tasks_v1 t JOIN stages_v1 s ON s.id = t.stage_id JOIN jobs_v1 j ON j.id = t.job_id
     LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id
-WHERE t.id = ({next_in_queue} FOR UPDATE SKIP LOCKED);
+WHERE t.id = ({next_in_queue_locked});
 
 -- name: read_ahead_claims
 -- `read_ahead_claim` for the next %(n)s dequeueable tasks of a stage type, in its order. The
@@ -52,7 +52,7 @@ SELECT to_jsonb(t) AS task, s.id AS stage_id, CASE WHEN c.first THEN to_jsonb(s)
     CASE WHEN c.first THEN to_jsonb(sm) END AS summary
 FROM (SELECT q.task_id, q.priority_rank, q.seq,
         row_number() OVER (PARTITION BY q.stage_id ORDER BY q.priority_rank, q.seq) = 1 AS first
-    FROM queue_v1 q WHERE q.task_id IN ({next_batch_in_queue} FOR UPDATE SKIP LOCKED)) c
+    FROM queue_v1 q WHERE q.task_id IN ({next_batch_in_queue_locked})) c
 JOIN tasks_v1 t ON t.id = c.task_id JOIN stages_v1 s ON s.id = t.stage_id
     JOIN jobs_v1 j ON j.id = t.job_id LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id
 ORDER BY c.priority_rank, c.seq;
@@ -101,11 +101,12 @@ SELECT pg_advisory_unlock(%(key)s);
 -- Queue a task: its priority and whether it can be dequeued come from its stage and job rows.
 -- VALUES: a batch of tasks becomes one statement.
 INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, seq, stage_open,
-    job_open)
+    job_open, not_before)
 SELECT v.task_id, s.job_id, s.id, s.type, j.priority_rank, jobnik_position(v.seq),
     s.status IN {open},
-    j.status IN {open}
-FROM (VALUES (%(task_id)s::uuid, %(stage_id)s::uuid, %(seq)s::bigint)) AS v(task_id, stage_id, seq)
+    j.status IN {open}, v.not_before
+FROM (VALUES (%(task_id)s::uuid, %(stage_id)s::uuid, %(seq)s::bigint,
+    %(not_before)s::timestamptz)) AS v(task_id, stage_id, seq, not_before)
 JOIN stages_v1 s ON s.id = v.stage_id JOIN jobs_v1 j ON j.id = s.job_id;
 
 -- name: file_event

@@ -83,10 +83,12 @@ GROUP BY s.type, j.priority;
 
 -- name: oldest_queued
 -- Per stage type, the dequeueable task queued first (one probe of queue_v1_oldest) and when it
--- was queued (its latest change).
+-- was queued (its latest change). Delayed tasks (a not-before time) wait for their time, not
+-- for a worker: they are left out.
 SELECT k.type AS stage_type, t.update_time
 FROM (SELECT DISTINCT type FROM stages_v1) k JOIN tasks_v1 t ON t.id = (
     SELECT q.task_id FROM queue_v1 q WHERE q.stage_type = k.type AND q.stage_open AND q.job_open
+        AND q.not_before IS NULL
     ORDER BY q.seq LIMIT 1);
 
 -- name: operations_by_type
@@ -114,11 +116,13 @@ HAVING SUM(CASE WHEN c.status IN ('COMPLETED', 'FAILED', 'ABORTED') THEN 0 ELSE 
 ORDER BY t.delegated_at LIMIT %(limit)s;
 
 -- name: idle_jobs
--- Unfinished jobs with no event since before %(before)s and no task in progress.
+-- Unfinished jobs with no event since before %(before)s, no task in progress and no queued task
+-- waiting for its not-before time (after %(now)s): such a job is waiting, not stuck.
 SELECT o.job_id, o.last_event_at AS since, j.status
 FROM operations_v1_jobs o JOIN jobs_v1 j ON j.id = o.job_id
 WHERE o.open AND o.last_event_at < %(before)s
     AND NOT EXISTS (SELECT 1 FROM summaries_v1 m WHERE m.job_id = o.job_id AND m.in_progress > 0)
+    AND NOT EXISTS (SELECT 1 FROM queue_v1 q WHERE q.job_id = o.job_id AND q.not_before > %(now)s)
 ORDER BY o.last_event_at LIMIT %(limit)s;
 
 -- == schedules ==================================================================================

@@ -5,9 +5,9 @@
 -- name: enqueue
 -- Queue a task: its priority and whether it can be dequeued come from its stage and job rows.
 INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, seq, stage_open,
-    job_open)
+    job_open, not_before)
 SELECT %(task_id)s, s.job_id, s.id, s.type, j.priority_rank, %(seq)s, s.status IN {open},
-    j.status IN {open}
+    j.status IN {open}, %(not_before)s
 FROM stages_v1 s JOIN jobs_v1 j ON j.id = s.job_id WHERE s.id = %(stage_id)s;
 
 -- name: file_event

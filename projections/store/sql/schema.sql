@@ -29,7 +29,9 @@ CREATE TABLE IF NOT EXISTS jobs_v1 (
     completion_stages INTEGER NOT NULL DEFAULT 0,
     finishing {bool} NOT NULL DEFAULT {false},
     completing {bool} NOT NULL DEFAULT {false},
-    finish_time {time}
+    finish_time {time},
+    not_before {time},
+    retry_policy {json}
 );
 CREATE INDEX IF NOT EXISTS jobs_v1_name ON jobs_v1 (name);
 CREATE INDEX IF NOT EXISTS jobs_v1_creation_time ON jobs_v1 (creation_time);
@@ -53,6 +55,8 @@ CREATE TABLE IF NOT EXISTS stages_v1 (
     end_time {time},
     completion {bool} NOT NULL DEFAULT {false},
     failure_patterns {json} NOT NULL DEFAULT '[]',
+    not_before {time},
+    retry_policy {json},
     UNIQUE (job_id, stage_order)
 );
 CREATE INDEX IF NOT EXISTS stages_v1_type ON stages_v1 (type);
@@ -95,7 +99,9 @@ CREATE TABLE IF NOT EXISTS tasks_v1 (
     result {json},
     delegations INTEGER NOT NULL DEFAULT 0,
     delegated_at {time},
-    holder TEXT
+    holder TEXT,
+    not_before {time},
+    retry_policy {json}
 );
 CREATE INDEX IF NOT EXISTS tasks_v1_stage ON tasks_v1 (stage_id);
 CREATE INDEX IF NOT EXISTS tasks_v1_job_status ON tasks_v1 (job_id, status);
@@ -113,12 +119,16 @@ CREATE TABLE IF NOT EXISTS queue_v1 (
     priority_rank SMALLINT NOT NULL,
     seq BIGINT NOT NULL,
     stage_open {bool} NOT NULL,
-    job_open {bool} NOT NULL
+    job_open {bool} NOT NULL,
+    not_before {time}
 );
+-- The claim's two probes (inline/queue.py): tasks ready now, and delayed ones by due time.
 CREATE INDEX IF NOT EXISTS queue_v1_next ON queue_v1 (stage_type, priority_rank, seq)
-    WHERE stage_open AND job_open;
+    WHERE stage_open AND job_open AND not_before IS NULL;
+CREATE INDEX IF NOT EXISTS queue_v1_due ON queue_v1 (stage_type, not_before, seq)
+    WHERE stage_open AND job_open AND not_before IS NOT NULL;
 CREATE INDEX IF NOT EXISTS queue_v1_oldest ON queue_v1 (stage_type, seq)
-    WHERE stage_open AND job_open;
+    WHERE stage_open AND job_open AND not_before IS NULL;
 CREATE INDEX IF NOT EXISTS queue_v1_job ON queue_v1 (job_id);
 CREATE INDEX IF NOT EXISTS queue_v1_stage ON queue_v1 (stage_id);
 

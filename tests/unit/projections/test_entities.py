@@ -131,6 +131,8 @@ def test_job_created_inserts_a_pending_job_row() -> None:
                 "finishing": False,
                 "completing": False,
                 "finish_time": None,
+                "not_before": None,
+                "retry_policy": None,
             },
         )
     ]
@@ -298,6 +300,8 @@ def test_stage_added_inserts_the_stage_and_an_empty_summary() -> None:
                 "end_time": None,
                 "completion": False,
                 "failure_patterns": [],
+                "not_before": None,
+                "retry_policy": None,
             },
         ),
         Insert(SUMMARIES, {"stage_id": stage.id, "job_id": stage.job_id}),
@@ -431,6 +435,7 @@ def test_a_rerun_task_is_queued_again_with_a_fresh_budget(status: TaskStatus, co
                 end_time=None,
                 lease_expires_at=None,
                 result=None,
+                not_before=None,
             ),
         ),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {counter: -1, "pending": 1}),
@@ -482,6 +487,8 @@ def test_task_created_inserts_counts_and_enqueues_at_its_log_position() -> None:
                 "delegations": 0,
                 "delegated_at": None,
                 "holder": None,
+                "not_before": None,
+                "retry_policy": None,
             },
         ),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {"pending": 1, "total": 1}),
@@ -512,6 +519,7 @@ def test_task_dequeued_moves_the_counter_it_came_from(
                 lease_seconds=600,
                 lease_expires_at=at(15),
                 holder=None,
+                not_before=None,
             ),
         ),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {counter: -1, "in_progress": 1}),
@@ -543,7 +551,7 @@ def test_task_retried_goes_back_to_the_end_of_the_queue() -> None:
         Update(
             TASKS,
             {"id": task.id},
-            stamp(event, status="RETRIED", attempts=1, lease_expires_at=None),
+            stamp(event, status="RETRIED", attempts=1, lease_expires_at=None, not_before=None),
         ),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {"in_progress": -1, "retried": 1}),
         Enqueue(task.id, task.stage_id, POSITION),
@@ -582,7 +590,9 @@ def test_task_aborted_moves_its_count_to_aborted(status: TaskStatus, counter: st
         Update(
             TASKS,
             {"id": task.id},
-            stamp(event, status="ABORTED", end_time=at(5), lease_expires_at=None),
+            stamp(
+                event, status="ABORTED", end_time=at(5), lease_expires_at=None, not_before=None
+            ),
         ),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {counter: -1, "aborted": 1}),
         Delete(QUEUE, {"task_id": task.id}),
@@ -607,7 +617,11 @@ def test_task_returned_goes_back_to_pending_and_to_the_end_of_the_queue() -> Non
     event = only_event(task)
 
     assert entity_ops(event, POSITION) == [
-        Update(TASKS, {"id": task.id}, stamp(event, status="PENDING", lease_expires_at=None)),
+        Update(
+            TASKS,
+            {"id": task.id},
+            stamp(event, status="PENDING", lease_expires_at=None, not_before=None),
+        ),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {"in_progress": -1, "pending": 1}),
         Enqueue(task.id, task.stage_id, POSITION),
     ]

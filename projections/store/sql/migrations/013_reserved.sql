@@ -1,1 +1,0 @@
--- reserved: this number belongs to a migration of another change (replaced when it lands)
