@@ -23,7 +23,7 @@ from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.rebuild.verify import verify
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.postgres import PostgresStore
-from jobnik.scripts.bench_claim_plan import claim_plan, plan_problems
+from jobnik.scripts.bench.claim_plan import claim_plan, plan_problems
 
 from ..unit.builders import HeldClock
 

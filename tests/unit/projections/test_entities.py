@@ -590,9 +590,7 @@ def test_task_aborted_moves_its_count_to_aborted(status: TaskStatus, counter: st
         Update(
             TASKS,
             {"id": task.id},
-            stamp(
-                event, status="ABORTED", end_time=at(5), lease_expires_at=None, not_before=None
-            ),
+            stamp(event, status="ABORTED", end_time=at(5), lease_expires_at=None, not_before=None),
         ),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {counter: -1, "aborted": 1}),
         Delete(QUEUE, {"task_id": task.id}),
