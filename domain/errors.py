@@ -442,3 +442,9 @@ class ArchiveUnreachable(JobnikError):
     """the job was archived and its archive cannot be read here"""
 
     code = "ARCHIVED"
+
+
+class JobNotEnded(JobnikError):
+    """a job is erased once it has ended (COMPLETED, FAILED or ABORTED)"""
+
+    code = "JOB_NOT_ENDED"

@@ -59,6 +59,7 @@ def _requests(t: Targets) -> dict[str, Request]:
         "delete_schedule": ("DELETE", schedule, None),
         "schedules": ("GET", "/ui/schedules", None),
         "schedule": ("GET", f"/ui/schedules/{t.schedule}", None),
+        "erase_job": ("POST", f"{job}/erase", {"reason": "matrix"}),
         "get_retention_policy": ("GET", "/v1/retention", None),
         "set_retention": ("PUT", "/v1/retention/matrix", {"periodSeconds": 60}),
         "get_archive": ("GET", f"/v1/archives/{t.ended_job}", None),
