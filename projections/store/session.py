@@ -244,6 +244,11 @@ class SqlSession:
         eventlog.erase_user_data(
             self.cur, store.log_app, store.events_table, store.position_column, job_id
         )
+        # (answers kept for Idempotency-Key retries that name the job hold its data too)
+        self.cur.execute(
+            f"DELETE FROM jobnik_idempotency_keys WHERE body LIKE {self.d.param('job')}",
+            {"job": f"%{job_id}%"},
+        )
 
     def save(self, *aggregates: Entity) -> None:
         events = [e for a in aggregates for e in a.collect_events()]
