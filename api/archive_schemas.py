@@ -16,9 +16,11 @@ NAME_MAX = 1000
 
 
 class SetRetention(ApiModel):
+    # (the bounds are checked by the command, which names them: INVALID_RETENTION_PERIOD)
     period_seconds: int | None = Field(
         description="jobnik: the name's jobs are archived this many seconds after they end "
         f"(1 to {MAX_PERIOD_SECONDS}); null: the server's default period applies again",
+        json_schema_extra={"minimum": 1, "maximum": MAX_PERIOD_SECONDS},
     )
     reason: Reason | None = None
 
@@ -71,3 +73,7 @@ class ArchiveOut(OutModel):
             archived_by=r.archived_by,
             archived_at=r.archived_at,
         )
+
+
+class EraseJob(ApiModel):
+    reason: Reason = Field(description="jobnik: why; recorded on the JobErased event (required)")

@@ -27,6 +27,7 @@ from jobnik.domain.errors import (
     IllegalTransition,
     InvalidRequest,
     JobnikError,
+    JobNotEnded,
     JobNotFound,
     LastAdminToken,
     NotFound,
@@ -59,6 +60,7 @@ HTTP_STATUS: Final[Mapping[type[JobnikError], int]] = {
     DatabaseError: 500,
     Busy: 503,
     ArchiveUnreachable: 410,
+    JobNotEnded: 409,
 }
 
 # Where Jobnik's manager answers a route's error with another status, as it does.

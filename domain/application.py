@@ -192,6 +192,18 @@ class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, To
             job.delete(self.clock(), by, reason)
             s.save(job)
 
+    @command
+    def erase_job(self, job_id: UUID, *, by: Principal, reason: str) -> Job:
+        """Erase an ended job's user data (data, user metadata, results, log lines) from the
+        log and the read models, keeping its events' skeleton; JobErased records who and why.
+        A job that has not ended: JobNotEnded."""
+        with self._write() as s:
+            job = s.job(job_id)
+            job.erase(self.clock(), by, reason)
+            s.erase_user_data(job.id)
+            s.save(job)
+        return job
+
     # -- stages ---------------------------------------------------------------------------
 
     @command

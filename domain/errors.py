@@ -473,3 +473,9 @@ class TaskNotQueued(IllegalTransition):
     """only a task waiting in the queue (PENDING or RETRIED) has a not-before time to change"""
 
     code = "TASK_NOT_QUEUED"
+
+
+class JobNotEnded(JobnikError):
+    """a job is erased once it has ended (COMPLETED, FAILED or ABORTED)"""
+
+    code = "JOB_NOT_ENDED"

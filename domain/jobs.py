@@ -13,6 +13,7 @@ from jobnik.domain.errors import (
     IllegalJobTransition,
     JobFinishing,
     JobInFiniteState,
+    JobNotEnded,
     JobNotInFiniteState,
     JobNotRerunnable,
 )
@@ -191,6 +192,13 @@ class Job(Entity):
     class JobDeleted(Entity.Event):
         def apply(self, job: Job) -> None:
             job.deleted = True
+
+    class JobErased(Entity.Event):
+        """The user data of the job, its stages and its tasks (data, user metadata, results,
+        log lines) was erased from the log and the read models; who and why are kept."""
+
+        def apply(self, job: Job) -> None:
+            job.data, job.user_metadata = {}, {}
 
     class JobCreatedBySchedule(Entity.Event):
         """The job is a run of the schedule `schedule_id` (`schedule_name`) for its nominal
@@ -431,6 +439,12 @@ class Job(Entity):
             nominal_time=nominal_time,
             trigger=trigger,
         )
+
+    def erase(self, now: datetime, actor: Principal, reason: str) -> None:
+        """Only an ended job is erased (JobNotEnded, 409): its tasks report no more data."""
+        if not self.is_final:
+            raise JobNotEnded(f"job {self.id} is {self.status}: a job is erased once it ended")
+        self._emit(self.JobErased, now, actor, reason)
 
     def delete(
         self, now: datetime, actor: Principal = Actor.API, reason: str | None = None

@@ -135,6 +135,11 @@ class Session(Protocol):
         """Append the aggregates' pending events and apply them to the inline read models."""
         ...
 
+    def erase_user_data(self, job_id: UUID) -> None:
+        """Rewrite the stored events of the job, its stages and its tasks without their user
+        data (data, user metadata, results, log lines), in this transaction."""
+        ...
+
     @property
     def position(self) -> int | None:
         """The log position of the last event this session appended."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from typing import TYPE_CHECKING, Annotated
+from uuid import UUID
 
 import typer
 
@@ -90,6 +91,24 @@ def jobs_redispatch(
             f"re-dispatched task {task.id} (job {task.job_id}, stage type {task.stage_type})"
         )
     typer.echo(f"{len(found)} task(s) re-dispatched")
+
+
+@jobs.command("erase")
+def jobs_erase(
+    job_id: Annotated[UUID, typer.Argument(help="the job's id (a UUID)")],
+    reason: Annotated[str, typer.Option(help="why (recorded on the JobErased event)")],
+) -> None:
+    """Erase an ended job's user data (data, user metadata, results, log lines of the job, its
+    stages and its tasks) from the log and the read models; its events' skeleton stays."""
+    from jobnik.domain.application import Jobnik
+    from jobnik.scripts.tokens_cli import cli_principal
+
+    store = open_store()
+    try:
+        Jobnik(store).erase_job(job_id, by=cli_principal(), reason=reason)
+    finally:
+        store.close()
+    typer.echo(f"job {job_id} erased")
 
 
 @app.command()

@@ -7,6 +7,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 
+from jobnik.api.archive_schemas import EraseJob
 from jobnik.api.bodies import GatedRoute
 from jobnik.api.deps import (
     AsOfQuery,
@@ -43,6 +44,7 @@ from jobnik.api.schemas import (
 from jobnik.domain.application import NewJob, NewStage
 from jobnik.domain.errors import (
     IllegalJobTransition,
+    JobNotEnded,
     JobNotFound,
     JobNotInFiniteState,
     RerunSkipsStages,
@@ -181,6 +183,21 @@ def delete_job(
     """Delete a COMPLETED, FAILED or ABORTED job; its history stays in the event log."""
     jobnik.delete_job(job_id, by=by, reason=reason)
     return Message(code="JOB_DELETED_SUCCESSFULLY")
+
+
+@router.post(
+    "/jobs/{jobId}/erase",
+    responses=error_answers(MALFORMED, NO_JOB, JobNotEnded),
+    openapi_extra=needs(P.OPERATE),
+)
+def erase_job(jobnik: JobnikDep, job_id: JobId, body: EraseJob, by: PrincipalDep) -> Message:
+    """jobnik: erase an ended job's user data (the data, user metadata, results and log lines
+    of the job, its stages and its tasks) from the log and every read model, keeping its
+    events' types, times, statuses and actors; a JobErased event records who and why. No later
+    read, stream, export, archive or rebuild returns the erased values. 409 JOB_NOT_ENDED while
+    the job runs."""
+    jobnik.erase_job(job_id, by=by, reason=body.reason)
+    return Message(code="JOB_ERASED")
 
 
 @router.patch("/jobs/{jobId}/user-metadata", openapi_extra=needs(P.PRODUCE))

@@ -23,9 +23,11 @@ from jobnik.projections.inline.schedules import SCHEDULE_PROJECT
 from jobnik.projections.inline.tables import (
     ENTITY_JOBS,
     JOBS,
+    LOGS,
     QUEUE,
     STAGES,
     SUMMARIES,
+    TASKS,
 )
 from jobnik.projections.inline.task_ops import TASK_PROJECT
 from jobnik.projections.inline.tokens import TOKEN_PROJECT
@@ -152,6 +154,19 @@ def _job_deleted(e: Job.JobDeleted, _: int) -> list[Op]:
     return job_rows(e.originator_id)
 
 
+def _job_erased(e: Job.JobErased, _: int) -> list[Op]:
+    """The user data of the job's rows goes (its events' were rewritten in the same
+    transaction: a rebuild finds none to write)."""
+    job = {"job_id": e.originator_id}
+    erased: dict[str, Any] = {"data": {}, "user_metadata": {}}
+    return [
+        _job(e, **erased),
+        Update(STAGES, job, erased),
+        Update(TASKS, job, {**erased, "result": None}),
+        Delete(LOGS, job),
+    ]
+
+
 def _stage_added(e: Stage.StageAdded, _: int) -> list[Op]:
     return [
         Insert(
@@ -207,6 +222,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Job.JobPriorityChanged: _job_priority_changed,
     Job.JobUserMetadataReplaced: lambda e, _: [_job(e, user_metadata=e.user_metadata)],
     Job.JobDeleted: _job_deleted,
+    Job.JobErased: _job_erased,
     Stage.StageAdded: _stage_added,
     Stage.StageReleased: lambda e, _: [
         _stage(e, status=STAGE_PENDING),

@@ -197,3 +197,30 @@ def delete_positions(
     `cur`'s transaction. Readers of the log by position (catch-up projections, feeds) never
     look back past what they have read, so events they have read may go."""
     cur.execute(f"DELETE FROM {table} WHERE {position} IN ({positions_sql})", params)
+
+
+USER_DATA: Final[dict[str, Any]] = {"data": {}, "user_metadata": {}, "result": None, "lines": []}
+
+
+def erase_user_data(cur: Cursor, log: EventLog, table: str, position: str, job_id: Any) -> int:
+    """Rewrite, in `cur`'s transaction, every stored event of the job `job_id` (its history
+    index's positions) whose state holds user data (USER_DATA's fields) with those fields
+    emptied; every other field (type, time, status, actor, reason) stays. Returns how many
+    events were rewritten."""
+    p = cur.dialect.param
+    rows = cur.raw_all(
+        f"SELECT e.{position} AS position, e.state FROM {table} e "
+        f"JOIN job_events_v1 j ON j.position = e.{position} WHERE j.job_id = {p('j')}",
+        {"j": cur.dialect.dump("job_id", job_id)},
+    )
+    transcoder = log.mapper.transcoder
+    changed = []
+    for row in rows:
+        state = transcoder.decode(bytes(row["state"]))
+        if not any(field in state for field in USER_DATA):
+            continue
+        state.update({k: v for k, v in USER_DATA.items() if k in state})
+        changed.append({"s": transcoder.encode(state), "p": row["position"]})
+    if changed:
+        cur.executemany(f"UPDATE {table} SET state = {p('s')} WHERE {position} = {p('p')}", changed)
+    return len(changed)

@@ -43,6 +43,7 @@ from jobnik.projections.inline.rows import (
     token_from_row,
 )
 from jobnik.projections.inline.tables import JOBS, LIMITS, SCHEDULES, STAGES, TASKS, TOKENS
+from jobnik.projections.store import eventlog
 from jobnik.projections.store.cursor import Cursor
 
 if TYPE_CHECKING:  # (the store makes its sessions: a runtime import would go in a circle)
@@ -249,6 +250,18 @@ class SqlSession:
         return [cast(Task, self._remember(task_from_row(r))) for r in rows]
 
     # -- saving --------------------------------------------------------------------------------
+
+    def erase_user_data(self, job_id: UUID) -> None:
+        self.lock()
+        store = self.store
+        eventlog.erase_user_data(
+            self.cur, store.log_app, store.events_table, store.position_column, job_id
+        )
+        # (answers kept for Idempotency-Key retries that name the job hold its data too)
+        self.cur.execute(
+            f"DELETE FROM jobnik_idempotency_keys WHERE body LIKE {self.d.param('job')}",
+            {"job": f"%{job_id}%"},
+        )
 
     def save(self, *aggregates: Entity) -> None:
         events = [e for a in aggregates for e in a.collect_events()]

@@ -63,6 +63,7 @@ def _requests(t: Targets) -> dict[str, Request]:
         "get_limit": ("GET", "/v1/limits/matrix", None),
         "set_limit": ("PUT", "/v1/limits/matrix", {"maxInProgress": 2}),
         "remove_limit": ("DELETE", "/v1/limits/matrix", None),
+        "erase_job": ("POST", f"{job}/erase", {"reason": "matrix"}),
         "get_retention_policy": ("GET", "/v1/retention", None),
         "set_retention": ("PUT", "/v1/retention/matrix", {"periodSeconds": 60}),
         "get_archive": ("GET", f"/v1/archives/{t.ended_job}", None),

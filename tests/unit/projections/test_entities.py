@@ -9,7 +9,7 @@ from eventsourcing.domain import Aggregate
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.archives import Archive, ArchiveFile, RetentionChange
-from jobnik.domain.errors import TaskNotRerunnable
+from jobnik.domain.errors import JobNotEnded, TaskNotRerunnable
 from jobnik.domain.jobs import Job
 from jobnik.domain.limits import ConcurrencyLimit
 from jobnik.domain.ports import Summary
@@ -950,3 +950,26 @@ def test_a_retention_change_replaces_the_names_period_and_none_removes_it() -> N
     assert [type(op) for op in set_ops] == [Delete, Insert]
     assert set_ops[1].table == RETENTION
     assert clear_ops == [Delete(RETENTION, {"name": "audit"})]
+
+
+def test_job_erased_empties_the_user_data_of_the_jobs_rows_and_removes_its_log_lines() -> None:
+    job = job_in(JobStatus.FAILED, started=True)
+    job.erase(at(5), Actor.API, "asked")
+    event = only_event(job)
+
+    ops = entity_ops(event, POSITION)
+
+    tables = {op.table: op for op in ops}
+    assert tables[JOBS].values["data"] == {}
+    assert tables[STAGES] == Update(STAGES, {"job_id": job.id}, {"data": {}, "user_metadata": {}})
+    assert tables[TASKS].values["result"] is None
+    assert tables[LOGS] == Delete(LOGS, {"job_id": job.id})
+
+
+def test_a_job_that_has_not_ended_is_not_erased() -> None:
+    job = job_in(JobStatus.IN_PROGRESS, started=True)
+
+    with pytest.raises(JobNotEnded):
+        job.erase(at(5), Actor.API, "asked")
+
+    assert job.collect_events() == []
