@@ -2,8 +2,8 @@
 
 A statement follows a `-- name: <name>` line, up to the next one; its comment lines describe it.
 Parameters are `%(name)s` (SQLite's statements get `:name`). `{open}`, `{next_in_queue}` and
-`{next_batch_in_queue}` are the dequeue rule (inline/queue.py, within the concurrency limits of
-inline/limits.py), filled in here; any other
+`{next_batch_in_queue}` are the dequeue rule (inline/queue.py, within the limits of
+inline/limits.py), and `{now}` and `{tokens}` a rate's bucket, filled in here; any other
 `{slot}` is the caller's to fill (a list of placeholders, a table name).
 `grep -rn <table> projections/store/sql` lists every statement that names a table; statements
 built from row operations (executor.py, bulk.py) and the catch-up projections' own (catchup/)
@@ -16,7 +16,7 @@ import re
 from importlib.resources import files
 from typing import Final
 
-from jobnik.projections.inline.limits import within_limit
+from jobnik.projections.inline.limits import FUNCTIONS, tokens, within_limit
 from jobnik.projections.inline.queue import NEXT_BATCH_IN_QUEUE, NEXT_IN_QUEUE, OPEN_SQL
 
 SQL: Final = files("jobnik.projections.store") / "sql"
@@ -31,6 +31,8 @@ def rules(backend: str) -> dict[str, str]:
         "open": OPEN_SQL,
         "next_in_queue": within_limit(NEXT_IN_QUEUE, backend),
         "next_batch_in_queue": within_limit(NEXT_BATCH_IN_QUEUE, backend),
+        "now": FUNCTIONS[backend]["now"],
+        "tokens": tokens(backend),
     }
 
 

@@ -63,6 +63,8 @@ def _requests(t: Targets) -> dict[str, Request]:
         "get_limit": ("GET", "/v1/limits/matrix", None),
         "set_limit": ("PUT", "/v1/limits/matrix", {"maxInProgress": 2}),
         "remove_limit": ("DELETE", "/v1/limits/matrix", None),
+        "set_rate": ("PUT", "/v1/limits/matrix/rate", {"starts": 5, "intervalSeconds": 60}),
+        "remove_rate": ("DELETE", "/v1/limits/matrix/rate", None),
         "find_jobs": ("GET", "/v1/jobs", None),
         "create_job": ("POST", "/v1/jobs", {"name": "matrix", "data": {}}),
         "finish_job": ("POST", f"{job}/finish", None),

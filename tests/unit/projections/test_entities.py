@@ -10,7 +10,7 @@ from eventsourcing.domain import Aggregate
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import TaskNotRerunnable
 from jobnik.domain.jobs import Job
-from jobnik.domain.limits import ConcurrencyLimit
+from jobnik.domain.limits import StageTypeLimits
 from jobnik.domain.ports import Summary
 from jobnik.domain.principals import Actor
 from jobnik.domain.schedules import Schedule
@@ -77,7 +77,7 @@ def _event_classes(aggregate: type) -> list[type]:
     ]
 
 
-AGGREGATES = (Job, Stage, Task, Token, Schedule, ConcurrencyLimit)
+AGGREGATES = (Job, Stage, Task, Token, Schedule, StageTypeLimits)
 DOMAIN_EVENTS = [cls for agg in AGGREGATES for cls in _event_classes(agg)]
 
 
