@@ -1,4 +1,5 @@
-"""Wire shapes of the concurrency limits: a limit to set, and a limit in force with its use."""
+"""Wire shapes of the stage types' limits: a concurrency limit or a rate to set, and a type's
+limits in force with their use."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pydantic import Field
 
 from jobnik.api.operator_schemas import Reason
 from jobnik.api.schemas import ApiModel, OutModel
-from jobnik.domain.limits import MAX_IN_PROGRESS
+from jobnik.domain.limits import MAX_IN_PROGRESS, MAX_INTERVAL
 from jobnik.projections.queries.limits import LimitView
 
 
@@ -22,13 +23,37 @@ class LimitBody(ApiModel):
     reason: Reason | None = None
 
 
+class RateBody(ApiModel):
+    """The rate to set; a value out of range (a zero interval too) is refused as INVALID_LIMIT."""
+
+    starts: int = Field(
+        description="at most this many task starts per interval (the bucket's size)",
+        json_schema_extra={"minimum": 1, "maximum": MAX_IN_PROGRESS},
+    )
+    interval_seconds: int = Field(
+        description="the interval, in seconds: the bucket refills `starts` tokens over it",
+        json_schema_extra={"minimum": 1, "maximum": MAX_INTERVAL},
+    )
+    reason: Reason | None = None
+
+
+class RateOut(OutModel):
+    """A rate limit: `starts` per `intervalSeconds`, and the whole tokens in its bucket now."""
+
+    starts: int
+    interval_seconds: int
+    tokens: int
+
+
 class LimitOut(OutModel):
-    """A stage type's concurrency limit: its value, its use now (tasks IN_PROGRESS) and the room
-    left, and who set it last, why and when."""
+    """A stage type's limits: its concurrency limit (absent: none) and its use now (tasks
+    IN_PROGRESS), its rate (absent: none), the room a dequeue has now, and who changed them
+    last, why and when."""
 
     stage_type: str
-    max_in_progress: int
+    max_in_progress: int | None = None
     in_progress: int
+    rate: RateOut | None = None
     room: int
     updated_by: str
     reason: str | None = None
@@ -37,10 +62,23 @@ class LimitOut(OutModel):
 
     @classmethod
     def of(cls, v: LimitView) -> LimitOut:
+        tokens = v.rate_tokens
+        rate = (
+            RateOut(
+                starts=v.rate_starts,
+                interval_seconds=v.rate_interval_seconds,
+                tokens=int(tokens),
+            )
+            if v.rate_starts is not None
+            and v.rate_interval_seconds is not None
+            and tokens is not None
+            else None
+        )
         return cls(
             stage_type=v.stage_type,
             max_in_progress=v.max_in_progress,
             in_progress=v.in_progress,
+            rate=rate,
             room=v.room,
             updated_by=v.updated_by,
             reason=v.reason,
@@ -50,7 +88,7 @@ class LimitOut(OutModel):
 
 
 class LimitsOut(ApiModel):
-    """The limits in force, by stage type."""
+    """The stage types with a limit in force, by stage type."""
 
     total: int = Field(ge=0)
     items: list[LimitOut]

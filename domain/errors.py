@@ -433,13 +433,14 @@ class BackfillTooLarge(InvalidRequest):
 
 
 class LimitNotFound(NotFound):
-    """no concurrency limit is set for this stage type"""
+    """no such limit is set for this stage type"""
 
     code = "LIMIT_NOT_FOUND"
 
 
 class InvalidLimit(InvalidRequest):
-    """a concurrency limit is a whole number from 1 up, for a stage type of 1 to 50 characters"""
+    """a limit is a whole number from 1 up (a rate's interval too), for a stage type of 1 to 50
+    characters"""
 
     code = "INVALID_LIMIT"
 

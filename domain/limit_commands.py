@@ -1,4 +1,5 @@
-"""Concurrency limit commands: an operator sets, changes and removes a stage type's limit."""
+"""Stage type limit commands: an operator sets, changes and removes a stage type's concurrency
+limit and rate limit, each change one transaction and one event."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from datetime import datetime
 
 from jobnik.domain.commands import command
 from jobnik.domain.errors import LimitNotFound
-from jobnik.domain.limits import ConcurrencyLimit, check_limit, limit_id
-from jobnik.domain.ports import Store
+from jobnik.domain.limits import StageTypeLimits, check_limit, check_rate, limit_id
+from jobnik.domain.ports import Session, Store
 from jobnik.domain.principals import Actor, Principal
 
 
@@ -19,6 +20,13 @@ class LimitCommands:
         self.store = store
         self.clock = clock
 
+    def _limits(self, s: Session, stage_type: str, now: datetime, by: Principal) -> StageTypeLimits:
+        """The stage type's limits, made when it has none yet."""
+        try:
+            return s.limit(limit_id(stage_type))
+        except LimitNotFound:
+            return StageTypeLimits.create(stage_type, now=now, actor=by)
+
     @command
     def set(
         self,
@@ -27,32 +35,58 @@ class LimitCommands:
         *,
         by: Principal = Actor.API,
         reason: str | None = None,
-    ) -> ConcurrencyLimit:
+    ) -> StageTypeLimits:
         """At most `max_in_progress` tasks of `stage_type` in progress from now on (tasks
         already in progress over it go on; no claim takes more until they are fewer). Setting
         the value it has changes nothing."""
         check_limit(stage_type, max_in_progress)
         now = self.clock()
         with self.store.session(write=True) as s:
-            try:
-                limit = s.limit(limit_id(stage_type))
-            except LimitNotFound:
-                limit = ConcurrencyLimit.create(
-                    stage_type, max_in_progress, now=now, actor=by, reason=reason
-                )
-            else:
-                limit.change(max_in_progress, now, by, reason)
-            s.save(limit)
-        return limit
+            limits = self._limits(s, stage_type, now, by)
+            limits.set_concurrency(max_in_progress, now, by, reason)
+            s.save(limits)
+        return limits
 
     @command
     def remove(
         self, stage_type: str, *, by: Principal = Actor.API, reason: str | None = None
-    ) -> ConcurrencyLimit:
-        """The stage type's claims take what is queued again; LimitNotFound when it has no
-        limit."""
+    ) -> StageTypeLimits:
+        """The stage type's claims are no longer held to a number in progress; LimitNotFound
+        when it has no concurrency limit."""
         with self.store.session(write=True) as s:
-            limit = s.limit(limit_id(stage_type))
-            limit.remove(self.clock(), by, reason)
-            s.save(limit)
-        return limit
+            limits = s.limit(limit_id(stage_type))
+            limits.remove_concurrency(self.clock(), by, reason)
+            s.save(limits)
+        return limits
+
+    @command
+    def set_rate(
+        self,
+        stage_type: str,
+        starts: int,
+        interval_seconds: int,
+        *,
+        by: Principal = Actor.API,
+        reason: str | None = None,
+    ) -> StageTypeLimits:
+        """At most `starts` task starts of `stage_type` per `interval_seconds` from now on: a
+        bucket of `starts` tokens, refilled continuously at that rate, each claim taking one
+        per task."""
+        check_rate(stage_type, starts, interval_seconds)
+        now = self.clock()
+        with self.store.session(write=True) as s:
+            limits = self._limits(s, stage_type, now, by)
+            limits.set_rate(starts, interval_seconds, now, by, reason)
+            s.save(limits)
+        return limits
+
+    @command
+    def remove_rate(
+        self, stage_type: str, *, by: Principal = Actor.API, reason: str | None = None
+    ) -> StageTypeLimits:
+        """LimitNotFound when the stage type has no rate limit."""
+        with self.store.session(write=True) as s:
+            limits = s.limit(limit_id(stage_type))
+            limits.remove_rate(self.clock(), by, reason)
+            s.save(limits)
+        return limits

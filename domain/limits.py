@@ -1,16 +1,20 @@
-"""The ConcurrencyLimit aggregate: at most `max_in_progress` tasks of a stage type IN_PROGRESS at
-once, across every worker and server process.
+"""The StageTypeLimits aggregate: a stage type's flow control, enforced at the claim across every
+worker and server process.
+
+- a concurrency limit: at most `max_in_progress` tasks of the type IN_PROGRESS at once;
+- a rate limit: at most `rate_starts` task starts per `rate_interval_seconds`, a token bucket
+  that holds `rate_starts` tokens and refills at that rate (projections/store: the buckets).
 
 One aggregate per stage type, its id derived from the type (`limit_id`), so setting a type's
-limit twice at once cannot make two. An operator sets, changes and removes it, each an event
-with its actor and reason; a removed limit keeps its aggregate (and read-model row), and setting
-it again changes it back. The claim enforces it (projections/store: the claim's room).
+limits twice at once cannot make two. An operator sets, changes and removes each, every change
+an event with its actor and reason; an aggregate whose limits were removed stays (with its
+read-model row), and setting one again changes it back.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID, uuid5
 
 from jobnik.domain.base import Entity, cause
@@ -18,86 +22,108 @@ from jobnik.domain.errors import InvalidLimit, LimitNotFound
 from jobnik.domain.principals import Principal
 
 _NAMESPACE: Final = UUID("5d0c7f5e-8a1b-4f56-9c1e-3b7f4a2d9e61")
-MAX_IN_PROGRESS: Final = 1_000_000  # the highest limit one may set
+MAX_IN_PROGRESS: Final = 1_000_000  # the highest concurrency limit, and rate, one may set
+MAX_INTERVAL: Final = 366 * 24 * 3600  # a rate's longest interval, in seconds
 STAGE_TYPE_MAX: Final = 50  # as a stage's type (api/schemas.py: StageType)
 
 
 def limit_id(stage_type: str) -> UUID:
-    """The id of `stage_type`'s concurrency limit (the same type always gives the same id)."""
+    """The id of `stage_type`'s limits (the same type always gives the same id)."""
     return uuid5(_NAMESPACE, f"stage-type:{stage_type}")
+
+
+def _whole(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def check_stage_type(stage_type: str) -> None:
+    if not 1 <= len(stage_type) <= STAGE_TYPE_MAX:
+        raise InvalidLimit(f"a stage type is 1 to {STAGE_TYPE_MAX} characters")
 
 
 def check_limit(stage_type: str, max_in_progress: int) -> None:
     """InvalidLimit unless `max_in_progress` is 1 to MAX_IN_PROGRESS and the stage type is 1 to
     STAGE_TYPE_MAX characters."""
-    if not 1 <= len(stage_type) <= STAGE_TYPE_MAX:
-        raise InvalidLimit(f"a stage type is 1 to {STAGE_TYPE_MAX} characters")
-    if isinstance(max_in_progress, bool) or not 1 <= max_in_progress <= MAX_IN_PROGRESS:
+    check_stage_type(stage_type)
+    if not _whole(max_in_progress, 1, MAX_IN_PROGRESS):
         raise InvalidLimit(
             f"maxInProgress must be a whole number from 1 to {MAX_IN_PROGRESS}, "
             f"not {max_in_progress}"
         )
 
 
-class ConcurrencyLimit(Entity):
-    """A stage type's concurrency limit; `max_in_progress` None: removed."""
+def check_rate(stage_type: str, starts: int, interval_seconds: int) -> None:
+    """InvalidLimit unless `starts` is 1 to MAX_IN_PROGRESS and `interval_seconds` 1 to
+    MAX_INTERVAL (a zero interval is no rate)."""
+    check_stage_type(stage_type)
+    if not _whole(starts, 1, MAX_IN_PROGRESS):
+        raise InvalidLimit(f"starts must be a whole number from 1 to {MAX_IN_PROGRESS}")
+    if not _whole(interval_seconds, 1, MAX_INTERVAL):
+        raise InvalidLimit(f"intervalSeconds must be a whole number from 1 to {MAX_INTERVAL}")
+
+
+class StageTypeLimits(Entity):
+    """A stage type's concurrency and rate limits (None: not set, or removed)."""
 
     if TYPE_CHECKING:  # set by the events' apply()
         stage_type: str
         max_in_progress: int | None
+        rate_starts: int | None
+        rate_interval_seconds: int | None
 
-    class LimitSet(Entity.Created):
-        """The stage type's first limit."""
+    class LimitsCreated(Entity.Created):
+        """The stage type's first limit; the event setting it follows."""
+
+        stage_type: str
+
+        def apply(self, limits: StageTypeLimits) -> None:
+            limits.stage_type, limits.max_in_progress = self.stage_type, None
+            limits.rate_starts = limits.rate_interval_seconds = None
+
+    class ConcurrencyLimitSet(Entity.Event):
+        """At most `max_in_progress` tasks of the type in progress at once, from now on."""
 
         stage_type: str
         max_in_progress: int
 
-        def apply(self, limit: ConcurrencyLimit) -> None:
-            limit.stage_type, limit.max_in_progress = self.stage_type, self.max_in_progress
+        def apply(self, limits: StageTypeLimits) -> None:
+            limits.max_in_progress = self.max_in_progress
 
-    class LimitChanged(Entity.Event):
-        """A new value (also for a limit set again after its removal)."""
-
-        stage_type: str
-        max_in_progress: int
-
-        def apply(self, limit: ConcurrencyLimit) -> None:
-            limit.max_in_progress = self.max_in_progress
-
-    class LimitRemoved(Entity.Event):
-        """No limit from now on: the stage type's claims take what is queued."""
-
+    class ConcurrencyLimitRemoved(Entity.Event):
         stage_type: str
 
-        def apply(self, limit: ConcurrencyLimit) -> None:
-            limit.max_in_progress = None
+        def apply(self, limits: StageTypeLimits) -> None:
+            limits.max_in_progress = None
+
+    class RateLimitSet(Entity.Event):
+        """At most `starts` task starts of the type per `interval_seconds`, from now on."""
+
+        stage_type: str
+        starts: int
+        interval_seconds: int
+
+        def apply(self, limits: StageTypeLimits) -> None:
+            limits.rate_starts, limits.rate_interval_seconds = self.starts, self.interval_seconds
+
+    class RateLimitRemoved(Entity.Event):
+        stage_type: str
+
+        def apply(self, limits: StageTypeLimits) -> None:
+            limits.rate_starts = limits.rate_interval_seconds = None
 
     @classmethod
-    def create(
-        cls,
-        stage_type: str,
-        max_in_progress: int,
-        *,
-        now: datetime,
-        actor: Principal,
-        reason: str | None,
-    ) -> ConcurrencyLimit:
-        check_limit(stage_type, max_in_progress)
+    def create(cls, stage_type: str, *, now: datetime, actor: Principal) -> StageTypeLimits:
+        check_stage_type(stage_type)
         return cls._create(
-            cls.LimitSet,
+            cls.LimitsCreated,
             id=limit_id(stage_type),
             timestamp=now,
-            reason=reason,
+            reason=None,
             **cause(actor),
             stage_type=stage_type,
-            max_in_progress=max_in_progress,
         )
 
-    @property
-    def active(self) -> bool:
-        return self.max_in_progress is not None
-
-    def change(
+    def set_concurrency(
         self, max_in_progress: int, now: datetime, actor: Principal, reason: str | None
     ) -> bool:
         """False (no event) when the limit already has this value."""
@@ -105,7 +131,7 @@ class ConcurrencyLimit(Entity):
         if self.max_in_progress == max_in_progress:
             return False
         self._emit(
-            self.LimitChanged,
+            self.ConcurrencyLimitSet,
             now,
             actor,
             reason,
@@ -114,8 +140,37 @@ class ConcurrencyLimit(Entity):
         )
         return True
 
-    def remove(self, now: datetime, actor: Principal, reason: str | None) -> None:
-        """LimitNotFound when there is no limit to remove."""
-        if not self.active:
-            raise LimitNotFound
-        self._emit(self.LimitRemoved, now, actor, reason, stage_type=self.stage_type)
+    def remove_concurrency(self, now: datetime, actor: Principal, reason: str | None) -> None:
+        """LimitNotFound when there is no concurrency limit to remove."""
+        if self.max_in_progress is None:
+            raise LimitNotFound(f"stage type '{self.stage_type}' has no concurrency limit")
+        self._emit(self.ConcurrencyLimitRemoved, now, actor, reason, stage_type=self.stage_type)
+
+    def set_rate(
+        self,
+        starts: int,
+        interval_seconds: int,
+        now: datetime,
+        actor: Principal,
+        reason: str | None,
+    ) -> bool:
+        """False (no event) when the rate already has these values."""
+        check_rate(self.stage_type, starts, interval_seconds)
+        if (self.rate_starts, self.rate_interval_seconds) == (starts, interval_seconds):
+            return False
+        self._emit(
+            self.RateLimitSet,
+            now,
+            actor,
+            reason,
+            stage_type=self.stage_type,
+            starts=starts,
+            interval_seconds=interval_seconds,
+        )
+        return True
+
+    def remove_rate(self, now: datetime, actor: Principal, reason: str | None) -> None:
+        """LimitNotFound when there is no rate limit to remove."""
+        if self.rate_starts is None:
+            raise LimitNotFound(f"stage type '{self.stage_type}' has no rate limit")
+        self._emit(self.RateLimitRemoved, now, actor, reason, stage_type=self.stage_type)

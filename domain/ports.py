@@ -11,7 +11,7 @@ from uuid import UUID
 
 from jobnik.domain.base import Entity
 from jobnik.domain.jobs import Job
-from jobnik.domain.limits import ConcurrencyLimit
+from jobnik.domain.limits import StageTypeLimits
 from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
@@ -67,7 +67,7 @@ class Session(Protocol):
         """Schedules not paused with a nominal time due at `now`, or a buffered fire."""
         ...
 
-    def limit(self, limit_id: UUID) -> ConcurrencyLimit:
+    def limit(self, limit_id: UUID) -> StageTypeLimits:
         """A stage type's concurrency limit (removed ones too), read under the writer lock when
         the session writes; LimitNotFound when none was ever set."""
         ...

@@ -1,4 +1,5 @@
-"""`jobnik limits list | set | remove`: the stage types' concurrency limits.
+"""`jobnik limits list | set | remove | rate | unrate`: the stage types' concurrency limits and
+rate limits.
 
 A client of the API (JOBNIK_API_URL, token from JOBNIK_TOKEN), like `jobnik schedules`: the same
 permissions as the HTTP routes (an operator's to change), and each change an event naming the
@@ -7,14 +8,22 @@ token and the reason.
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
+from jobnik.scripts.durations import parse_duration
 from jobnik.scripts.schedules_cli import DEFAULT_URL, ApiUrl, Reason, Token, _producer
 
+if TYPE_CHECKING:
+    from jobnik.workers import Limit, Producer
+
+T = TypeVar("T")
+
 limits = typer.Typer(
-    help="Concurrency limits: at most N tasks of a stage type in progress at once.",
+    help="Limits per stage type: at most N tasks in progress at once, at most N starts per "
+    "interval.",
     no_args_is_help=True,
     rich_markup_mode="markdown",
 )
@@ -22,24 +31,33 @@ limits = typer.Typer(
 StageType = Annotated[str, typer.Argument(help="the stage type")]
 
 
-def _fail(exc: Exception) -> None:
-    typer.echo(f"jobnik limits: {exc}", err=True)
-    raise typer.Exit(1) from None
+def _limits(v: Limit) -> str:
+    """`2/3` (in progress / concurrency limit) and `5 per 60 s (4 left)`, those it has."""
+    parts = [] if v.max_in_progress is None else [f"{v.in_progress}/{v.max_in_progress}"]
+    if v.rate_starts is not None:
+        parts.append(f"{v.rate_starts} per {v.rate_interval_seconds} s ({v.rate_tokens} left)")
+    return "  ".join(parts)
+
+
+def _call(api_url: str, token: str | None, request: Callable[[Producer], T]) -> T:
+    """`request`'s answer; an API's refusal or a transport failure: its message, exit 1."""
+    from jobnik.workers import ApiError, TransportError
+
+    try:
+        return request(_producer(api_url, token))
+    except (ApiError, TransportError) as exc:
+        typer.echo(f"jobnik limits: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 @limits.command("list")
 def list_(api_url: ApiUrl = DEFAULT_URL, token: Token = None) -> None:
-    """Every limit in force: stage type, tasks in progress / limit, who set it and why."""
-    from jobnik.workers import ApiError, TransportError
-
-    try:
-        found = _producer(api_url, token).limits()
-    except (ApiError, TransportError) as exc:
-        _fail(exc)
-        return
+    """Every stage type with a limit: tasks in progress / limit, starts per interval (tokens
+    left), who changed it last and why."""
+    found = _call(api_url, token, lambda p: p.limits())
     for v in found:
         why = f"  ({v.reason})" if v.reason else ""
-        typer.echo(f"{v.stage_type}  {v.in_progress}/{v.max_in_progress}  by {v.updated_by}{why}")
+        typer.echo(f"{v.stage_type}  {_limits(v)}  by {v.updated_by}{why}")
     typer.echo(f"{len(found)} limit(s)")
 
 
@@ -52,29 +70,38 @@ def set_(
     token: Token = None,
 ) -> None:
     """Set or change a stage type's limit (tasks already in progress over it go on)."""
-    from jobnik.workers import ApiError, TransportError
-
-    try:
-        v = _producer(api_url, token).set_limit(stage_type, max_in_progress, reason=reason)
-    except (ApiError, TransportError) as exc:
-        _fail(exc)
-        return
-    typer.echo(f"{v.stage_type}  {v.in_progress}/{v.max_in_progress}")
+    v = _call(api_url, token, lambda p: p.set_limit(stage_type, max_in_progress, reason=reason))
+    typer.echo(f"{v.stage_type}  {_limits(v)}")
 
 
 @limits.command("remove")
 def remove(
+    stage_type: StageType, reason: Reason = None, api_url: ApiUrl = DEFAULT_URL, token: Token = None
+) -> None:
+    """Remove a stage type's limit: its dequeues take what is queued again."""
+    _call(api_url, token, lambda p: p.remove_limit(stage_type, reason=reason))
+    typer.echo(f"{stage_type}: no limit")
+
+
+@limits.command("rate")
+def rate(
     stage_type: StageType,
+    starts: Annotated[int, typer.Argument(help="at most this many task starts")],
+    per: Annotated[str, typer.Option(help="per this interval: 90s, 15m, 2h, 1d")] = "1m",
     reason: Reason = None,
     api_url: ApiUrl = DEFAULT_URL,
     token: Token = None,
 ) -> None:
-    """Remove a stage type's limit: its dequeues take what is queued again."""
-    from jobnik.workers import ApiError, TransportError
+    """Set or change a stage type's rate: at most STARTS task starts per interval."""
+    seconds = int(parse_duration(per).total_seconds())
+    v = _call(api_url, token, lambda p: p.set_rate(stage_type, starts, seconds, reason=reason))
+    typer.echo(f"{v.stage_type}  {_limits(v)}")
 
-    try:
-        _producer(api_url, token).remove_limit(stage_type, reason=reason)
-    except (ApiError, TransportError) as exc:
-        _fail(exc)
-        return
-    typer.echo(f"{stage_type}: no limit")
+
+@limits.command("unrate")
+def unrate(
+    stage_type: StageType, reason: Reason = None, api_url: ApiUrl = DEFAULT_URL, token: Token = None
+) -> None:
+    """Remove a stage type's rate limit."""
+    _call(api_url, token, lambda p: p.remove_rate(stage_type, reason=reason))
+    typer.echo(f"{stage_type}: no rate limit")

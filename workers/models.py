@@ -314,23 +314,32 @@ class ScheduleRun:
 
 @dataclass(frozen=True)
 class Limit:
-    """A stage type's concurrency limit: at most `max_in_progress` of its tasks in progress at
-    once; `in_progress` now and the `room` left; who set it last and why."""
+    """A stage type's limits: at most `max_in_progress` of its tasks in progress at once (None:
+    no such limit), at most `rate_starts` starts per `rate_interval_seconds` (None: no rate) with
+    `rate_tokens` left now; `in_progress` now, the `room` a dequeue has; who changed them last
+    and why."""
 
     stage_type: str
-    max_in_progress: int
+    max_in_progress: int | None
     in_progress: int
     room: int
     updated_by: str
     reason: str | None
+    rate_starts: int | None = None
+    rate_interval_seconds: int | None = None
+    rate_tokens: int | None = None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Limit:
+        rate = body.get("rate") or {}
         return cls(
             stage_type=body["stageType"],
-            max_in_progress=body["maxInProgress"],
+            max_in_progress=body.get("maxInProgress"),
             in_progress=body.get("inProgress", 0),
             room=body.get("room", 0),
             updated_by=body.get("updatedBy", ""),
             reason=body.get("reason"),
+            rate_starts=rate.get("starts"),
+            rate_interval_seconds=rate.get("intervalSeconds"),
+            rate_tokens=rate.get("tokens"),
         )

@@ -293,5 +293,19 @@ class Producer:
         return Limit.from_json(self.client.put(f"/v1/limits/{quote(stage_type, safe='')}", body))
 
     def remove_limit(self, stage_type: str, *, reason: str | None = None) -> None:
+        self._remove(f"/v1/limits/{quote(stage_type, safe='')}", reason)
+
+    def set_rate(
+        self, stage_type: str, starts: int, interval_seconds: int, *, reason: str | None = None
+    ) -> Limit:
+        """At most `starts` task starts of `stage_type` per `interval_seconds`."""
+        body = _with_reason({"starts": starts, "intervalSeconds": interval_seconds}, reason)
+        path = f"/v1/limits/{quote(stage_type, safe='')}/rate"
+        return Limit.from_json(self.client.put(path, body))
+
+    def remove_rate(self, stage_type: str, *, reason: str | None = None) -> None:
+        self._remove(f"/v1/limits/{quote(stage_type, safe='')}/rate", reason)
+
+    def _remove(self, path: str, reason: str | None) -> None:
         params = {"reason": reason} if reason is not None else None
-        self.client.request("DELETE", f"/v1/limits/{quote(stage_type, safe='')}", params=params)
+        self.client.request("DELETE", path, params=params)

@@ -1,5 +1,5 @@
-"""/v1/limits: the stage types' concurrency limits. Operators set, change and remove them; readers
-read them, each with its use now."""
+"""/v1/limits: the stage types' concurrency limits and rate limits. Operators set, change and
+remove them; readers read them, each with its use now."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 
 from jobnik.api.deps import reject_unknown_query
 from jobnik.api.errors import error_answers
-from jobnik.api.limit_schemas import LimitBody, LimitOut, LimitsOut
+from jobnik.api.limit_schemas import LimitBody, LimitOut, LimitsOut, RateBody
 from jobnik.api.operator_schemas import MALFORMED, REASON_MAX, REASON_TEXT
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import Message
@@ -39,21 +39,22 @@ async def get_limit_views(request: Request) -> LimitViews:
 LimitsDep = Annotated[LimitCommands, Depends(get_limits)]
 LimitViewsDep = Annotated[LimitViews, Depends(get_limit_views)]
 StageTypePath = Annotated[str, Path(alias="stageType", description="the stage type")]
-NO_LIMIT = (LimitNotFound, "the stage type has no concurrency limit")
+NO_LIMIT = (LimitNotFound, "the stage type has no such limit")
+ReasonQuery = Annotated[str | None, Query(max_length=REASON_MAX, description=REASON_TEXT)]
 
 
 @router.get("/limits", openapi_extra=needs(P.READ))
 def list_limits(views: LimitViewsDep) -> LimitsOut:
-    """jobnik: the concurrency limits in force, by stage type (`{total, items}`), each with its
-    tasks IN_PROGRESS now and the room left."""
+    """jobnik: the stage types with a limit in force, by stage type (`{total, items}`), each
+    with its tasks IN_PROGRESS now, its rate's tokens, and the room a dequeue has now."""
     found = views.all()
     return LimitsOut(total=len(found), items=[LimitOut.of(v) for v in found])
 
 
 @router.get("/limits/{stageType}", responses=error_answers(NO_LIMIT), openapi_extra=needs(P.READ))
 def get_limit(views: LimitViewsDep, stage_type: StageTypePath) -> LimitOut:
-    """jobnik: the stage type's concurrency limit, its tasks IN_PROGRESS now and the room
-    left."""
+    """jobnik: the stage type's limits, its tasks IN_PROGRESS now, its rate's tokens, and the
+    room a dequeue has now."""
     return LimitOut.of(views.get(stage_type))
 
 
@@ -87,8 +88,48 @@ def remove_limit(
     limits: LimitsDep,
     stage_type: StageTypePath,
     by: PrincipalDep,
-    reason: Annotated[str | None, Query(max_length=REASON_MAX, description=REASON_TEXT)] = None,
+    reason: ReasonQuery = None,
 ) -> Message:
-    """jobnik: the stage type's dequeues take what is queued again."""
+    """jobnik: the stage type's dequeues are held to no number in progress (its rate, if any,
+    stays)."""
     limits.remove(stage_type, by=by, reason=reason)
     return Message(code="LIMIT_REMOVED_SUCCESSFULLY")
+
+
+@router.put(
+    "/limits/{stageType}/rate",
+    responses=error_answers(MALFORMED, InvalidLimit),
+    openapi_extra=needs(P.OPERATE),
+)
+def set_rate(
+    limits: LimitsDep,
+    views: LimitViewsDep,
+    stage_type: StageTypePath,
+    body: RateBody,
+    by: PrincipalDep,
+) -> LimitOut:
+    """jobnik: at most `starts` task starts of the stage type per `intervalSeconds`, across every
+    worker and server process: a token bucket of `starts` tokens, kept in the database and
+    refilled continuously by its clock, each dequeued task taking one. A dequeue that finds no
+    whole token finds nothing of this type (404, as when none is queued), a batched one takes
+    no more than the tokens. Setting the values it has changes nothing; `reason` is recorded on
+    the event."""
+    limits.set_rate(stage_type, body.starts, body.interval_seconds, by=by, reason=body.reason)
+    return LimitOut.of(views.get(stage_type))
+
+
+@router.delete(
+    "/limits/{stageType}/rate",
+    responses=error_answers(MALFORMED, NO_LIMIT),
+    openapi_extra=needs(P.OPERATE),
+)
+def remove_rate(
+    limits: LimitsDep,
+    stage_type: StageTypePath,
+    by: PrincipalDep,
+    reason: ReasonQuery = None,
+) -> Message:
+    """jobnik: the stage type's dequeues are held to no rate (its concurrency limit, if any,
+    stays)."""
+    limits.remove_rate(stage_type, by=by, reason=reason)
+    return Message(code="RATE_LIMIT_REMOVED_SUCCESSFULLY")

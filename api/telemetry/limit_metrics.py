@@ -13,12 +13,12 @@ from prometheus_client.registry import Collector
 from jobnik.api.telemetry.service_metrics import guarded
 from jobnik.projections.queries.limits import LimitViews
 
-REASON = "concurrency_limit"  # the `reason` label of the held-back tasks (one kind of limit yet)
+REASON = "limit"  # the `reason` label of the held-back tasks
 
 
 class LimitMetrics(Collector):
-    """`jobnik_limit_max_in_progress`, `jobnik_limit_in_progress` by `stage_type`, and
-    `jobnik_tasks_held_back` by `stage_type` and `reason`."""
+    """`jobnik_limit_max_in_progress`, `jobnik_limit_in_progress`, `jobnik_rate_limit_tokens`
+    by `stage_type`, and `jobnik_tasks_held_back` by `stage_type` and `reason`."""
 
     def __init__(self, views: LimitViews) -> None:
         self.views = views
@@ -44,6 +44,11 @@ class LimitMetrics(Collector):
                 labels=by,
             ),
             GaugeMetricFamily(
+                "jobnik_rate_limit_tokens",
+                "Task starts a stage type's rate limit allows now: the tokens in its bucket",
+                labels=by,
+            ),
+            GaugeMetricFamily(
                 "jobnik_tasks_held_back",
                 "Queued tasks a limit holds back: beyond the room it leaves",
                 labels=[*by, "reason"],
@@ -51,9 +56,12 @@ class LimitMetrics(Collector):
         )
 
     def _collect(self) -> list[Metric]:
-        families = limit, running, held = self.families()
+        families = limit, running, tokens, held = self.families()
         for v in self.views.all():
-            limit.add_metric([v.stage_type], v.max_in_progress)
-            running.add_metric([v.stage_type], v.in_progress)
+            if v.max_in_progress is not None:
+                limit.add_metric([v.stage_type], v.max_in_progress)
+                running.add_metric([v.stage_type], v.in_progress)
+            if (left := v.rate_tokens) is not None:
+                tokens.add_metric([v.stage_type], left)
             held.add_metric([v.stage_type, REASON], v.held_back)
         return list(families)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jobnik.domain.jobs import Job
-from jobnik.domain.limits import ConcurrencyLimit
+from jobnik.domain.limits import StageTypeLimits
 from jobnik.domain.ports import Summary
 from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
@@ -69,8 +69,10 @@ def schedule_from_row(row: Mapping[str, Any]) -> Schedule:
     )
 
 
-def limit_from_row(row: Mapping[str, Any]) -> ConcurrencyLimit:
-    state = {k: row[k] for k in ("stage_type", "max_in_progress")}
-    return ConcurrencyLimit.restore(
+def limit_from_row(row: Mapping[str, Any]) -> StageTypeLimits:
+    state = {
+        k: row[k] for k in ("stage_type", "max_in_progress", "rate_starts", "rate_interval_seconds")
+    }
+    return StageTypeLimits.restore(
         row["id"], row["version"], row["creation_time"], row["update_time"], state
     )

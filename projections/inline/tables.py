@@ -9,7 +9,7 @@ TASKS, QUEUE, LOGS = "tasks_v1", "queue_v1", "task_logs_v2"
 ENTITY_JOBS, JOB_EVENTS = "entity_jobs_v1", "job_events_v1"
 TOKENS = "tokens_v1"
 SCHEDULES, SCHEDULE_FIRES = "schedules_v1", "schedule_fires_v1"
-LIMITS = "concurrency_limits_v1"
+LIMITS = "stage_type_limits_v1"
 RETENTION, ARCHIVES = "retention_v1", "archives_v1"
 TABLES: Final = (
     *(JOBS, STAGES, SUMMARIES, TASKS, QUEUE, LOGS, ENTITY_JOBS, JOB_EVENTS, TOKENS),

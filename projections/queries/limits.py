@@ -1,8 +1,10 @@
-"""What the API reads of concurrency limits: each limit in force with its use (the stage type's
-tasks IN_PROGRESS), read from the inline read models, so it reflects every acknowledged write."""
+"""What the API reads of the stage types' limits: each type's limits in force with their use (its
+tasks IN_PROGRESS, the tokens in its rate's bucket), read from the inline read models, so it
+reflects every acknowledged write."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,21 +16,34 @@ from jobnik.projections.store.base import SqlStore
 
 @dataclass(frozen=True)
 class LimitView:
-    """A stage type's concurrency limit and its use."""
+    """A stage type's limits and their use; a limit not set is None."""
 
     stage_type: str
-    max_in_progress: int
+    max_in_progress: int | None
     in_progress: int
     queued: int  # PENDING or RETRIED (also in paused jobs and stages not released yet)
+    rate_starts: int | None
+    rate_interval_seconds: int | None
+    tokens: float | None  # in the rate's bucket now (None: full, no claim drew from it yet)
     updated_by: str
     reason: str | None
     creation_time: datetime
     update_time: datetime
 
     @property
+    def rate_tokens(self) -> float | None:
+        """The tokens in the rate's bucket now (None: no rate limit)."""
+        if self.rate_starts is None:
+            return None
+        return self.rate_starts if self.tokens is None else max(0.0, self.tokens)
+
+    @property
     def room(self) -> int:
         """How many more tasks a claim may take now."""
-        return max(0, self.max_in_progress - self.in_progress)
+        rooms = [] if self.max_in_progress is None else [self.max_in_progress - self.in_progress]
+        if (tokens := self.rate_tokens) is not None:
+            rooms.append(math.floor(tokens))
+        return max(0, min(rooms, default=self.queued))
 
     @property
     def held_back(self) -> int:
@@ -39,9 +54,12 @@ class LimitView:
 def _view(row: Mapping[str, Any]) -> LimitView:
     return LimitView(
         row["stage_type"],
-        int(row["max_in_progress"]),
+        row["max_in_progress"],
         int(row["in_progress"]),
         int(row["queued"]),
+        row["rate_starts"],
+        row["rate_interval_seconds"],
+        None if row["tokens"] is None else float(row["tokens"]),
         row["updated_by"],
         row["reason"],
         row["creation_time"],
@@ -68,5 +86,5 @@ class LimitViews:
         with self.store.cursor(write=False) as cur:
             row = cur.one(self.d.sql("limit_views", where=where), {"t": stage_type})
         if row is None:
-            raise LimitNotFound(f"no concurrency limit is set for stage type '{stage_type}'")
+            raise LimitNotFound(f"no limit is set for stage type '{stage_type}'")
         return _view(row)

@@ -54,9 +54,6 @@ class PostgresSession(SqlSession):
         self._deltas: dict[Any, dict[str, int]] = {}
         # (stage, predicted completed, the session's own completed - total when predicting)
         self._predicted: list[tuple[UUID, bool, int]] = []
-        # Stage types this session claimed tasks of: their concurrency limits, checked at
-        # commit under the writer lock (`close`).
-        self._claimed_types: set[str] = set()
 
     def lock(self) -> None:
         """Take the writer lock, checking that what was loaded before it is still current (with
@@ -133,18 +130,20 @@ class PostgresSession(SqlSession):
                 self.d.sql("assert_summary_fresh"),
                 {"s": stage_id, "no": sorted(no), "yes": sorted(yes)},
             )
-        self._check_limits()
+        self.settle_claims()
 
-    def _check_limits(self) -> None:
+    def settle_claims(self) -> None:
         """A claim read its stage type's room before the writer lock, beside other claims of
-        the type: under the lock, with every earlier claim committed, its tasks IN_PROGRESS must
-        still be within the type's concurrency limit, else the command runs again (and then
-        finds the room taken). Without a limit the check is one probe of a small table."""
-        if not self._claimed_types:
-            return
-        self.lock()
-        for stage_type in sorted(self._claimed_types):
-            self.cur.execute(self.d.sql("assert_within_limit"), {"v": stage_type})
+        the type: under the lock, with every earlier claim committed, its tasks take their
+        tokens from the type's rate bucket, which must not go below 0, and the type's tasks
+        IN_PROGRESS must be within its concurrency limit; else the command runs again (and then
+        finds the room taken). Sent with the commit; for a type without limits, one probe of a
+        small table."""
+        claimed = self._settled()
+        if claimed:
+            self.lock()
+        for stage_type, count in claimed:
+            self.cur.execute(self.d.sql("settle_claim"), {"v": stage_type, "k": count})
 
     # -- loads ---------------------------------------------------------------------------------
 
@@ -171,16 +170,11 @@ class PostgresSession(SqlSession):
                 self._fetched.setdefault(row["id"], row)
 
     def _next_in_queue(self, params: dict[str, Any]) -> dict[str, Any] | None:
-        rows = self._claimed(params["v"], self._read_ahead("read_ahead_claim", params))
+        rows = self._read_ahead("read_ahead_claim", params)
         return rows[0] if rows else None
 
     def _next_batch_in_queue(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        return self._claimed(params["v"], self._read_ahead("read_ahead_claims", params))
-
-    def _claimed(self, stage_type: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if rows:
-            self._claimed_types.add(stage_type)
-        return rows
+        return self._read_ahead("read_ahead_claims", params)
 
     def _read_ahead(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         """Tasks' rows (`read_ahead_task(s)`, or the next queued of a stage type, locked:

@@ -3,7 +3,7 @@
 A statement follows a `-- name: <name>` line, up to the next one; its comment lines describe it.
 Parameters are `%(name)s` (SQLite's statements get `:name`). `{open}`, `{next_in_queue}` and
 `{next_batch_in_queue}` (and their `_locked` twins) are the dequeue rule (inline/queue.py, within
-the concurrency limits of inline/limits.py), filled in here; any other
+the limits of inline/limits.py), and `{now}` and `{tokens}` a rate's bucket, filled in here; any other
 `{slot}` is the caller's to fill (a list of placeholders, a table name).
 `grep -rn <table> projections/store/sql` lists every statement that names a table; statements
 built from row operations (executor.py, bulk.py) and the catch-up projections' own (catchup/)
@@ -16,7 +16,7 @@ import re
 from importlib.resources import files
 from typing import Final
 
-from jobnik.projections.inline.limits import within_limit
+from jobnik.projections.inline.limits import FUNCTIONS, tokens, within_limit
 from jobnik.projections.inline.queue import (
     LOCKED,
     NEXT_BATCH_IN_QUEUE,
@@ -40,6 +40,8 @@ def rules(backend: str) -> dict[str, str]:
         "next_batch_in_queue": within_limit(NEXT_BATCH_IN_QUEUE, backend),
         "next_in_queue_locked": within_limit(next_in_queue("1", LOCKED), backend),
         "next_batch_in_queue_locked": within_limit(next_in_queue("%(n)s", LOCKED), backend),
+        "now": FUNCTIONS[backend]["now"],
+        "tokens": tokens(backend),
     }
 
 

@@ -2,7 +2,7 @@
 
 Each event's job: a job's own events are the job's; a stage's and a task's are the job their
 creation event names (`inline.history.KIND`: the rule the history index files events by). A
-token, a schedule or a concurrency limit belongs to no job: its events are routed as a job of
+token, a schedule or a stage type's limits belong to no job: its events are routed as a job of
 their own (its one row is written by them alone; a run's fire key is written by its job's
 event). One statement reads the creation events' job ids from the log on the server (split
 across its parallel workers: JSON parsing is most of the routing's time); the jobs are then dealt
@@ -21,7 +21,7 @@ from typing import Any, Final
 from eventsourcing.utils import get_topic
 
 from jobnik.domain.errors import DatabaseError
-from jobnik.domain.limits import ConcurrencyLimit
+from jobnik.domain.limits import StageTypeLimits
 from jobnik.domain.schedules import Schedule
 from jobnik.domain.tokens import Token
 from jobnik.projections.inline.history import KIND
@@ -55,7 +55,7 @@ def routes(store: SqlStore, parts: int, head: int) -> Iterator[bool]:
     token_topic = get_topic(Token.TokenIssued)
     schedule_topic = get_topic(Schedule.ScheduleCreated)
     creations[token_topic], creations[schedule_topic] = "token", "schedule"
-    limit_topic = get_topic(ConcurrencyLimit.LimitSet)
+    limit_topic = get_topic(StageTypeLimits.LimitsCreated)
     creations[limit_topic] = "limit"
     params: dict[str, Any] = {
         "head": head,

@@ -27,7 +27,7 @@ from jobnik.domain.errors import (
     TokenNotFound,
 )
 from jobnik.domain.jobs import Job
-from jobnik.domain.limits import ConcurrencyLimit
+from jobnik.domain.limits import StageTypeLimits
 from jobnik.domain.ports import Summary
 from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
@@ -70,6 +70,9 @@ class SqlSession:
         self.loaded: dict[UUID, Entity] = {}
         self._fetched: dict[UUID, Any] = {}  # rows read ahead, not loaded yet
         self._position: int | None = None
+        # Tasks claimed by stage type, not settled yet: what their limits are charged at
+        # commit (`settle_claims`).
+        self._claimed: dict[str, int] = {}
 
     @property
     def position(self) -> int | None:
@@ -84,7 +87,23 @@ class SqlSession:
         off the job's queue rows."""
 
     def close(self) -> None:
-        """Before the commit: the session's last checks (none here)."""
+        """Before the commit: the session's last writes and checks (its claims' limits)."""
+        self.settle_claims()
+
+    def settle_claims(self) -> None:
+        """Each rate-limited stage type this session claimed tasks of loses as many tokens.
+        The writer lock, held from the start, kept the room each claim read exact."""
+        for stage_type, count in self._settled():
+            self.cur.execute(self.d.sql("spend_tokens"), {"v": stage_type, "k": count})
+
+    def _settled(self) -> list[tuple[str, int]]:
+        """The claims not settled yet, by stage type, now settled."""
+        claimed, self._claimed = sorted(self._claimed.items()), {}
+        return claimed
+
+    def _count_claims(self, stage_type: str, count: int) -> None:
+        if count:
+            self._claimed[stage_type] = self._claimed.get(stage_type, 0) + count
 
     # -- loads by id ---------------------------------------------------------------------------
 
@@ -108,10 +127,10 @@ class SqlSession:
             Schedule, self._load(SCHEDULES, schedule_id, schedule_from_row, ScheduleNotFound)
         )
 
-    def limit(self, limit_id: UUID) -> ConcurrencyLimit:
+    def limit(self, limit_id: UUID) -> StageTypeLimits:
         """Loaded under the writer lock, as a schedule is."""
         self.lock()
-        return cast(ConcurrencyLimit, self._load(LIMITS, limit_id, limit_from_row, LimitNotFound))
+        return cast(StageTypeLimits, self._load(LIMITS, limit_id, limit_from_row, LimitNotFound))
 
     def schedule_named(self, name: str) -> UUID | None:
         rows = self._rows("schedule_by_name", n=name)
@@ -134,6 +153,7 @@ class SqlSession:
         row = self._next_in_queue(self._claim_params(stage_type, now))
         if row is None:
             return None
+        self._count_claims(stage_type, 1)
         self._fetched.setdefault(row["id"], row)
         return self.task(row["id"])
 
@@ -142,6 +162,7 @@ class SqlSession:
 
     def claim_batch(self, stage_type: str, count: int, now: datetime) -> list[Task]:
         rows = self._next_batch_in_queue({**self._claim_params(stage_type, now), "n": int(count)})
+        self._count_claims(stage_type, len(rows))
         for row in rows:
             self._fetched.setdefault(row["id"], row)
         return [self.task(row["id"]) for row in rows]

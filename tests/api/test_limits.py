@@ -4,6 +4,7 @@ and the OpenAPI document show it."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -57,7 +58,12 @@ def test_a_limit_is_changed_and_removed_each_an_event_with_its_reason(api: Api) 
     with api.wrote_events():
         r = api.http.delete("/v1/limits/render", params={"reason": "no licence needed"})
     assert (r.status_code, r.json()) == (200, {"code": "LIMIT_REMOVED_SUCCESSFULLY"})
-    assert api.events_of(str(limit_id("render"))) == ["LimitSet", "LimitChanged", "LimitRemoved"]
+    assert api.events_of(str(limit_id("render"))) == [
+        "LimitsCreated",
+        "ConcurrencyLimitSet",
+        "ConcurrencyLimitSet",
+        "ConcurrencyLimitRemoved",
+    ]
     assert api.http.get("/v1/limits").json() == {"total": 0, "items": []}
     for r in (api.http.get("/v1/limits/render"), api.http.delete("/v1/limits/render")):
         assert (r.status_code, r.json()["code"]) == (404, "LIMIT_NOT_FOUND")
@@ -105,7 +111,7 @@ def test_queues_and_metrics_show_each_limit_its_use_and_the_tasks_it_holds_back(
     metrics = api.http.get("/metrics").text
     assert 'jobnik_limit_max_in_progress{stage_type="render"} 2.0' in metrics
     assert 'jobnik_limit_in_progress{stage_type="render"} 2.0' in metrics
-    assert 'jobnik_tasks_held_back{reason="concurrency_limit",stage_type="render"} 3.0' in metrics
+    assert 'jobnik_tasks_held_back{reason="limit",stage_type="render"} 3.0' in metrics
 
 
 def test_the_openapi_document_names_every_limit_answer(api: Api) -> None:
@@ -116,3 +122,42 @@ def test_the_openapi_document_names_every_limit_answer(api: Api) -> None:
     assert "LIMIT_NOT_FOUND" in one["get"]["responses"]["404"]["description"]
     body = api.http.get("/openapi.json").json()["components"]["schemas"]["LimitBody"]
     assert body["properties"]["maxInProgress"]["minimum"] == 1
+
+
+def test_a_rate_is_set_read_and_removed_and_holds_dequeues_back(api: Api) -> None:
+    queued(api, "render", 4)
+    r = api.http.put(
+        "/v1/limits/render/rate", json={"starts": 2, "intervalSeconds": 3600, "reason": "quota"}
+    )
+    assert r.status_code == 200, r.text
+    made = r.json()
+    assert made["rate"] == {"starts": 2, "intervalSeconds": 3600, "tokens": 2}
+    assert "maxInProgress" not in made  # no concurrency limit
+    assert made["room"] == 2
+
+    api.dequeue("render")
+    api.dequeue("render")
+    api.dequeue_nothing("render")
+    got = api.http.get("/v1/limits/render").json()
+    assert (got["rate"]["tokens"], got["room"]) == (0, 0)
+    items = {q["stageType"]: q for q in api.http.get("/v1/queues").json()["items"]}
+    assert items["render"]["heldBack"] == 2
+    metric = re.search(
+        r'jobnik_rate_limit_tokens\{stage_type="render"\} (\S+)', api.http.get("/metrics").text
+    )
+    assert metric is not None
+    assert 0 <= float(metric.group(1)) < 1  # (refilling, by the database's clock)
+
+    r = api.http.delete("/v1/limits/render/rate", params={"reason": "quota lifted"})
+    assert (r.status_code, r.json()) == (200, {"code": "RATE_LIMIT_REMOVED_SUCCESSFULLY"})
+    api.dequeue("render")
+    assert api.events_of(str(limit_id("render")))[-2:] == ["RateLimitSet", "RateLimitRemoved"]
+
+
+@pytest.mark.parametrize(
+    "body", [{"starts": 0, "intervalSeconds": 60}, {"starts": 5, "intervalSeconds": 0}]
+)
+def test_a_bad_rate_is_a_named_400_and_writes_nothing(api: Api, body: Json) -> None:
+    with api.nothing_written():
+        r = api.http.put("/v1/limits/render/rate", json=body)
+    assert (r.status_code, r.json()["code"]) == (400, "INVALID_LIMIT"), r.text

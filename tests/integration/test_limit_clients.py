@@ -33,6 +33,13 @@ def test_the_sdk_and_the_command_line_set_list_and_remove_a_limit(
     assert listed.exit_code == 0, listed.output
     assert "encode  0/2  by api  (cpu)" in listed.output
     assert "render farm  0/3" in listed.output
+    rated = cli.invoke(app, ["limits", "rate", "encode", "5", "--per", "1m", *url])
+    assert rated.exit_code == 0, rated.output
+    assert "encode  0/2  5 per 60 s (5 left)" in rated.output
+    assert producer.limit("encode").rate_tokens == 5
+    unrated = cli.invoke(app, ["limits", "unrate", "encode", *url])
+    assert unrated.exit_code == 0, unrated.output
+    assert producer.limit("encode").rate_starts is None
     bad = cli.invoke(app, ["limits", "set", "encode", "0", *url])
     assert bad.exit_code == 1
     assert "INVALID_LIMIT" in bad.output

@@ -109,10 +109,11 @@ def test_each_change_is_an_event_with_its_actor_and_reason(
     limits.set("render", 1, by=OPS)
     found = list(store.log_app.events.get(limit_id("render")))
     assert [(type(e).__name__, e.actor, e.reason) for e in found] == [
-        ("LimitSet", "ops", "licence for 2"),
-        ("LimitChanged", "ops", "a third seat"),
-        ("LimitRemoved", "ops", "licence server gone"),
-        ("LimitChanged", "ops", None),
+        ("LimitsCreated", "ops", None),
+        ("ConcurrencyLimitSet", "ops", "licence for 2"),
+        ("ConcurrencyLimitSet", "ops", "a third seat"),
+        ("ConcurrencyLimitRemoved", "ops", "licence server gone"),
+        ("ConcurrencyLimitSet", "ops", None),
     ]
 
 
@@ -139,7 +140,7 @@ def test_rebuilt_limits_equal_their_live_twins_and_verify_is_clean(
     limits.remove("encode", by=OPS)
     claim(jobnik, "render")
     live = snapshot(store)
-    assert len(live["concurrency_limits_v1"]) == 2
+    assert len(live["stage_type_limits_v1"]) == 2
 
     rebuild(store)
 
@@ -251,3 +252,110 @@ def test_a_claim_succeeds_exactly_when_a_task_is_queued_and_the_limit_has_room(
         elif step == "unlimit" and limit is not None:
             limits.remove("render", by=OPS)
             limit = None
+
+
+# -- rate limits -------------------------------------------------------------------------------
+
+
+def refill(store: SqlStore, stage_type: str, seconds: float) -> None:
+    """As if `seconds` passed for the stage type's bucket (its refill time moved back)."""
+    with store.cursor(write=True) as cur:
+        cur.execute(
+            store.dialect.params(
+                "UPDATE jobnik_rate_buckets SET refilled_at = refilled_at - %(s)s "
+                "WHERE stage_type = %(t)s"
+            ),
+            {"s": seconds, "t": stage_type},
+        )
+
+
+def test_a_rate_admits_its_bucket_then_refills_by_the_databases_clock(
+    store: SqlStore, jobnik: Jobnik, limits: LimitCommands
+) -> None:
+    queue(jobnik, "render", 10)
+    queue(jobnik, "encode", 1)
+    limits.set_rate("render", 3, 3600, by=OPS, reason="the API allows 3 an hour")
+    assert len(jobnik.dequeue_batch("render", 2)) == 2
+    assert claim(jobnik, "render") is not None
+    assert claim(jobnik, "render") is None  # the bucket is empty
+    assert jobnik.dequeue_batch("render", 5) == []
+    assert claim(jobnik, "encode") is not None  # another type is not held back
+
+    refill(store, "render", 1200)  # a third of the interval: one token
+    assert len(jobnik.dequeue_batch("render", 5)) == 1
+    refill(store, "render", 7200)  # two intervals: the bucket holds 3 at most
+    assert len(jobnik.dequeue_batch("render", 5)) == 3
+
+    limits.remove_rate("render", by=OPS)
+    assert len(jobnik.dequeue_batch("render", 5)) == 3
+
+
+def test_a_rate_and_a_concurrency_limit_hold_together(
+    store: SqlStore, jobnik: Jobnik, limits: LimitCommands
+) -> None:
+    queue(jobnik, "render", 10)
+    limits.set_rate("render", 4, 3600, by=OPS)
+    limits.set("render", 2, by=OPS)
+    first, _ = jobnik.dequeue_batch("render", 5)  # the concurrency limit binds
+    jobnik.report_task(first.id, TaskStatus.COMPLETED)
+    assert len(jobnik.dequeue_batch("render", 5)) == 1
+    jobnik.report_task(_.id, TaskStatus.COMPLETED)
+    assert len(jobnik.dequeue_batch("render", 5)) == 1  # then the rate: 4 started
+    assert jobnik.dequeue_batch("render", 5) == []
+
+
+@pytest.mark.parametrize(("starts", "interval"), [(0, 60), (-1, 60), (5, 0), (5, -60)])
+def test_a_bad_rate_is_refused_and_writes_nothing(
+    store: SqlStore, limits: LimitCommands, starts: int, interval: int
+) -> None:
+    before = store.log_app.recorder.max_notification_id()
+    with pytest.raises(InvalidLimit):
+        limits.set_rate("render", starts, interval, by=OPS)
+    assert store.log_app.recorder.max_notification_id() == before
+    with pytest.raises(LimitNotFound):
+        limits.remove_rate("render", by=OPS)
+
+
+def test_eight_concurrent_claimers_start_exactly_the_rates_bucket(
+    jobnik: Jobnik, limits: LimitCommands
+) -> None:
+    """A bucket of 10 an hour, 40 tasks queued and 8 claimers (single and batched) asking until
+    each has found nothing three times: exactly 10 start, not one more, not one fewer."""
+    queue(jobnik, "render", 40)
+    limits.set_rate("render", 10, 3600, by=OPS)
+    started: list[Task] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def claimer(i: int) -> None:
+        empty = 0
+        try:
+            while empty < 3:
+                got = jobnik.dequeue_batch("render", 1 + i % 3)
+                with lock:
+                    started.extend(got)
+                empty = 0 if got else empty + 1
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    assert len(started) == len({t.id for t in started}) == 10
+
+
+def test_rebuilt_rates_equal_their_live_twins_and_leave_the_buckets(
+    store: SqlStore, jobnik: Jobnik, limits: LimitCommands
+) -> None:
+    queue(jobnik, "render", 5)
+    limits.set_rate("render", 2, 60, by=OPS, reason="two a minute")
+    limits.set("render", 4, by=OPS)
+    jobnik.dequeue_batch("render", 5)
+    live = snapshot(store)
+    rebuild(store)
+    assert snapshot(store) == live
+    assert verify(store) == []
+    assert jobnik.dequeue_batch("render", 5) == []  # the bucket, still empty

@@ -25,7 +25,7 @@ from jobnik.domain.errors import (
     TokenNotFound,
 )
 from jobnik.domain.jobs import Job
-from jobnik.domain.limits import ConcurrencyLimit
+from jobnik.domain.limits import StageTypeLimits
 from jobnik.domain.ports import Summary
 from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
@@ -198,8 +198,8 @@ class MemorySession:
     def token(self, token_id: UUID) -> Token:
         return cast(Token, self._load(TOKENS, token_id, token_from_row, TokenNotFound))
 
-    def limit(self, limit_id: UUID) -> ConcurrencyLimit:
-        return cast(ConcurrencyLimit, self._load(LIMITS, limit_id, limit_from_row, LimitNotFound))
+    def limit(self, limit_id: UUID) -> StageTypeLimits:
+        return cast(StageTypeLimits, self._load(LIMITS, limit_id, limit_from_row, LimitNotFound))
 
     def schedule(self, schedule_id: UUID) -> Schedule:
         return cast(

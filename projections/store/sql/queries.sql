@@ -177,16 +177,28 @@ SELECT name, fired, skipped, missed FROM schedules_v1 ORDER BY name;
 -- == concurrency limits (store/limits.py) =====================================================
 
 -- name: limit_by_id
-SELECT * FROM concurrency_limits_v1 WHERE id = %(id)s;
+SELECT * FROM stage_type_limits_v1 WHERE id = %(id)s;
 
 -- name: limit_views
--- The concurrency limits in force, by stage type, each with its use: the type's tasks
--- IN_PROGRESS (counted on tasks_v1_type_status), and its queued ones (PENDING or RETRIED, from
--- its stages' summaries); {where}: the filter (a stage type, or 1 = 1).
-SELECT l.stage_type, l.max_in_progress, l.updated_by, l.reason, l.creation_time, l.update_time,
+-- The limits in force, by stage type, each with its use: the type's tasks IN_PROGRESS (counted
+-- on an index), its queued ones (PENDING or RETRIED, from its stages' summaries) and the tokens
+-- in its rate's bucket now; {where}: the filter (a stage type, or 1 = 1).
+SELECT l.stage_type, l.max_in_progress, l.rate_starts, l.rate_interval_seconds, l.updated_by,
+    l.reason, l.creation_time, l.update_time,
     (SELECT count(*) FROM tasks_v1 t WHERE t.stage_type = l.stage_type
         AND t.status = 'IN_PROGRESS') AS in_progress,
     (SELECT COALESCE(SUM(m.pending + m.retried), 0) FROM stages_v1 s
-        JOIN summaries_v1 m ON m.stage_id = s.id WHERE s.type = l.stage_type) AS queued
-FROM concurrency_limits_v1 l WHERE l.max_in_progress IS NOT NULL AND {where}
+        JOIN summaries_v1 m ON m.stage_id = s.id WHERE s.type = l.stage_type) AS queued,
+    (SELECT {tokens} FROM jobnik_rate_buckets b WHERE b.stage_type = l.stage_type) AS tokens
+FROM stage_type_limits_v1 l
+WHERE (l.max_in_progress IS NOT NULL OR l.rate_starts IS NOT NULL) AND {where}
 ORDER BY l.stage_type;
+
+-- name: spend_tokens
+-- After a claim of %(k)s tasks of stage type %(v)s: as many tokens leave its rate's bucket,
+-- refilled first (a full one when it has none yet); nothing when the type has no rate limit.
+INSERT INTO jobnik_rate_buckets (stage_type, tokens, refilled_at)
+SELECT l.stage_type, COALESCE((SELECT {tokens} FROM jobnik_rate_buckets b
+        WHERE b.stage_type = l.stage_type), l.rate_starts) - %(k)s, {now}
+FROM stage_type_limits_v1 l WHERE l.stage_type = %(v)s AND l.rate_starts IS NOT NULL
+ON CONFLICT (stage_type) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at;

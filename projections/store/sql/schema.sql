@@ -232,16 +232,25 @@ CREATE TABLE IF NOT EXISTS schedule_fires_v1 (
     PRIMARY KEY (schedule_id, nominal_time)
 );
 
--- Concurrency limits: one row per stage type whose limit was set (NULL: removed).
-CREATE TABLE IF NOT EXISTS concurrency_limits_v1 (
+-- Stage type limits: one row per stage type whose limits were set (NULL: not set, or removed),
+-- and each rate's token bucket: its tokens at `refilled_at` (seconds since 1970, the database's
+-- clock). The buckets are not a read model: claims draw from them, and a rebuild leaves them.
+CREATE TABLE IF NOT EXISTS stage_type_limits_v1 (
     id {uuid} PRIMARY KEY,
     version BIGINT NOT NULL,
     stage_type TEXT NOT NULL UNIQUE,
     max_in_progress INTEGER,
+    rate_starts INTEGER,
+    rate_interval_seconds INTEGER,
     updated_by TEXT NOT NULL,
     reason TEXT,
     creation_time {time} NOT NULL,
     update_time {time} NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobnik_rate_buckets (
+    stage_type TEXT PRIMARY KEY,
+    tokens DOUBLE PRECISION NOT NULL,
+    refilled_at DOUBLE PRECISION NOT NULL
 );
 
 -- Retention and archives: the retention period set per job name, one row per archived job, and

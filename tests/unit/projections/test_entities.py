@@ -11,7 +11,7 @@ from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.archives import Archive, ArchiveFile, RetentionChange
 from jobnik.domain.errors import JobNotEnded, TaskNotRerunnable
 from jobnik.domain.jobs import Job
-from jobnik.domain.limits import ConcurrencyLimit
+from jobnik.domain.limits import StageTypeLimits
 from jobnik.domain.ports import Summary
 from jobnik.domain.principals import Actor
 from jobnik.domain.schedules import Schedule
@@ -80,7 +80,7 @@ def _event_classes(aggregate: type) -> list[type]:
     ]
 
 
-AGGREGATES = (Job, Stage, Task, Token, Schedule, ConcurrencyLimit, RetentionChange, Archive)
+AGGREGATES = (Job, Stage, Task, Token, Schedule, StageTypeLimits, RetentionChange, Archive)
 DOMAIN_EVENTS = [cls for agg in AGGREGATES for cls in _event_classes(agg)]
 
 
