@@ -3,8 +3,8 @@
 A statement follows a `-- name: <name>` line, up to the next one; its comment lines describe it.
 Parameters are `%(name)s` (SQLite's statements get `:name`). `{open}`, `{next_in_queue}` and
 `{next_batch_in_queue}` (and their `_locked` twins) are the dequeue rule (inline/queue.py, within
-the limits of inline/limits.py), and `{now}` and `{tokens}` a rate's bucket, filled in here; any other
-`{slot}` is the caller's to fill (a list of placeholders, a table name).
+the limits of inline/limits.py), and `{now}` and `{tokens}` a rate's bucket, filled in here; any
+other `{slot}` is the caller's to fill (a list of placeholders, a table name).
 `grep -rn <table> projections/store/sql` lists every statement that names a table; statements
 built from row operations (executor.py, bulk.py) and the catch-up projections' own (catchup/)
 are the rest.
