@@ -15,6 +15,7 @@ from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import Message
 from jobnik.domain.errors import InvalidLimit, LimitNotFound
 from jobnik.domain.limit_commands import LimitCommands
+from jobnik.domain.limits import STAGE_TYPE_MAX
 from jobnik.domain.principals import Permission
 from jobnik.projections.queries.limits import LimitViews
 
@@ -38,7 +39,15 @@ async def get_limit_views(request: Request) -> LimitViews:
 
 LimitsDep = Annotated[LimitCommands, Depends(get_limits)]
 LimitViewsDep = Annotated[LimitViews, Depends(get_limit_views)]
-StageTypePath = Annotated[str, Path(alias="stageType", description="the stage type")]
+# (its bounds documented, refused by the domain as INVALID_LIMIT: one code for every bad limit)
+StageTypePath = Annotated[
+    str,
+    Path(
+        alias="stageType",
+        description="the stage type",
+        json_schema_extra={"minLength": 1, "maxLength": STAGE_TYPE_MAX},
+    ),
+]
 NO_LIMIT = (LimitNotFound, "the stage type has no such limit")
 ReasonQuery = Annotated[str | None, Query(max_length=REASON_MAX, description=REASON_TEXT)]
 

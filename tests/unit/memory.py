@@ -151,7 +151,8 @@ class Tables:
         return [r["task_id"] for r in merged]
 
     def room(self, stage_type: str, n: int) -> int:
-        """How many of `n` tasks a claim of `stage_type` may take (its concurrency limit)."""
+        """How many of `n` tasks a claim of `stage_type` may take: its concurrency limit (a rate,
+        whose bucket refills by the database's clock, is the SQL stores' alone)."""
         limit = self.maybe(LIMITS, stage_type=stage_type)
         if limit is None or limit["max_in_progress"] is None:
             return n
