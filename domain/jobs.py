@@ -188,6 +188,15 @@ class Job(Entity):
         def apply(self, job: Job) -> None:
             job.user_metadata = self.user_metadata
 
+    class JobRescheduled(Entity.Event):
+        """The job's not-before time changed (None: none)."""
+
+        not_before: datetime | None
+        previous: datetime | None
+
+        def apply(self, job: Job) -> None:
+            job.not_before = self.not_before
+
     class JobDeleted(Entity.Event):
         def apply(self, job: Job) -> None:
             job.deleted = True
@@ -410,6 +419,17 @@ class Job(Entity):
         self, user_metadata: dict[str, Any], now: datetime, actor: Principal
     ) -> None:
         self._emit(self.JobUserMetadataReplaced, now, actor, user_metadata=user_metadata)
+
+    def reschedule(
+        self, not_before: datetime | None, now: datetime, actor: Principal, reason: str
+    ) -> None:
+        """A new not-before time for the job's tasks (its queued ones are rescheduled with it,
+        by the command). JobInFiniteState once it ended."""
+        if self.is_final:
+            raise JobInFiniteState
+        self._emit(
+            self.JobRescheduled, now, actor, reason, not_before=not_before, previous=self.not_before
+        )
 
     def run_of(
         self,

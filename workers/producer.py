@@ -114,13 +114,19 @@ class Producer:
     def reschedule_task(self, task_id: str, not_before: datetime | None, *, reason: str) -> Task:
         """Bring a queued task forward or postpone it (None: dequeueable at once); `reason` is
         recorded. ApiError 400 TASK_NOT_QUEUED once a worker took it."""
-        body = {"notBefore": None if not_before is None else instant(not_before), "reason": reason}
-        return Task.from_json(self.client.patch(f"/v1/tasks/{task_id}/not-before", body))
+        return Task.from_json(self._reschedule(f"/v1/tasks/{task_id}", not_before, reason))
 
     def reschedule_stage(self, stage_id: str, not_before: datetime | None, *, reason: str) -> Stage:
         """The stage's new not-before time, for its queued tasks and those added later."""
+        return Stage.from_json(self._reschedule(f"/v1/stages/{stage_id}", not_before, reason))
+
+    def reschedule_job(self, job_id: str, not_before: datetime | None, *, reason: str) -> Job:
+        """The job's new not-before time, for its queued tasks and those added later."""
+        return Job.from_json(self._reschedule(f"/v1/jobs/{job_id}", not_before, reason))
+
+    def _reschedule(self, path: str, not_before: datetime | None, reason: str) -> Any:
         body = {"notBefore": None if not_before is None else instant(not_before), "reason": reason}
-        return Stage.from_json(self.client.patch(f"/v1/stages/{stage_id}/not-before", body))
+        return self.client.patch(f"{path}/not-before", body)
 
     def job(self, job_id: str) -> Job:
         return Job.from_json(self.client.get(f"/v1/jobs/{job_id}"))

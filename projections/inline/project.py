@@ -214,6 +214,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Job.JobReopened: _job_reopened,
     Job.JobPriorityChanged: _job_priority_changed,
     Job.JobUserMetadataReplaced: lambda e, _: [_job(e, user_metadata=e.user_metadata)],
+    Job.JobRescheduled: lambda e, _: [_job(e, not_before=e.not_before)],
     Job.JobDeleted: _job_deleted,
     Stage.StageAdded: _stage_added,
     Stage.StageReleased: lambda e, _: [

@@ -155,6 +155,28 @@ def test_a_stage_reschedule_moves_its_queued_tasks_and_those_added_later(
     assert got == {t["id"] for t in [*first, *later]}
 
 
+def test_a_job_reschedule_moves_its_queued_tasks_but_not_a_running_one(
+    api: Api, clock: Clock
+) -> None:
+    job = api.create_job(notBefore=clock.at(50))
+    first, second = api.add_stage(job["id"]), api.add_stage(job["id"])
+    queued = api.add_tasks(first["id"], 2)
+    clock.advance(50)
+    running = api.dequeue(first["type"])
+    r = api.http.patch(
+        f"/v1/jobs/{job['id']}/not-before", json={"notBefore": clock.at(500), "reason": "later"}
+    )
+    assert r.status_code == 200, r.text
+    assert parse_time(r.json()["notBefore"]) == T0 + timedelta(seconds=500)
+
+    [waiting] = [t for t in queued if t["id"] != running["id"]]
+    assert parse_time(api.task(waiting["id"])["notBefore"]) == T0 + timedelta(seconds=500)
+    assert "notBefore" not in api.task(running["id"])
+    assert api.events_of(job["id"])[-1] == "JobRescheduled"
+    api.dequeue_nothing(first["type"])
+    assert second["status"] == "CREATED"
+
+
 def test_a_running_task_has_no_time_to_change(api: Api, clock: Clock) -> None:
     stage = queued_stage(api)
     [task] = api.add_tasks(stage["id"])
@@ -192,6 +214,9 @@ def test_a_not_before_that_does_not_parse_or_has_no_zone_is_a_named_400(
         lambda: api.http.patch(
             f"/v1/stages/{stage['id']}/not-before", json={"notBefore": text, "reason": "x"}
         ),
+        lambda: api.http.patch(
+            f"/v1/jobs/{job['id']}/not-before", json={"notBefore": text, "reason": "x"}
+        ),
     ]
     for call in calls:
         with api.nothing_written():
@@ -213,7 +238,11 @@ def test_a_retry_policy_out_of_bounds_is_a_named_400(api: Api, policy: Json) -> 
 
 def test_the_new_routes_are_documented(api: Api) -> None:
     paths = api.http.get("/openapi.json").json()["paths"]
-    for path in ("/v1/tasks/{taskId}/not-before", "/v1/stages/{stageId}/not-before"):
+    for path in (
+        "/v1/tasks/{taskId}/not-before",
+        "/v1/stages/{stageId}/not-before",
+        "/v1/jobs/{jobId}/not-before",
+    ):
         answers = paths[path]["patch"]["responses"]
         assert {"200", "400", "404"} <= set(answers), path
 
@@ -230,6 +259,8 @@ def test_the_producer_sends_not_before_times_and_retry_policies(api: Api, clock:
     moved = producer.reschedule_task(task.id, None, reason="sooner")
     assert moved.not_before is None
     assert api.events_of(task.id)[-1] == "TaskRescheduled"
+    assert producer.reschedule_stage(stage.id, None, reason="r").id == stage.id
+    assert producer.reschedule_job(job.id, None, reason="r").id == job.id
     assert producer.client.patch(f"/v1/stages/{stage.type}/tasks/dequeue")["id"] == task.id
     with pytest.raises(ValueError, match="time zone"):
         producer.create_tasks(stage.id, [{}], not_before=datetime(2030, 1, 1))

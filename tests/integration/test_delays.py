@@ -163,6 +163,7 @@ def test_a_rebuild_with_delayed_retried_and_rescheduled_tasks_equals_the_live_re
     other = app.add_stage(job.id, NewStage(type="second", data={}))
     app.add_tasks(other.id, [NewTask(data={}, not_before=at(50))])
     app.reschedule_stage(other.id, at(70), reason="postponed", by=Actor.API)
+    app.reschedule_job(job.id, at(80), reason="all of it", by=Actor.API)
     live = snapshot(store)
     assert any(r["not_before"] for r in live["queue_v1"])
     assert any(r["retry_policy"] for r in live["tasks_v1"])
