@@ -65,13 +65,15 @@ class Sweeper:
         if total:
             log.info("leases swept", extra={"action": "leases_swept", "tasks": total})
         self.swept += total
+        if missed := self.jobnik.expire_deadlines():
+            log.info("deadlines passed", extra={"action": "deadlines_passed", "missed": missed})
         steps = self._fire_schedules(self.schedules) if self.schedules is not None else 0
         purged = 0
         if self.purge is not None and time.monotonic() - self._purged_at >= PURGE_EVERY:
             self._purged_at = time.monotonic()
             if purged := self.purge():
                 log.info("idempotency keys purged", extra={"action": "keys_purged", "keys": purged})
-        did(total + steps + purged)
+        did(total + steps + purged + missed)
         return total
 
     def _fire_schedules(self, schedules: ScheduleCommands) -> int:

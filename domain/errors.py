@@ -449,3 +449,9 @@ class TaskNotQueued(IllegalTransition):
     """only a task waiting in the queue (PENDING or RETRIED) has a not-before time to change"""
 
     code = "TASK_NOT_QUEUED"
+
+
+class InvalidDeadline(InvalidRequest):
+    """a deadline is an ISO 8601 time with a time zone offset, later than now"""
+
+    code = "INVALID_DEADLINE"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 from jobnik.domain.base import Entity, cause
-from jobnik.domain.delays import RetryPolicy
+from jobnik.domain.delays import RetryPolicy, check_deadline
 from jobnik.domain.errors import (
     IllegalJobTransition,
     JobFinishing,
@@ -17,7 +17,14 @@ from jobnik.domain.errors import (
     JobNotRerunnable,
 )
 from jobnik.domain.principals import Actor, Principal
-from jobnik.domain.statuses import JOB_FINAL, JOB_RERUNNABLE, JOB_TRANSITIONS, JobMode, Priority
+from jobnik.domain.statuses import (
+    DEADLINE,
+    JOB_FINAL,
+    JOB_RERUNNABLE,
+    JOB_TRANSITIONS,
+    JobMode,
+    Priority,
+)
 from jobnik.domain.statuses import JobStatus as S
 
 
@@ -49,6 +56,7 @@ class Job(Entity):
         finish_time: datetime | None
         not_before: datetime | None
         retry_policy: dict[str, float] | None
+        deadline: datetime | None
 
     class JobCreated(Entity.Created):
         """`mode`: runOnce or standard; `parent_task_id`: the delegating task."""
@@ -68,6 +76,7 @@ class Job(Entity):
         # with defaults: events stored without them load with None.
         not_before: datetime | None = field(default=None, kw_only=True)
         retry_policy: dict[str, float] | None = field(default=None, kw_only=True)
+        deadline: datetime | None = field(default=None, kw_only=True)  # fails unfinished then
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -76,6 +85,7 @@ class Job(Entity):
 
         def apply(self, job: Job) -> None:
             job.not_before, job.retry_policy = self.not_before, self.retry_policy
+            job.deadline = self.deadline
             job.name, job.data, job.priority = self.name, self.data, self.priority
             job.user_metadata = self.user_metadata
             job.traceparent, job.tracestate = self.traceparent, self.tracestate
@@ -149,7 +159,11 @@ class Job(Entity):
             job.status, job.end_time = S.COMPLETED, self.timestamp
 
     class JobFailed(Entity.Event):
-        stage_id: UUID
+        """A stage failed (`stage_id`), or the job's deadline passed (`cause` "deadline",
+        `stage_id` None)."""
+
+        stage_id: UUID | None
+        cause: str | None = field(default=None, kw_only=True)
 
         def apply(self, job: Job) -> None:
             job.status, job.end_time = S.FAILED, self.timestamp
@@ -173,7 +187,7 @@ class Job(Entity):
         def apply(self, job: Job) -> None:
             job.status, job.end_time = self.status, None
             job.completed_stages, job.percentage = self.completed_stages, self.percentage
-            job.completing = self.completing
+            job.completing, job.deadline = self.completing, None
 
     class JobPriorityChanged(Entity.Event):
         previous: str
@@ -230,7 +244,9 @@ class Job(Entity):
         parent_job_id: UUID | None = None,
         not_before: datetime | None = None,
         retry_policy: RetryPolicy | None = None,
+        deadline: datetime | None = None,
     ) -> Job:
+        check_deadline(deadline, now)
         return cls._create(
             cls.JobCreated,
             id=id or uuid4(),
@@ -248,6 +264,7 @@ class Job(Entity):
             parent_job_id=parent_job_id,
             not_before=not_before,
             retry_policy=None if retry_policy is None else retry_policy.to_dict(),
+            deadline=deadline,
         )
 
     @property
@@ -362,6 +379,14 @@ class Job(Entity):
             percentage=self._percentage(done),
         )
         return self.next_phase(now, actor)
+
+    def deadline_passed(self, stage_id: UUID | None, now: datetime) -> None:
+        """Its deadline, or stage `stage_id`'s, passed before it ended: it fails (cause
+        "deadline"); the command aborts what it held, as an abort does."""
+        if self.is_final:
+            return
+        reason = "its deadline passed" if stage_id is None else "a stage's deadline passed"
+        self._emit(self.JobFailed, now, Actor.SYSTEM, reason, stage_id=stage_id, cause=DEADLINE)
 
     def stage_failed(self, stage_id: UUID, now: datetime, actor: Principal) -> None:
         """A stage failed: the job fails."""

@@ -37,17 +37,18 @@ class Producer:
         parent_task_id: str | None = None,
         not_before: datetime | None = None,
         retry_policy: RetryPolicy | None = None,
+        deadline: datetime | None = None,
     ) -> Job:
         """`mode`: "runOnce" (default) or "standard" (open until `finish`); `parent_task_id`:
         a child job of that running task (see TaskContext.create_child_job); `not_before` (an
         aware datetime): its tasks are not dequeued before it; `retry_policy`: its stages'
-        default (else the server's)."""
+        default (else the server's); `deadline`: it fails if it has not ended by then."""
         body: dict[str, Any] = {
             "name": name,
             "data": dict(data),
             "priority": priority,
             "userMetadata": dict(user_metadata or {}),
-            **timing(not_before, retry_policy),
+            **timing(not_before, retry_policy, deadline),
         }
         if mode is not None:
             body["mode"] = mode
@@ -71,16 +72,18 @@ class Producer:
         failure_patterns: Sequence[str] = (),
         not_before: datetime | None = None,
         retry_policy: RetryPolicy | None = None,
+        deadline: datetime | None = None,
     ) -> Stage:
         """`completion`: runs after every normal stage completed; `failure_patterns`: regular
         expressions that turn a matching COMPLETED result into a failure; `not_before`: its
-        tasks are not dequeued before it; `retry_policy`: its tasks' (else the job's)."""
+        tasks are not dequeued before it; `retry_policy`: its tasks' (else the job's);
+        `deadline`: it fails, with its job, if it has not ended by then."""
         body: dict[str, Any] = {
             "type": type,
             "data": dict(data),
             "userMetadata": dict(user_metadata or {}),
             "startAsWaiting": start_as_waiting,
-            **timing(not_before, retry_policy),
+            **timing(not_before, retry_policy, deadline),
         }
         if completion:
             body["completion"] = True

@@ -24,7 +24,7 @@ TIME_COLUMNS: Final = frozenset(
     | {"expires_at", "issued_at", "revoked_at"}  # tokens
     | {"cursor_time", "next_fire_at", "buffered_time", "last_fire_time"}  # schedules
     | {"nominal_time", "fired_at", "failing_since"}
-    | {"not_before"}  # delayed work
+    | {"not_before", "deadline"}  # time
 )
 BOOL_COLUMNS: Final = frozenset(
     {"started", "stage_open", "job_open", "deleted", "finishing", "completing", "completion"}
