@@ -104,7 +104,10 @@ def parse_instant(text: str | None, name: str, error: type[JobnikError]) -> date
         raise error(f"{name} {text!r} is not an ISO 8601 time") from None
     if value.tzinfo is None or value.utcoffset() is None:
         raise error(f"{name} {text!r} names no time zone offset (add Z or +hh:mm)")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # (e.g. 0001-01-01T00:00:00+14:00: before the calendar's start)
+        raise error(f"{name} {text!r} is outside the calendar in UTC") from None
 
 
 def check_deadline(deadline: datetime | None, now: datetime) -> None:

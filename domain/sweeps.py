@@ -48,6 +48,10 @@ class SweepCommands(WorkCommands):
             for job_id, stage_id in missed:
                 job = s.job(job_id)
                 stage = None if stage_id is None else s.stage(stage_id)
+                if stage is not None and job.is_final:  # a stage left waiting in an ended job
+                    stage.abort(now, Actor.SYSTEM, "its deadline passed after its job ended")
+                    s.save(stage)
+                    continue
                 if stage is not None:
                     stage.deadline_passed(now)
                     s.save(stage)

@@ -352,6 +352,27 @@ def test_a_stage_past_its_deadline_fails_with_its_job(api: Api, clock: Clock) ->
     api.dequeue_nothing(stage["type"])
 
 
+def test_a_stage_left_waiting_in_a_failed_job_is_aborted_at_its_deadline(
+    api: Api, clock: Clock
+) -> None:
+    job = api.create_job()
+    first = api.add_stage(job["id"])
+    waiting = api.add_stage(job["id"], deadline=clock.at(60))
+    [task] = api.add_tasks(first["id"], maxAttempts=1)
+    api.run_task(first["type"], "FAILED")
+    assert (api.job(job["id"])["status"], api.stage(waiting["id"])["status"]) == (
+        "FAILED",
+        "CREATED",
+    )
+    clock.advance(61)
+
+    assert domain(api).expire_deadlines() == 1
+    assert domain(api).expire_deadlines() == 0  # it no longer takes a place in the sweep
+
+    assert api.stage(waiting["id"])["status"] == "ABORTED"
+    assert api.task(task["id"])["status"] == "FAILED"
+
+
 def test_a_rerun_job_runs_again_without_its_passed_deadline(api: Api, clock: Clock) -> None:
     job = api.create_job(deadline=clock.at(60))
     stage = api.add_stage(job["id"])
