@@ -392,3 +392,13 @@ def test_a_deadline_in_the_past_or_that_does_not_parse_is_a_named_400(
     api: Api, clock: Clock, text: str
 ) -> None:
     refused_at_creation(api, {"deadline": text}, "INVALID_DEADLINE")
+
+
+def test_the_servers_sweeper_round_enforces_deadlines(api: Api, clock: Clock) -> None:
+    job = api.create_job(deadline=clock.at(30))
+    api.add_tasks(api.add_stage(job["id"])["id"])
+    clock.advance(31)
+
+    api.http.app.state.sweeper.sweep_once()  # type: ignore[attr-defined]
+
+    assert api.job(job["id"])["status"] == "FAILED"
