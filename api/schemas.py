@@ -31,8 +31,8 @@ from pydantic_core import PydanticCustomError
 
 from jobnik.api.readable import if_asked
 from jobnik.api.settings import Settings
-from jobnik.domain.delays import RetryPolicy, parse_not_before
-from jobnik.domain.errors import InvalidRequest, TooManyLogLines
+from jobnik.domain.delays import RetryPolicy, parse_instant, parse_not_before
+from jobnik.domain.errors import InvalidDeadline, InvalidRequest, TooManyLogLines
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
@@ -205,10 +205,22 @@ class Delayable(Traced):
         default=None, description="jobnik: its tasks' retry policy (a stage's, else its job's)"
     )
 
+    deadline: Annotated[str, Field(max_length=64)] | None = Field(
+        default=None,
+        description="jobnik: if it has not ended by then (ISO 8601 with an offset, later than "
+        "now; else 400 INVALID_DEADLINE), it fails with cause `deadline`, by `system`, and what "
+        "it holds is aborted",
+    )
+
     def timing(self) -> dict[str, Any]:
-        """NewJob's and NewStage's time fields (InvalidNotBefore, InvalidRetryPolicy)."""
+        """NewJob's and NewStage's time fields (InvalidNotBefore, InvalidRetryPolicy,
+        InvalidDeadline)."""
         policy = None if self.retry_policy is None else self.retry_policy.policy()
-        return {"not_before": parse_not_before(self.not_before), "retry_policy": policy}
+        return {
+            "not_before": parse_not_before(self.not_before),
+            "retry_policy": policy,
+            "deadline": parse_instant(self.deadline, "deadline", InvalidDeadline),
+        }
 
 
 class CreateJob(Delayable):
@@ -435,6 +447,9 @@ class StageOut(OutModel):
     retry_policy: RetryPolicyIn | None = Field(
         default=None, description="jobnik: the retry policy its new tasks get"
     )
+    deadline: datetime | None = Field(
+        default=None, description="jobnik: it fails if it has not ended by then"
+    )
 
     @classmethod
     def of(cls, v: StageView) -> StageOut:
@@ -460,6 +475,7 @@ class StageOut(OutModel):
             failure_patterns=s.failure_patterns or None,
             not_before=s.not_before,
             retry_policy=RetryPolicyIn.of(s.retry_policy),
+            deadline=s.deadline,
         )
 
 
@@ -488,6 +504,9 @@ class JobOut(OutModel):
     retry_policy: RetryPolicyIn | None = Field(
         default=None, description="jobnik: its stages' default retry policy"
     )
+    deadline: datetime | None = Field(
+        default=None, description="jobnik: it fails if it has not ended by then"
+    )
 
     @classmethod
     def of(cls, job: Job | JobView) -> JobOut:
@@ -514,4 +533,5 @@ class JobOut(OutModel):
             finish_time=j.finish_time,
             not_before=j.not_before,
             retry_policy=RetryPolicyIn.of(j.retry_policy),
+            deadline=j.deadline,
         )

@@ -71,6 +71,8 @@ class Sweeper:
         if total:
             log.info("leases swept", extra={"action": "leases_swept", "tasks": total})
         self.swept += total
+        if missed := self.jobnik.expire_deadlines():
+            log.info("deadlines passed", extra={"action": "deadlines_passed", "missed": missed})
         steps = self._fire_schedules(self.schedules) if self.schedules is not None else 0
         purged = 0
         if self.purge is not None and time.monotonic() - self._purged_at >= PURGE_EVERY:
@@ -81,7 +83,7 @@ class Sweeper:
         if self.archive is not None and time.monotonic() - self._archived_at >= self.archive_every:
             self._archived_at = time.monotonic()
             archived = self.archive()
-        did(total + steps + purged + archived)
+        did(total + steps + purged + missed + archived)
         return total
 
     def _fire_schedules(self, schedules: ScheduleCommands) -> int:

@@ -14,7 +14,6 @@ from jobnik.domain.commands import command, utcnow
 from jobnik.domain.delays import RetryPolicy, latest
 from jobnik.domain.errors import InvalidRequest, ParentTaskNotRunning
 from jobnik.domain.jobs import Job
-from jobnik.domain.ports import Session
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.reruns import RerunCommands
 from jobnik.domain.reschedules import RescheduleCommands
@@ -39,6 +38,7 @@ class NewJob:
     parent_task_id: UUID | None = None
     not_before: datetime | None = None  # its tasks are not dequeued before
     retry_policy: RetryPolicy | None = None  # its stages' default
+    deadline: datetime | None = None  # it fails if it has not ended by then
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,7 @@ class NewStage:
     failure_patterns: tuple[str, ...] = ()
     not_before: datetime | None = None  # its tasks are not dequeued before
     retry_policy: RetryPolicy | None = None  # None: the job's, else the server's
+    deadline: datetime | None = None  # it (and its job) fails if it has not ended by then
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, To
                 parent_job_id=parent_job_id,
                 not_before=new.not_before,
                 retry_policy=new.retry_policy,
+                deadline=new.deadline,
             )
             s.save(job)
         return job
@@ -139,20 +141,6 @@ class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, To
             self._abort_contents(s, job, now)
             self._job_ended(s, job, now)
         return job
-
-    def _abort_contents(self, s: Session, job: Job, now: datetime) -> None:
-        """Save the aborted `job` with its unfinished stages, its waiting tasks and, depth
-        first, its unfinished child jobs (their parent tasks will never decide)."""
-        stages = s.stages_of(job.id)
-        for stage in stages:
-            stage.abort(now, Actor.SYSTEM, "job aborted")
-        tasks = s.queued_tasks(job.id)
-        for task in tasks:
-            task.abort(now, Actor.SYSTEM, "job aborted")
-        s.save(job, *stages, *tasks)
-        for child in s.child_jobs(job.id):
-            child.abort(now, Actor.SYSTEM, "parent job aborted")
-            self._abort_contents(s, child, now)
 
     @command
     def change_priority(
@@ -232,6 +220,7 @@ class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, To
                 failure_patterns=new.failure_patterns,
                 not_before=new.not_before,
                 retry_policy=new.retry_policy,
+                deadline=new.deadline,
             )
             s.save(job, stage)
         return stage

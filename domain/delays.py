@@ -14,7 +14,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 from uuid import UUID
 
-from jobnik.domain.errors import InvalidNotBefore, InvalidRetryPolicy
+from jobnik.domain.errors import (
+    InvalidDeadline,
+    InvalidNotBefore,
+    InvalidRetryPolicy,
+    JobnikError,
+)
 
 # The longest wait a policy may name (about 115 days): a due time stays far inside the calendar.
 MAX_DELAY_SECONDS: Final = 10_000_000.0
@@ -85,15 +90,30 @@ def jitter_fraction(task_id: UUID, retry: int) -> float:
 def parse_not_before(text: str | None) -> datetime | None:
     """An ISO 8601 time with its offset (`2026-01-02T03:04:05Z`, `...+02:00`), in UTC; None
     stays None. InvalidNotBefore when it does not parse or names no offset."""
+    return parse_instant(text, "notBefore", InvalidNotBefore)
+
+
+def parse_instant(text: str | None, name: str, error: type[JobnikError]) -> datetime | None:
+    """`text`, the field `name`, as an instant in UTC (None stays None); `error` when it does
+    not parse or names no offset."""
     if text is None:
         return None
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise InvalidNotBefore(f"notBefore {text!r} is not an ISO 8601 time") from None
+        raise error(f"{name} {text!r} is not an ISO 8601 time") from None
     if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidNotBefore(f"notBefore {text!r} names no time zone offset (add Z or +hh:mm)")
-    return value.astimezone(UTC)
+        raise error(f"{name} {text!r} names no time zone offset (add Z or +hh:mm)")
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # (e.g. 0001-01-01T00:00:00+14:00: before the calendar's start)
+        raise error(f"{name} {text!r} is outside the calendar in UTC") from None
+
+
+def check_deadline(deadline: datetime | None, now: datetime) -> None:
+    """InvalidDeadline when `deadline` is not later than `now`."""
+    if deadline is not None and deadline <= now:
+        raise InvalidDeadline(f"deadline {deadline.isoformat()} is not later than now")
 
 
 def latest(*times: datetime | None) -> datetime | None:

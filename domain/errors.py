@@ -480,3 +480,9 @@ class JobNotEnded(JobnikError):
     """a job is erased once it has ended (COMPLETED, FAILED or ABORTED)"""
 
     code = "JOB_NOT_ENDED"
+
+
+class InvalidDeadline(InvalidRequest):
+    """a deadline is an ISO 8601 time with a time zone offset, later than now"""
+
+    code = "INVALID_DEADLINE"

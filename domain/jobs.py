@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 from jobnik.domain.base import Entity, cause
-from jobnik.domain.delays import RetryPolicy
+from jobnik.domain.delays import RetryPolicy, check_deadline
 from jobnik.domain.errors import (
     IllegalJobTransition,
     JobFinishing,
@@ -18,7 +18,14 @@ from jobnik.domain.errors import (
     JobNotRerunnable,
 )
 from jobnik.domain.principals import Actor, Principal
-from jobnik.domain.statuses import JOB_FINAL, JOB_RERUNNABLE, JOB_TRANSITIONS, JobMode, Priority
+from jobnik.domain.statuses import (
+    DEADLINE,
+    JOB_FINAL,
+    JOB_RERUNNABLE,
+    JOB_TRANSITIONS,
+    JobMode,
+    Priority,
+)
 from jobnik.domain.statuses import JobStatus as S
 
 
@@ -50,6 +57,7 @@ class Job(Entity):
         finish_time: datetime | None
         not_before: datetime | None
         retry_policy: dict[str, float] | None
+        deadline: datetime | None
 
     class JobCreated(Entity.Created):
         """`mode`: runOnce or standard; `parent_task_id`: the delegating task."""
@@ -69,6 +77,7 @@ class Job(Entity):
         # with defaults: events stored without them load with None.
         not_before: datetime | None = field(default=None, kw_only=True)
         retry_policy: dict[str, float] | None = field(default=None, kw_only=True)
+        deadline: datetime | None = field(default=None, kw_only=True)  # fails unfinished then
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -77,6 +86,7 @@ class Job(Entity):
 
         def apply(self, job: Job) -> None:
             job.not_before, job.retry_policy = self.not_before, self.retry_policy
+            job.deadline = self.deadline
             job.name, job.data, job.priority = self.name, self.data, self.priority
             job.user_metadata = self.user_metadata
             job.traceparent, job.tracestate = self.traceparent, self.tracestate
@@ -150,7 +160,11 @@ class Job(Entity):
             job.status, job.end_time = S.COMPLETED, self.timestamp
 
     class JobFailed(Entity.Event):
-        stage_id: UUID
+        """A stage failed (`stage_id`), or the job's deadline passed (`cause` "deadline",
+        `stage_id` None)."""
+
+        stage_id: UUID | None
+        cause: str | None = field(default=None, kw_only=True)
 
         def apply(self, job: Job) -> None:
             job.status, job.end_time = S.FAILED, self.timestamp
@@ -174,7 +188,7 @@ class Job(Entity):
         def apply(self, job: Job) -> None:
             job.status, job.end_time = self.status, None
             job.completed_stages, job.percentage = self.completed_stages, self.percentage
-            job.completing = self.completing
+            job.completing, job.deadline = self.completing, None
 
     class JobPriorityChanged(Entity.Event):
         previous: str
@@ -188,6 +202,15 @@ class Job(Entity):
 
         def apply(self, job: Job) -> None:
             job.user_metadata = self.user_metadata
+
+    class JobRescheduled(Entity.Event):
+        """The job's not-before time changed (None: none)."""
+
+        not_before: datetime | None
+        previous: datetime | None
+
+        def apply(self, job: Job) -> None:
+            job.not_before = self.not_before
 
     class JobDeleted(Entity.Event):
         def apply(self, job: Job) -> None:
@@ -229,7 +252,9 @@ class Job(Entity):
         parent_job_id: UUID | None = None,
         not_before: datetime | None = None,
         retry_policy: RetryPolicy | None = None,
+        deadline: datetime | None = None,
     ) -> Job:
+        check_deadline(deadline, now)
         return cls._create(
             cls.JobCreated,
             id=id or uuid4(),
@@ -247,6 +272,7 @@ class Job(Entity):
             parent_job_id=parent_job_id,
             not_before=not_before,
             retry_policy=None if retry_policy is None else retry_policy.to_dict(),
+            deadline=deadline,
         )
 
     @property
@@ -362,6 +388,14 @@ class Job(Entity):
         )
         return self.next_phase(now, actor)
 
+    def deadline_passed(self, stage_id: UUID | None, now: datetime) -> None:
+        """Its deadline, or stage `stage_id`'s, passed before it ended: it fails (cause
+        "deadline"); the command aborts what it held, as an abort does."""
+        if self.is_final:
+            return
+        reason = "its deadline passed" if stage_id is None else "a stage's deadline passed"
+        self._emit(self.JobFailed, now, Actor.SYSTEM, reason, stage_id=stage_id, cause=DEADLINE)
+
     def stage_failed(self, stage_id: UUID, now: datetime, actor: Principal) -> None:
         """A stage failed: the job fails."""
         if self.is_final:
@@ -418,6 +452,17 @@ class Job(Entity):
         self, user_metadata: dict[str, Any], now: datetime, actor: Principal
     ) -> None:
         self._emit(self.JobUserMetadataReplaced, now, actor, user_metadata=user_metadata)
+
+    def reschedule(
+        self, not_before: datetime | None, now: datetime, actor: Principal, reason: str
+    ) -> None:
+        """A new not-before time for the job's tasks (its queued ones are rescheduled with it,
+        by the command). JobInFiniteState once it ended."""
+        if self.is_final:
+            raise JobInFiniteState
+        self._emit(
+            self.JobRescheduled, now, actor, reason, not_before=not_before, previous=self.not_before
+        )
 
     def run_of(
         self,

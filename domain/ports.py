@@ -127,6 +127,11 @@ class Session(Protocol):
         """Whether every task of the stage is COMPLETED, counting this session's own saves."""
         ...
 
+    def missed_deadlines(self, now: datetime, limit: int) -> list[tuple[UUID, UUID | None]]:
+        """(job, stage) of unfinished jobs (stage None) and stages whose deadline passed
+        before `now`, earliest first."""
+        ...
+
     def expired_leases(self, now: datetime, limit: int) -> list[Task]:
         """IN_PROGRESS tasks whose lease ended before `now`, oldest first."""
         ...

@@ -1,8 +1,10 @@
-"""Delayed work: bring a queued task, or a stage's queued tasks, forward or postpone them.
+"""Delayed work: bring a queued task, or a stage's or job's queued tasks, forward or postpone
+them.
 
 A task is not dequeued before its not-before time (`Task.not_before`): the one it was created
 with (the latest of its own, its stage's and its job's), or the due time its retry policy gave a
-retry. Changing it is an event naming who and why (`TaskRescheduled`, `StageRescheduled`).
+retry. Changing it is an event naming who and why (`TaskRescheduled`, `StageRescheduled`,
+`JobRescheduled`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,33 @@ class RescheduleCommands(WorkCommands):
         return task
 
     @command
+    def reschedule_job(
+        self,
+        job_id: UUID,
+        not_before: datetime | None,
+        *,
+        reason: str,
+        by: Principal = Actor.API,
+    ) -> Job:
+        """The job's new not-before time: its queued tasks (PENDING, RETRIED) get it, and so do
+        tasks added to it later. JobInFiniteState once the job ended."""
+        now = self.clock()
+        with self._write() as s:
+            job = s.job(job_id)
+            job.reschedule(not_before, now, by, reason)
+            s.hold_queue(job.id)
+            queued = [t for t in s.queued_tasks(job.id) if t.status in QUEUED]
+            s.save(job, *self._moved(queued, not_before, now, by, reason))
+        return job
+
+    @staticmethod
+    def _moved(
+        tasks: list[Task], not_before: datetime | None, now: datetime, by: Principal, reason: str
+    ) -> list[Task]:
+        """The tasks rescheduled to `not_before` (those that had another time)."""
+        return [t for t in tasks if t.reschedule(not_before, now, by, reason)]
+
+    @command
     def reschedule_stage(
         self,
         stage_id: UUID,
@@ -65,7 +94,6 @@ class RescheduleCommands(WorkCommands):
             stage = s.stage(stage_id)
             stage.reschedule(not_before, now, by, reason)
             s.hold_queue(stage.job_id)
-            tasks = s.tasks_in(stage.id, QUEUED)
-            moved = [t for t in tasks if t.reschedule(not_before, now, by, reason)]
+            moved = self._moved(s.tasks_in(stage.id, QUEUED), not_before, now, by, reason)
             s.save(stage, *moved)
         return stage

@@ -10,7 +10,7 @@ from uuid import UUID, uuid4
 
 from jobnik.domain import patterns
 from jobnik.domain.base import Entity, cause
-from jobnik.domain.delays import RetryPolicy
+from jobnik.domain.delays import RetryPolicy, check_deadline
 from jobnik.domain.errors import (
     AddTasksNotAllowed,
     CompletionStageHeld,
@@ -18,7 +18,7 @@ from jobnik.domain.errors import (
     StageInFiniteState,
 )
 from jobnik.domain.principals import Actor, Principal
-from jobnik.domain.statuses import STAGE_FINAL, STAGE_TRANSITIONS
+from jobnik.domain.statuses import DEADLINE, STAGE_FINAL, STAGE_TRANSITIONS
 from jobnik.domain.statuses import StageStatus as S
 
 
@@ -41,6 +41,7 @@ class Stage(Entity):
         failure_patterns: list[str]
         not_before: datetime | None
         retry_policy: dict[str, float] | None
+        deadline: datetime | None
 
     class StageAdded(Entity.Created):
         """`completion`: held until every normal stage completed (the job's completion phase);
@@ -62,6 +63,7 @@ class Stage(Entity):
         # with defaults: events stored without them load with None.
         not_before: datetime | None = field(default=None, kw_only=True)
         retry_policy: dict[str, float] | None = field(default=None, kw_only=True)
+        deadline: datetime | None = field(default=None, kw_only=True)  # fails unfinished then
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -70,6 +72,7 @@ class Stage(Entity):
 
         def apply(self, stage: Stage) -> None:
             stage.not_before, stage.retry_policy = self.not_before, self.retry_policy
+            stage.deadline = self.deadline
             stage.job_id, stage.order, stage.type = self.job_id, self.order, self.type
             stage.data, stage.user_metadata = self.data, self.user_metadata
             stage.traceparent, stage.tracestate = self.traceparent, self.tracestate
@@ -109,8 +112,12 @@ class Stage(Entity):
             stage.status, stage.end_time = S.COMPLETED, self.timestamp
 
     class StageFailed(Entity.Event):
+        """A task failed for good (`task_id`), or the stage's deadline passed (`cause`
+        "deadline", `task_id` None)."""
+
         job_id: UUID
-        task_id: UUID
+        task_id: UUID | None
+        cause: str | None = field(default=None, kw_only=True)
 
         def apply(self, stage: Stage) -> None:
             stage.status, stage.end_time = S.FAILED, self.timestamp
@@ -131,7 +138,7 @@ class Stage(Entity):
         status: str
 
         def apply(self, stage: Stage) -> None:
-            stage.status, stage.end_time = self.status, None
+            stage.status, stage.end_time, stage.deadline = self.status, None, None
 
     class StageUserMetadataReplaced(Entity.Event):
         user_metadata: dict[str, Any]
@@ -161,11 +168,13 @@ class Stage(Entity):
         failure_patterns: Sequence[str] = (),
         not_before: datetime | None = None,
         retry_policy: RetryPolicy | None = None,
+        deadline: datetime | None = None,
     ) -> Stage:
         """WAITING if asked; PENDING if first or after a completed stage; else CREATED.
 
         A completion stage is CREATED (held) until the job's completion phase releases it."""
         patterns.check(failure_patterns)
+        check_deadline(deadline, now)
         if completion:
             status = S.CREATED
         elif start_as_waiting:
@@ -192,6 +201,21 @@ class Stage(Entity):
             failure_patterns=list(failure_patterns),
             not_before=not_before,
             retry_policy=None if retry_policy is None else retry_policy.to_dict(),
+            deadline=deadline,
+        )
+
+    def deadline_passed(self, now: datetime) -> None:
+        """The stage's deadline passed before it ended: it fails (cause "deadline")."""
+        if self.is_final:
+            return
+        self._emit(
+            self.StageFailed,
+            now,
+            Actor.SYSTEM,
+            "its deadline passed",
+            job_id=self.job_id,
+            task_id=None,
+            cause=DEADLINE,
         )
 
     def reschedule(

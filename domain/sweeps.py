@@ -1,10 +1,13 @@
-"""The server's own take-backs: expired leases (the sweeper) and delegations left waiting."""
+"""The server's own take-backs: expired leases and deadlines (the sweeper), and delegations left
+waiting."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from jobnik.domain.commands import command
+from jobnik.domain.jobs import Job
+from jobnik.domain.ports import Session
 from jobnik.domain.principals import Actor
 from jobnik.domain.statuses import TIMEOUT, JobStatus
 from jobnik.domain.tasks import Task
@@ -27,6 +30,52 @@ class SweepCommands(WorkCommands):
                 )
             s.save(*stale)
         return stale
+
+    @command
+    def expire_deadlines(self, limit: int = 100) -> int:
+        """Fail the unfinished jobs whose deadline, or one of whose stages' deadline, passed
+        (cause "deadline", by `system`), cascading as an abort does: their other unfinished
+        stages, queued tasks and child jobs are aborted (running attempts finish, as in a
+        failed job). Returns how many deadlines it acted on; looks before it writes."""
+        now = self.clock()
+        with self.store.session(write=False) as r:
+            seen = r.missed_deadlines(now, limit)
+        if not seen:
+            return 0
+        with self._write() as s:
+            s.hold_queue(*{job_id for job_id, _ in seen})
+            missed = s.missed_deadlines(now, limit)
+            for job_id, stage_id in missed:
+                job = s.job(job_id)
+                stage = None if stage_id is None else s.stage(stage_id)
+                if stage is not None and job.is_final:  # a stage left waiting in an ended job
+                    stage.abort(now, Actor.SYSTEM, "its deadline passed after its job ended")
+                    s.save(stage)
+                    continue
+                if stage is not None:
+                    stage.deadline_passed(now)
+                    s.save(stage)
+                job.deadline_passed(stage_id, now)
+                self._abort_contents(s, job, now, "its job's deadline passed")
+                self._job_ended(s, job, now)
+        return len(missed)
+
+    def _abort_contents(
+        self, s: Session, job: Job, now: datetime, reason: str = "job aborted"
+    ) -> None:
+        """Save the ended `job` with its unfinished stages, its waiting tasks and, depth
+        first, its unfinished child jobs (their parent tasks will never decide), aborted for
+        `reason`."""
+        stages = s.stages_of(job.id)
+        for stage in stages:
+            stage.abort(now, Actor.SYSTEM, reason)
+        tasks = s.queued_tasks(job.id)
+        for task in tasks:
+            task.abort(now, Actor.SYSTEM, reason)
+        s.save(job, *stages, *tasks)
+        for child in s.child_jobs(job.id):
+            child.abort(now, Actor.SYSTEM, "parent job aborted")
+            self._abort_contents(s, child, now)
 
     @command
     def sweep(self, limit: int = 200) -> int:

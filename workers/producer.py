@@ -38,17 +38,18 @@ class Producer:
         parent_task_id: str | None = None,
         not_before: datetime | None = None,
         retry_policy: RetryPolicy | None = None,
+        deadline: datetime | None = None,
     ) -> Job:
         """`mode`: "runOnce" (default) or "standard" (open until `finish`); `parent_task_id`:
         a child job of that running task (see TaskContext.create_child_job); `not_before` (an
         aware datetime): its tasks are not dequeued before it; `retry_policy`: its stages'
-        default (else the server's)."""
+        default (else the server's); `deadline`: it fails if it has not ended by then."""
         body: dict[str, Any] = {
             "name": name,
             "data": dict(data),
             "priority": priority,
             "userMetadata": dict(user_metadata or {}),
-            **timing(not_before, retry_policy),
+            **timing(not_before, retry_policy, deadline),
         }
         if mode is not None:
             body["mode"] = mode
@@ -72,16 +73,18 @@ class Producer:
         failure_patterns: Sequence[str] = (),
         not_before: datetime | None = None,
         retry_policy: RetryPolicy | None = None,
+        deadline: datetime | None = None,
     ) -> Stage:
         """`completion`: runs after every normal stage completed; `failure_patterns`: regular
         expressions that turn a matching COMPLETED result into a failure; `not_before`: its
-        tasks are not dequeued before it; `retry_policy`: its tasks' (else the job's)."""
+        tasks are not dequeued before it; `retry_policy`: its tasks' (else the job's);
+        `deadline`: it fails, with its job, if it has not ended by then."""
         body: dict[str, Any] = {
             "type": type,
             "data": dict(data),
             "userMetadata": dict(user_metadata or {}),
             "startAsWaiting": start_as_waiting,
-            **timing(not_before, retry_policy),
+            **timing(not_before, retry_policy, deadline),
         }
         if completion:
             body["completion"] = True
@@ -115,13 +118,19 @@ class Producer:
     def reschedule_task(self, task_id: str, not_before: datetime | None, *, reason: str) -> Task:
         """Bring a queued task forward or postpone it (None: dequeueable at once); `reason` is
         recorded. ApiError 400 TASK_NOT_QUEUED once a worker took it."""
-        body = {"notBefore": None if not_before is None else instant(not_before), "reason": reason}
-        return Task.from_json(self.client.patch(f"/v1/tasks/{task_id}/not-before", body))
+        return Task.from_json(self._reschedule(f"/v1/tasks/{task_id}", not_before, reason))
 
     def reschedule_stage(self, stage_id: str, not_before: datetime | None, *, reason: str) -> Stage:
         """The stage's new not-before time, for its queued tasks and those added later."""
+        return Stage.from_json(self._reschedule(f"/v1/stages/{stage_id}", not_before, reason))
+
+    def reschedule_job(self, job_id: str, not_before: datetime | None, *, reason: str) -> Job:
+        """The job's new not-before time, for its queued tasks and those added later."""
+        return Job.from_json(self._reschedule(f"/v1/jobs/{job_id}", not_before, reason))
+
+    def _reschedule(self, path: str, not_before: datetime | None, reason: str) -> Any:
         body = {"notBefore": None if not_before is None else instant(not_before), "reason": reason}
-        return Stage.from_json(self.client.patch(f"/v1/stages/{stage_id}/not-before", body))
+        return self.client.patch(f"{path}/not-before", body)
 
     def job(self, job_id: str) -> Job:
         return Job.from_json(self.client.get(f"/v1/jobs/{job_id}"))

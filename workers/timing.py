@@ -1,4 +1,4 @@
-"""Time in what a producer sends: not-before times and retry policies."""
+"""Time in what a producer sends: not-before times, retry policies and deadlines."""
 
 from __future__ import annotations
 
@@ -35,11 +35,16 @@ def instant(value: datetime) -> str:
     return value.isoformat()
 
 
-def timing(not_before: datetime | None, retry_policy: RetryPolicy | None) -> dict[str, Any]:
-    """The body fields of a job's or stage's creation that say when its tasks may run."""
+def timing(
+    not_before: datetime | None, retry_policy: RetryPolicy | None, deadline: datetime | None
+) -> dict[str, Any]:
+    """The body fields of a job's or stage's creation that say when its tasks may run, how
+    they retry, and by when it must have ended."""
     body: dict[str, Any] = {}
     if not_before is not None:
         body["notBefore"] = instant(not_before)
     if retry_policy is not None:
         body["retryPolicy"] = retry_policy.to_json()
+    if deadline is not None:
+        body["deadline"] = instant(deadline)
     return body

@@ -19,6 +19,7 @@ from jobnik.api.deps import (
 )
 from jobnik.api.errors import error_answers
 from jobnik.api.operator_schemas import (
+    BAD_NOT_BEFORE,
     JOB_NOT_ENDED,
     MALFORMED,
     REASON_MAX,
@@ -28,6 +29,7 @@ from jobnik.api.operator_schemas import (
     JobStatusChange,
     PriorityChange,
     RerunOut,
+    Reschedule,
 )
 from jobnik.api.pages import PagingDep, answer, page_schema, render_one
 from jobnik.api.permissions import PrincipalDep, authorize, needs
@@ -42,8 +44,10 @@ from jobnik.api.schemas import (
     StageOut,
 )
 from jobnik.domain.application import NewJob, NewStage
+from jobnik.domain.delays import parse_not_before
 from jobnik.domain.errors import (
     IllegalJobTransition,
+    JobInFiniteState,
     JobNotEnded,
     JobNotFound,
     JobNotInFiniteState,
@@ -227,6 +231,20 @@ def update_job_priority(
             status_code=204, headers={"Reason": "PRIORITY_CANNOT_BE_UPDATED_TO_SAME_VALUE"}
         )
     return Message(code="JOB_MODIFIED_SUCCESSFULLY")
+
+
+@router.patch(
+    "/jobs/{jobId}/not-before",
+    response_model=JobOut,
+    responses=error_answers(MALFORMED, BAD_NOT_BEFORE, JobInFiniteState, NO_JOB),
+    openapi_extra=needs(P.PRODUCE),
+)
+def reschedule_job(jobnik: JobnikDep, job_id: JobId, body: Reschedule, by: PrincipalDep) -> Any:
+    """jobnik: bring the job's tasks forward or postpone them: its queued (PENDING, RETRIED)
+    tasks, and those added later, are not dequeued before `notBefore` (null: at once). Recorded
+    with `reason` (JobRescheduled, and TaskRescheduled for each queued task)."""
+    not_before = parse_not_before(body.not_before)
+    return JobOut.of(jobnik.reschedule_job(job_id, not_before, reason=body.reason, by=by))
 
 
 @router.put(

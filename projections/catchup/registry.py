@@ -61,6 +61,8 @@ class InlineProjection:
             "queue_v1_next",
             "queue_v1_oldest",
             "queue_v1_due",
+            "jobs_v1_deadline",
+            "stages_v1_deadline",
             "tasks_v1_lease",
             "tasks_v1_delegated",
         }

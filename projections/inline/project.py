@@ -81,6 +81,7 @@ def _job_created(e: Job.JobCreated, _: int) -> list[Op]:
                 "finish_time": None,
                 "not_before": e.not_before,
                 "retry_policy": e.retry_policy,
+                "deadline": e.deadline,
             },
         )
     ]
@@ -123,6 +124,7 @@ def _job_reopened(e: Job.JobReopened, _: int) -> list[Op]:
             completed_stages=e.completed_stages,
             percentage=e.percentage,
             completing=e.completing,
+            deadline=None,
         ),
         Update(QUEUE, {"job_id": e.originator_id}, {"job_open": is_open(e.status)}),
     ]
@@ -130,7 +132,7 @@ def _job_reopened(e: Job.JobReopened, _: int) -> list[Op]:
 
 def _stage_reopened(e: Stage.StageReopened, _: int) -> list[Op]:
     return [
-        _stage(e, status=e.status, end_time=None),
+        _stage(e, status=e.status, end_time=None, deadline=None),
         Update(QUEUE, {"stage_id": e.originator_id}, {"stage_open": is_open(e.status)}),
     ]
 
@@ -190,6 +192,7 @@ def _stage_added(e: Stage.StageAdded, _: int) -> list[Op]:
                 "failure_patterns": e.failure_patterns,
                 "not_before": e.not_before,
                 "retry_policy": e.retry_policy,
+                "deadline": e.deadline,
             },
         ),
         Insert(SUMMARIES, {"stage_id": e.originator_id, "job_id": e.job_id}),
@@ -221,6 +224,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Job.JobReopened: _job_reopened,
     Job.JobPriorityChanged: _job_priority_changed,
     Job.JobUserMetadataReplaced: lambda e, _: [_job(e, user_metadata=e.user_metadata)],
+    Job.JobRescheduled: lambda e, _: [_job(e, not_before=e.not_before)],
     Job.JobDeleted: _job_deleted,
     Job.JobErased: _job_erased,
     Stage.StageAdded: _stage_added,

@@ -70,7 +70,7 @@ def memo(value: Any) -> Any:
 
 def stored_key(table: str, key: Any) -> tuple[Any, ...]:
     """The primary key's values as the database holds them, from memory's key (`memo`): every
-    one-column primary key of the read models is a uuid."""
+    one-column primary key of the read models is a uuid or a text (never an integer)."""
     if table in PK1:
         return (UUID(int=key) if type(key) is int else key,)
     return tuple(key)

@@ -25,7 +25,7 @@ TIME_COLUMNS: Final = frozenset(
     | {"cursor_time", "next_fire_at", "buffered_time", "last_fire_time"}  # schedules
     | {"nominal_time", "fired_at", "failing_since"}
     | {"set_time", "ended_at", "archived_at"}  # retention and archives
-    | {"not_before"}  # delayed work
+    | {"not_before", "deadline"}  # time
 )
 BOOL_COLUMNS: Final = frozenset(
     {"started", "stage_open", "job_open", "deleted", "finishing", "completing", "completion"}

@@ -264,6 +264,13 @@ class SqlSession:
         summary = self.summary(stage_id)
         return summary.completed == summary.total
 
+    def missed_deadlines(self, now: datetime, limit: int) -> list[tuple[UUID, UUID | None]]:
+        rows = self._rows("missed_deadlines", now=self.d.dump("deadline", now), limit=int(limit))
+        return [
+            (UUID(str(r["job_id"])), None if r["stage_id"] is None else UUID(str(r["stage_id"])))
+            for r in rows
+        ]
+
     def expired_leases(self, now: datetime, limit: int) -> list[Task]:
         rows = self._rows(
             "expired_leases", now=self.d.dump("lease_expires_at", now), limit=int(limit)

@@ -94,6 +94,7 @@ def _requests(t: Targets) -> dict[str, Request]:
         "get_tasks_by_criteria": ("GET", "/v1/tasks", None),
         "get_task_by_id": ("GET", task, None),
         "update_task_user_metadata": ("PATCH", f"{task}/user-metadata", {"c": 3}),
+        "reschedule_job": ("PATCH", f"{job}/not-before", {"notBefore": None, "reason": "m"}),
         "reschedule_task": ("PATCH", f"{task}/not-before", {"notBefore": None, "reason": "m"}),
         "reschedule_stage": ("PATCH", f"{stage}/not-before", {"notBefore": None, "reason": "m"}),
         "update_task_status": ("PUT", f"{task}/status", {"status": "COMPLETED", "attempt": 1}),

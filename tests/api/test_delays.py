@@ -155,6 +155,28 @@ def test_a_stage_reschedule_moves_its_queued_tasks_and_those_added_later(
     assert got == {t["id"] for t in [*first, *later]}
 
 
+def test_a_job_reschedule_moves_its_queued_tasks_but_not_a_running_one(
+    api: Api, clock: Clock
+) -> None:
+    job = api.create_job(notBefore=clock.at(50))
+    first, second = api.add_stage(job["id"]), api.add_stage(job["id"])
+    queued = api.add_tasks(first["id"], 2)
+    clock.advance(50)
+    running = api.dequeue(first["type"])
+    r = api.http.patch(
+        f"/v1/jobs/{job['id']}/not-before", json={"notBefore": clock.at(500), "reason": "later"}
+    )
+    assert r.status_code == 200, r.text
+    assert parse_time(r.json()["notBefore"]) == T0 + timedelta(seconds=500)
+
+    [waiting] = [t for t in queued if t["id"] != running["id"]]
+    assert parse_time(api.task(waiting["id"])["notBefore"]) == T0 + timedelta(seconds=500)
+    assert "notBefore" not in api.task(running["id"])
+    assert api.events_of(job["id"])[-1] == "JobRescheduled"
+    api.dequeue_nothing(first["type"])
+    assert second["status"] == "CREATED"
+
+
 def test_a_running_task_has_no_time_to_change(api: Api, clock: Clock) -> None:
     stage = queued_stage(api)
     [task] = api.add_tasks(stage["id"])
@@ -192,6 +214,9 @@ def test_a_not_before_that_does_not_parse_or_has_no_zone_is_a_named_400(
         lambda: api.http.patch(
             f"/v1/stages/{stage['id']}/not-before", json={"notBefore": text, "reason": "x"}
         ),
+        lambda: api.http.patch(
+            f"/v1/jobs/{job['id']}/not-before", json={"notBefore": text, "reason": "x"}
+        ),
     ]
     for call in calls:
         with api.nothing_written():
@@ -199,21 +224,30 @@ def test_a_not_before_that_does_not_parse_or_has_no_zone_is_a_named_400(
         assert (r.status_code, r.json()["code"]) == (400, "INVALID_NOT_BEFORE"), r.text
 
 
-@pytest.mark.parametrize("policy", BAD_POLICIES)
-def test_a_retry_policy_out_of_bounds_is_a_named_400(api: Api, policy: Json) -> None:
+def refused_at_creation(api: Api, fields: Json, code: str) -> None:
+    """A job's and a stage's creation with `fields` are refused, 400 `code`, writing nothing."""
     job = api.create_job()
     for url, body in [
         ("/v1/jobs", {"name": "jj", "data": {}}),
         (f"/v1/jobs/{job['id']}/stage", {"type": "tt", "data": {}}),
     ]:
         with api.nothing_written():
-            r = api.http.post(url, json={**body, "retryPolicy": policy})
-        assert (r.status_code, r.json()["code"]) == (400, "INVALID_RETRY_POLICY"), r.text
+            r = api.http.post(url, json={**body, **fields})
+        assert (r.status_code, r.json()["code"]) == (400, code), r.text
+
+
+@pytest.mark.parametrize("policy", BAD_POLICIES)
+def test_a_retry_policy_out_of_bounds_is_a_named_400(api: Api, policy: Json) -> None:
+    refused_at_creation(api, {"retryPolicy": policy}, "INVALID_RETRY_POLICY")
 
 
 def test_the_new_routes_are_documented(api: Api) -> None:
     paths = api.http.get("/openapi.json").json()["paths"]
-    for path in ("/v1/tasks/{taskId}/not-before", "/v1/stages/{stageId}/not-before"):
+    for path in (
+        "/v1/tasks/{taskId}/not-before",
+        "/v1/stages/{stageId}/not-before",
+        "/v1/jobs/{jobId}/not-before",
+    ):
         answers = paths[path]["patch"]["responses"]
         assert {"200", "400", "404"} <= set(answers), path
 
@@ -221,7 +255,10 @@ def test_the_new_routes_are_documented(api: Api) -> None:
 def test_the_producer_sends_not_before_times_and_retry_policies(api: Api, clock: Clock) -> None:
     producer = Producer(JobnikClient("http://app", transport=AppTransport(api), retries=0))
     policy = RetryPolicy(initial_seconds=7, coefficient=2, max_seconds=70, jitter=0.1)
-    job = producer.create_job("sdk-job", {}, not_before=T0 + timedelta(seconds=5))
+    job = producer.create_job(
+        "sdk-job", {}, not_before=T0 + timedelta(seconds=5), deadline=T0 + timedelta(hours=1)
+    )
+    assert api.job(job.id)["deadline"] == "2030-01-01T13:00:00Z"
     stage = producer.create_stage(job.id, "sdk-stage", {}, retry_policy=policy)
     [task] = producer.create_tasks(stage.id, [{}], not_before=T0 + timedelta(seconds=20))
     assert task.not_before == T0 + timedelta(seconds=20)
@@ -230,6 +267,8 @@ def test_the_producer_sends_not_before_times_and_retry_policies(api: Api, clock:
     moved = producer.reschedule_task(task.id, None, reason="sooner")
     assert moved.not_before is None
     assert api.events_of(task.id)[-1] == "TaskRescheduled"
+    assert producer.reschedule_stage(stage.id, None, reason="r").id == stage.id
+    assert producer.reschedule_job(job.id, None, reason="r").id == job.id
     assert producer.client.patch(f"/v1/stages/{stage.type}/tasks/dequeue")["id"] == task.id
     with pytest.raises(ValueError, match="time zone"):
         producer.create_tasks(stage.id, [{}], not_before=datetime(2030, 1, 1))
@@ -269,3 +308,97 @@ def test_a_job_waiting_for_its_time_is_not_stuck(api: Api, clock: Clock) -> None
     clock.advance(3600)  # its time has come: from now on it waits for a worker
     kinds = [i["kind"] for i in stuck(api, job_idle_seconds=60, queue_idle_seconds=1e9)]
     assert kinds == ["JOB_IDLE"]
+
+
+# -- deadlines -------------------------------------------------------------------------------
+
+
+def test_a_job_past_its_deadline_fails_and_what_it_held_is_aborted(api: Api, clock: Clock) -> None:
+    job = api.create_job(deadline=clock.at(600))
+    assert parse_time(job["deadline"]) == T0 + timedelta(seconds=600)
+    first, second = api.add_stage(job["id"]), api.add_stage(job["id"])
+    queued, running = api.add_tasks(first["id"], 2)
+    api.dequeue(first["type"])
+    clock.advance(600)
+    assert domain(api).expire_deadlines() == 0  # not before it has passed
+    clock.advance(1)
+
+    assert domain(api).expire_deadlines() == 1
+
+    ended = api.job(job["id"])
+    assert ended["status"] == "FAILED"
+    assert [api.stage(s["id"])["status"] for s in (first, second)] == ["ABORTED", "ABORTED"]
+    statuses = sorted(api.task(t["id"])["status"] for t in (queued, running))
+    assert statuses == ["ABORTED", "IN_PROGRESS"]  # a running attempt finishes
+    history = api.http.get(f"/v1/jobs/{job['id']}/history").json()["items"]
+    failed = [e for e in history if e["type"] == "JobFailed"]
+    assert [(e["actor"], e["reason"]) for e in failed] == [("system", "its deadline passed")]
+    assert domain(api).expire_deadlines() == 0  # once
+
+
+def test_a_stage_past_its_deadline_fails_with_its_job(api: Api, clock: Clock) -> None:
+    job = api.create_job()
+    stage = api.add_stage(job["id"], deadline=clock.at(60))
+    api.add_tasks(stage["id"], 2)
+    done = api.add_stage(api.create_job()["id"], deadline=clock.at(60))
+    api.add_tasks(done["id"])
+    api.run_task(done["type"])  # finished in time: left alone
+    clock.advance(61)
+
+    assert domain(api).expire_deadlines() == 1
+
+    assert (api.stage(stage["id"])["status"], api.job(job["id"])["status"]) == ("FAILED", "FAILED")
+    assert api.stage(done["id"])["status"] == "COMPLETED"
+    api.dequeue_nothing(stage["type"])
+
+
+def test_a_stage_left_waiting_in_a_failed_job_is_aborted_at_its_deadline(
+    api: Api, clock: Clock
+) -> None:
+    job = api.create_job()
+    first = api.add_stage(job["id"])
+    waiting = api.add_stage(job["id"], deadline=clock.at(60))
+    [task] = api.add_tasks(first["id"], maxAttempts=1)
+    api.run_task(first["type"], "FAILED")
+    assert (api.job(job["id"])["status"], api.stage(waiting["id"])["status"]) == (
+        "FAILED",
+        "CREATED",
+    )
+    clock.advance(61)
+
+    assert domain(api).expire_deadlines() == 1
+    assert domain(api).expire_deadlines() == 0  # it no longer takes a place in the sweep
+
+    assert api.stage(waiting["id"])["status"] == "ABORTED"
+    assert api.task(task["id"])["status"] == "FAILED"
+
+
+def test_a_rerun_job_runs_again_without_its_passed_deadline(api: Api, clock: Clock) -> None:
+    job = api.create_job(deadline=clock.at(60))
+    stage = api.add_stage(job["id"])
+    [task] = api.add_tasks(stage["id"])
+    clock.advance(61)
+    domain(api).expire_deadlines()
+    r = api.http.post(f"/v1/jobs/{job['id']}/rerun", json={"reason": "try again"})
+    assert r.status_code == 200, r.text
+
+    assert domain(api).expire_deadlines() == 0
+    assert "deadline" not in api.job(job["id"])
+    assert api.dequeue(stage["type"])["id"] == task["id"]
+
+
+@pytest.mark.parametrize("text", ["2029-12-31T00:00:00Z", "2030-01-01T12:00:00Z", "soon"])
+def test_a_deadline_in_the_past_or_that_does_not_parse_is_a_named_400(
+    api: Api, clock: Clock, text: str
+) -> None:
+    refused_at_creation(api, {"deadline": text}, "INVALID_DEADLINE")
+
+
+def test_the_servers_sweeper_round_enforces_deadlines(api: Api, clock: Clock) -> None:
+    job = api.create_job(deadline=clock.at(30))
+    api.add_tasks(api.add_stage(job["id"])["id"])
+    clock.advance(31)
+
+    api.http.app.state.sweeper.sweep_once()  # type: ignore[attr-defined]
+
+    assert api.job(job["id"])["status"] == "FAILED"

@@ -163,6 +163,13 @@ def test_a_rebuild_with_delayed_retried_and_rescheduled_tasks_equals_the_live_re
     other = app.add_stage(job.id, NewStage(type="second", data={}))
     app.add_tasks(other.id, [NewTask(data={}, not_before=at(50))])
     app.reschedule_stage(other.id, at(70), reason="postponed", by=Actor.API)
+    app.reschedule_job(job.id, at(80), reason="all of it", by=Actor.API)
+    late = app.create_job(NewJob(name="late", data={}, deadline=at(100)))
+    held = app.add_stage(late.id, NewStage(type="late", data={}, deadline=at(90)))
+    app.add_tasks(held.id, [NewTask(data={}) for _ in range(2)])
+    app.add_stage(late.id, NewStage(type="later", data={}))
+    clock.now = T0 + timedelta(seconds=200)
+    assert app.expire_deadlines() == 2  # the stage's deadline, then the job's: one failure
     live = snapshot(store)
     assert any(r["not_before"] for r in live["queue_v1"])
     assert any(r["retry_policy"] for r in live["tasks_v1"])
@@ -188,3 +195,23 @@ def test_the_claim_stays_two_index_probes_with_many_delayed_tasks(store: SqlStor
 
     assert plan_problems(store, plan) == []
     assert "queue_v1_due" in "\n".join(plan)
+
+
+def test_deadlines_fail_what_has_not_ended_once_and_nothing_else(store: SqlStore) -> None:
+    clock = HeldClock(T0)
+    app = Jobnik(store, clock=clock)
+    jobs = [app.create_job(NewJob(name="dl", data={}, deadline=at(10 * (i + 1)))) for i in range(3)]
+    stages = [app.add_stage(j.id, NewStage(type=f"dl-{i}", data={})) for i, j in enumerate(jobs)]
+    for each in stages:
+        app.add_tasks(each.id, [NewTask(data={})])
+    app.dequeue("dl-2")
+    clock.now = T0 + timedelta(seconds=25)
+
+    assert app.expire_deadlines() == 2
+    assert app.expire_deadlines() == 0
+
+    with store.session(write=False) as s:
+        assert [s.job(j.id).status for j in jobs] == ["FAILED", "FAILED", "IN_PROGRESS"]
+        assert [s.stage(e.id).status for e in stages] == ["ABORTED", "ABORTED", "IN_PROGRESS"]
+    clock.now = T0 + timedelta(seconds=31)
+    assert app.expire_deadlines() == 1

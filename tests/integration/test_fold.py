@@ -162,13 +162,14 @@ def test_queue_rows_carried_to_the_next_page_end_as_the_op_by_op_path_leaves_the
 def test_every_one_column_primary_key_the_fold_keys_by_integer_is_a_uuid(
     pg_store: SqlStore,
 ) -> None:
-    """fold._memo keys rows by a UUID's integer and fold._stored turns it back into a UUID."""
+    """fold._memo keys rows by a UUID's integer and fold._stored turns an integer back into a
+    UUID: no one-column primary key may be an integer (a name, kept as it is, may be text)."""
     fold = Fold(OpExecutor(pg_store.dialect, None), pg_store.bulk(identity))
     with pg_store.cursor(write=False) as cur:
         types = {table: fold.bulk.types(cur, table)[column].type for table, column in PK1.items()}
 
-    assert set(types.values()) == {"uuid"}
-    assert set(PK1) >= {SUMMARIES, QUEUE}
+    assert set(types.values()) <= {"uuid", "text"}
+    assert {t for t, type_ in types.items() if type_ == "uuid"} >= {SUMMARIES, QUEUE}
 
 
 def test_an_add_the_fold_cannot_finish_leaves_the_row_to_its_statement(store: SqlStore) -> None:

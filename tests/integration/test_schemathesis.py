@@ -28,7 +28,8 @@ from .test_access import tokens
 MAX_SECONDS = 45  # per backend
 # 400 answers to schema-valid requests that depend on what no schema states: the state of the
 # entity (Jobnik's contract answers an illegal transition with 400) or what a value means (a
-# cron expression, a time zone, a regular expression, a range of times).
+# cron expression, a time zone, a regular expression, a range of times, a time and its offset, a
+# retry policy's bounds against each other, a deadline against now).
 STATE_OR_MEANING: Final = frozenset(
     {
         "JOB_IN_FINITE_STATE",
@@ -47,6 +48,11 @@ STATE_OR_MEANING: Final = frozenset(
         "INVALID_TIME_ZONE",
         "INVALID_FAILURE_PATTERN",
         "INVALID_JOB_TEMPLATE",
+        "INVALID_NOT_BEFORE",
+        "INVALID_RETRY_POLICY",
+        "INVALID_DEADLINE",
+        "TASK_NOT_QUEUED",
+        "STAGE_IN_FINITE_STATE",
     }
 )
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")

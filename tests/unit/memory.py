@@ -294,6 +294,20 @@ class MemorySession:
         summary = self.summary(stage_id)
         return summary.completed == summary.total
 
+    def missed_deadlines(self, now: datetime, limit: int) -> list[tuple[UUID, UUID | None]]:
+        found: list[tuple[datetime, UUID, UUID | None]] = [
+            (r["deadline"], r["id"], None)
+            for r in self.tables.rows[JOBS]
+            if r["deadline"] is not None and r["deadline"] < now and r["status"] not in FINAL
+        ]
+        found += [
+            (r["deadline"], r["job_id"], r["id"])
+            for r in self.tables.rows[STAGES]
+            if r["deadline"] is not None and r["deadline"] < now and r["status"] not in FINAL
+        ]
+        found.sort(key=lambda f: f[0])
+        return [(job_id, stage_id) for _, job_id, stage_id in found[:limit]]
+
     def expired_leases(self, now: datetime, limit: int) -> list[Task]:
         rows = [
             r

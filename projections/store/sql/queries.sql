@@ -58,6 +58,19 @@ SELECT * FROM tasks_v1 t WHERE status = 'DELEGATED' AND delegated_at < %(before)
 -- name: summary_of_stage
 SELECT * FROM summaries_v1 WHERE stage_id = %(s)s;
 
+-- name: missed_deadlines
+-- Unfinished jobs and stages whose deadline passed before %(now)s, earliest first (a probe of
+-- jobs_v1_deadline and one of stages_v1_deadline); stage_id: NULL for a job's own deadline.
+SELECT job_id, stage_id FROM (
+    SELECT id AS job_id, NULL AS stage_id, deadline FROM jobs_v1
+    WHERE deadline IS NOT NULL AND status NOT IN ('COMPLETED', 'FAILED', 'ABORTED')
+        AND deadline < %(now)s
+    UNION ALL
+    SELECT job_id, id AS stage_id, deadline FROM stages_v1
+    WHERE deadline IS NOT NULL AND status NOT IN ('COMPLETED', 'FAILED', 'ABORTED')
+        AND deadline < %(now)s
+) d ORDER BY deadline LIMIT %(limit)s;
+
 -- name: expired_leases
 SELECT * FROM tasks_v1 WHERE status = 'IN_PROGRESS' AND lease_expires_at < %(now)s
     ORDER BY lease_expires_at LIMIT %(limit)s;

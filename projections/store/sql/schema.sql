@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS jobs_v1 (
     completing {bool} NOT NULL DEFAULT {false},
     finish_time {time},
     not_before {time},
-    retry_policy {json}
+    retry_policy {json},
+    deadline {time}
 );
 CREATE INDEX IF NOT EXISTS jobs_v1_name ON jobs_v1 (name);
 CREATE INDEX IF NOT EXISTS jobs_v1_creation_time ON jobs_v1 (creation_time);
@@ -57,9 +58,15 @@ CREATE TABLE IF NOT EXISTS stages_v1 (
     failure_patterns {json} NOT NULL DEFAULT '[]',
     not_before {time},
     retry_policy {json},
+    deadline {time},
     UNIQUE (job_id, stage_order)
 );
 CREATE INDEX IF NOT EXISTS stages_v1_type ON stages_v1 (type);
+-- The sweeper's probes for deadlines passed (store/sql/queries.sql: missed_deadlines).
+CREATE INDEX IF NOT EXISTS jobs_v1_deadline ON jobs_v1 (deadline)
+    WHERE deadline IS NOT NULL AND status NOT IN ('COMPLETED', 'FAILED', 'ABORTED');
+CREATE INDEX IF NOT EXISTS stages_v1_deadline ON stages_v1 (deadline)
+    WHERE deadline IS NOT NULL AND status NOT IN ('COMPLETED', 'FAILED', 'ABORTED');
 
 CREATE TABLE IF NOT EXISTS summaries_v1 (
     stage_id {uuid} PRIMARY KEY,

@@ -111,7 +111,17 @@ def test_a_not_before_time_is_read_in_utc(text: str, expected: datetime) -> None
     assert parsed.tzinfo is UTC
 
 
-@pytest.mark.parametrize("text", ["tomorrow", "2030-13-01T00:00:00Z", "", "2030-01-02T03:04:05"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "tomorrow",
+        "2030-13-01T00:00:00Z",
+        "",
+        "2030-01-02T03:04:05",
+        "0001-01-01T00:00:00+14:00",
+        "9999-12-31T23:59:59-14:00",
+    ],
+)
 def test_a_not_before_time_that_does_not_parse_or_has_no_zone_is_refused(text: str) -> None:
     with pytest.raises(InvalidNotBefore) as caught:
         parse_not_before(text)

@@ -133,6 +133,7 @@ def test_job_created_inserts_a_pending_job_row() -> None:
                 "finish_time": None,
                 "not_before": None,
                 "retry_policy": None,
+                "deadline": None,
             },
         )
     ]
@@ -302,6 +303,7 @@ def test_stage_added_inserts_the_stage_and_an_empty_summary() -> None:
                 "failure_patterns": [],
                 "not_before": None,
                 "retry_policy": None,
+                "deadline": None,
             },
         ),
         Insert(SUMMARIES, {"stage_id": stage.id, "job_id": stage.job_id}),
@@ -391,6 +393,7 @@ def test_a_reopened_job_runs_again_and_opens_its_queued_tasks(status: JobStatus,
                 completed_stages=0,
                 percentage=0,
                 completing=False,
+                deadline=None,
             ),
         ),
         Update(QUEUE, {"job_id": job.id}, {"job_open": True}),
@@ -406,7 +409,7 @@ def test_a_reopened_stage_runs_or_waits_for_its_turn(runs: bool, status: str, op
     event = only_event(stage)
 
     assert entity_ops(event, POSITION) == [
-        Update(STAGES, {"id": stage.id}, stamp(event, status=status, end_time=None)),
+        Update(STAGES, {"id": stage.id}, stamp(event, status=status, end_time=None, deadline=None)),
         Update(QUEUE, {"stage_id": stage.id}, {"stage_open": open_}),
     ]
 
