@@ -121,8 +121,8 @@ def _refused_for_state_or_meaning(check: dict[str, Any], exchange: dict[str, Any
     if "/None/" in str((exchange.get("request") or {}).get("uri")):
         return True  # the tool filled a path parameter from a null field of an earlier answer
     try:
-        answer = json.loads(base64.b64decode((response.get("content") or {})["$base64"]))
-    except (KeyError, ValueError):
+        answer = json.loads(_content(response))
+    except ValueError:
         return False
     return isinstance(answer, dict) and answer.get("code") in STATE_OR_MEANING
 
@@ -131,12 +131,17 @@ def _described(check: dict[str, Any], exchange: dict[str, Any] | None) -> str:
     """A failed check with its request and the answer's start, for the failure's message."""
     request = (exchange or {}).get("request") or {}
     response = (exchange or {}).get("response") or {}
-    try:
-        answer = base64.b64decode((response.get("content") or {})["$base64"])[:300].decode()
-    except (KeyError, ValueError):
-        answer = ""
+    answer = _content(response)[:300].decode(errors="replace")
     said = f"{request.get('method')} {request.get('uri')} {str(request.get('body'))[:300]}"
     return f"{check['name']}: {said} -> {response.get('status_code')} {answer}"
+
+
+def _content(response: dict[str, Any]) -> bytes:
+    """The answer's body as the report records it (empty when it records none)."""
+    try:
+        return base64.b64decode((response.get("content") or {})["$base64"])
+    except (KeyError, ValueError):
+        return b""
 
 
 def _server_side(error: dict[str, Any]) -> bool:
