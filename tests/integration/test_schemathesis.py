@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from .test_access import tokens
 
@@ -118,7 +119,8 @@ def _refused_for_state_or_meaning(check: dict[str, Any], exchange: dict[str, Any
     response = exchange.get("response") or {}
     if response.get("status_code") != 400:
         return False
-    if "/None/" in str((exchange.get("request") or {}).get("uri")):
+    path = urlsplit(str((exchange.get("request") or {}).get("uri"))).path
+    if "None" in path.split("/"):
         return True  # the tool filled a path parameter from a null field of an earlier answer
     try:
         answer = json.loads(_content(response))
