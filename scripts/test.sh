@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run the tests: `bash scripts/test.sh [pytest args]`, from a fresh clone with nothing installed.
+# Run the tests: `bash scripts/test.sh [pytest args]`, from a fresh clone with nothing installed,
+# spread over the machine's cores (pytest-xdist; `-n 0` runs them in this process, one by one).
 # `bash scripts/test.sh --fast [pytest args]`: the inner loop, a few minutes: the unit tests, the
 # HTTP tests (on a database in memory) and the storage contract on SQLite.
 # The project and its test extras live in ./.venv, (re)installed when it is missing or when
@@ -30,7 +31,7 @@ debian_packages "the tests" "${need[@]}" || true
 if [ "${1:-}" = "--fast" ]; then
   shift
   export JOBNIK_TEST_BACKENDS=sqlite
-  exec .venv/bin/python -m pytest -m "not slow" tests/unit tests/api \
+  exec .venv/bin/python -m pytest -n auto -m "not slow" tests/unit tests/api \
     tests/integration/test_session_contract.py "$@"
 fi
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest -n auto "$@"
