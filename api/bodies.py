@@ -1,4 +1,4 @@
-"""Request bodies after the input gate (api/limits.py): the routes validate the JSON value the
+"""Request bodies after the input gate (api/input_gate.py): the routes validate the JSON value the
 gate parsed (not a second parse), and an array a route bounds by a setting is counted by the
 gate, before anything validates one of its items.
 
@@ -21,7 +21,8 @@ from pydantic import BaseModel
 from starlette.routing import BaseRoute, Match
 from starlette.types import Scope
 
-from jobnik.api.limits import array_length, parsed_body
+from jobnik.api.input_gate import parsed_body
+from jobnik.api.input_values import array_length
 from jobnik.api.schemas import MostItems
 from jobnik.api.settings import Settings
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from jobnik.api.grouping import GroupCommit
 from jobnik.api.idempotency import IdempotencyKeys, fingerprint
-from jobnik.api.limits import INT64_MAX
+from jobnik.api.input_values import INT64_MAX
 from jobnik.api.settings import Settings
 from jobnik.api.telemetry.metrics import IDEMPOTENT_REPLAYS
 from jobnik.api.traces import creation_trace

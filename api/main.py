@@ -21,7 +21,8 @@ from jobnik.api.bodies import Bounds
 from jobnik.api.grouping import GroupCommit
 from jobnik.api.headers import DocsHeaders
 from jobnik.api.idempotency import IdempotencyKeys
-from jobnik.api.limits import InputGate, Limits
+from jobnik.api.input_gate import InputGate
+from jobnik.api.input_values import Limits
 from jobnik.api.middleware import RequestMiddleware
 from jobnik.api.openapi import document_errors
 from jobnik.api.permissions import document_security

@@ -1,6 +1,6 @@
 """The API's request middleware: one pure-ASGI layer that gives every request its id, carries
 the log positions it reached to its response, and records its metrics and access log line (the
-input gate, with the body limits, is in api/limits.py; authentication in api/access.py)."""
+input gate, with the body limits, is in api/input_gate.py; authentication in api/access.py)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ open (503).
 It also states the limits the server enforces, from the settings the app is built with: a
 parameter's maximum named by a setting (`setting_maximum`), a bounded array's `maxItems`
 (api/bodies.py), and what a free-form JSON payload may hold (`JsonObject`, `JsonValue`: what the
-input gate takes, api/limits.py).
+input gate takes, api/input_values.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The input gate parses a plain body with orjson, unwalked (api/limits.py): for any body, what
-it answers (the value, or the error and its message) is what the json module's walked parse
+"""The input gate parses a plain body with orjson, unwalked (api/input_values.py): for any body,
+what it answers (the value, or the error and its message) is what the json module's walked parse
 answers."""
 
 from __future__ import annotations
@@ -12,13 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobnik.api.limits import (
-    InputGate,
-    Limits,
-    array_length,
-    parse_json,
-    parse_json_strictly,
-)
+from jobnik.api.input_gate import InputGate
+from jobnik.api.input_values import Limits, array_length, parse_json, parse_json_strictly
 from jobnik.domain.errors import JobnikError, JsonTooDeep
 
 LIMITS = [Limits(), Limits(body_bytes=1 << 20, depth=3, string_length=8)]

@@ -1,4 +1,5 @@
-"""The input gate: every request's path, query and JSON body checked once, before any route.
+"""The input gate's checks of a request's values: its path, query and JSON body, checked once,
+before any route (api/input_gate.py applies them).
 
 What it refuses is what one backend would store and the other would not, or what no response
 could render back: NUL characters and lone surrogates (PostgreSQL's text and jsonb refuse them,
@@ -9,11 +10,6 @@ serialised, strings and bodies over their limits, and objects of only the keys `
 `_data_` (the event log's encoding of its own values, which it would read back as another value,
 or fail to read). Each refusal is a 400 (413 for the body size) with its own code, and nothing
 after the gate runs, so nothing is written.
-
-The gate also keeps the event loop free while it parses: a body over INLINE_BYTES is parsed in a
-worker thread, one such body at a time (a parse holds the interpreter while it runs, so two at
-once would only take turns), and a route's bounded arrays (api/bodies.py) are counted on the
-parsed value, before anything validates their items.
 """
 
 from __future__ import annotations
@@ -22,26 +18,18 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
-from urllib.parse import parse_qsl
+from typing import Any, Final
 
-import anyio
 import orjson
-from starlette.requests import ClientDisconnect
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobnik.api import errors
 from jobnik.api.settings import Settings
 from jobnik.domain.errors import (
-    HostNotAllowed,
     InvalidCharacter,
     InvalidRequest,
     JobnikError,
     JsonTooDeep,
     NumberOutOfRange,
-    PayloadTooLarge,
     ReservedObject,
     StringTooLong,
 )
@@ -49,9 +37,6 @@ from jobnik.domain.errors import (
 INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
-_BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-# The console's sign-in and sign-out: HTML forms, whose bodies are form-encoded, not JSON.
-FORM_PATHS: Final = frozenset({"/ui/login", "/ui/logout"})
 # Nineteen digits in a row (maybe an integer beyond 64 bits), found as nineteen zeros once every
 # digit is one (a translation and a substring search: a tenth of a regular expression's time).
 _DIGITS_AS_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
@@ -66,13 +51,10 @@ _NOT_BRACKET: Final = bytes(range(256)).translate(None, b'[]{}"')  # (quotes kep
 _NOT_LIST: Final = bytes(range(256)).translate(None, b'[]{}",')
 _INNERMOST: Final = re.compile(rb"\[[^\[\]]*\]")
 # check_value's pause: every WALK_STRIDE values (a few milliseconds), WALK_PAUSE seconds; a body
-# parsed on the event loop (INLINE_BYTES at most) holds fewer values, so it never pauses there.
+# parsed on the event loop (the gate's INLINE_BYTES at most) holds fewer values, so it never
+# pauses there.
 WALK_STRIDE: Final = 4096
 WALK_PAUSE: Final = 0.0001
-PARSED_BODY: Final = "jobnik.parsed_body"  # the gate's (body, value), in the ASGI scope
-# The largest body parsed on the event loop: a few milliseconds at most, whatever it holds (the
-# walked parse of a 4 KiB body of empty objects); a larger one is parsed in a worker thread.
-INLINE_BYTES: Final = 4 * 1024
 
 
 @dataclass(frozen=True)
@@ -246,7 +228,7 @@ def _too_deep(limits: Limits) -> str:
 def check_value(value: Any, limits: Limits) -> None:
     """Walk a parsed JSON value: nesting depth, and every key and string (check_text).
 
-    A long walk runs in a worker thread (bodies over INLINE_BYTES), and pauses every
+    A long walk runs in a worker thread (bodies over the gate's INLINE_BYTES), and pauses every
     WALK_STRIDE values: the thread lets the interpreter go at once, so the event loop, which
     waits for it, does not wait for the interpreter's switch interval each time."""
     # (value, depth, path) with the path as (parent, key) links: built cheaply, rendered only
@@ -283,170 +265,13 @@ def _where(path: Any) -> str:
     keys: list[str] = []
     while path is not None:
         path, key = path
-        keys.append(_quoted(str(key)))
+        keys.append(quoted(str(key)))
     return "/".join(["request/body", *reversed(keys)])
 
 
-def _quoted(text: str) -> str:
+def quoted(text: str) -> str:
     """`text` for a message: at most 50 characters, the unprintable ones as \\uXXXX."""
     return "".join(
         c if c.isprintable() and not 0xD800 <= ord(c) <= 0xDFFF else f"\\u{ord(c):04x}"
         for c in text[:50]
     )
-
-
-def header(scope: Scope, name: bytes) -> bytes | None:
-    """The request's first header `name` (lower case), or None."""
-    for key, value in scope.get("headers") or ():
-        if key == name:
-            return bytes(value)
-    return None
-
-
-def check_host(scope: Scope, hosts: tuple[str, ...]) -> None:
-    """The Host header names one of `hosts` (or, for `*.example.com`, a name under example.com),
-    its port aside; any host when there are none. What a DNS-rebinding page cannot fake: its
-    browser sends the attacker's host name, whatever address that name resolves to."""
-    if not hosts:
-        return
-    host = (header(scope, b"host") or b"").decode("latin-1").strip().lower()
-    name = host[: host.index("]") + 1] if host.startswith("[") and "]" in host else host
-    name = name if name.startswith("[") else name.partition(":")[0]
-    for allowed in hosts:
-        if name == allowed or (allowed.startswith("*.") and name.endswith(allowed[1:])):
-            return
-    raise HostNotAllowed(
-        f"request/headers/host {_quoted(host)!r} is not a host this server answers to"
-    )
-
-
-def check_target(scope: Scope, limits: Limits) -> None:
-    """The path and the query's names and values pass check_text."""
-    check_text("request/path", scope.get("path", ""), None)
-    query = scope.get("query_string") or b""
-    if query:
-        # decoded as the routes' parser does it: percent-escapes as UTF-8
-        for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
-            check_text(f"request/query/{_quoted(name)}", value, limits)
-            check_text("request/query", name, None)
-
-
-def check_form(body: bytes, limits: Limits) -> None:
-    """A form-encoded body's names and values pass check_text."""
-    try:
-        text = body.decode("ascii")
-        fields = parse_qsl(text, keep_blank_values=True, errors="strict")
-    except (UnicodeDecodeError, ValueError):
-        raise InvalidRequest("request/body is not a valid form") from None
-    for name, value in fields:
-        check_text(f"request/body/{_quoted(name)}", value, limits)
-
-
-class BodyCheck(Protocol):
-    """What a request's body must pass besides the JSON checks, before it is parsed and after
-    (api/bodies.py: the routes' bounded arrays)."""
-
-    def unparsed(self, scope: Scope, body: bytes) -> None: ...
-
-    def parsed(self, scope: Scope, value: Any) -> None: ...
-
-
-class InputGate:
-    """ASGI middleware: check_host and check_target on every request; a body is read whole (up
-    to the body limit), checked as JSON when there is one (and by `check`, before the parse
-    and after), and handed on unchanged."""
-
-    def __init__(self, app: ASGIApp, limits: Limits, check: BodyCheck | None = None) -> None:
-        self.app, self.limits, self.check = app, limits, check
-        self._parsing: anyio.CapacityLimiter | None = None  # made in the loop, on first use
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        try:
-            check_host(scope, self.limits.hosts)
-            check_target(scope, self.limits)
-            if scope["method"] not in _BODY_METHODS:
-                await self.app(scope, receive, send)
-                return
-            body = await self._read(scope, receive)
-            if scope["path"] in FORM_PATHS:
-                check_form(body, self.limits)
-            elif body.strip():
-                scope[PARSED_BODY] = (body, await self._parse(scope, body))
-        except JobnikError as exc:
-            await errors.response_for(exc)(scope, receive, send)
-            return
-        except ClientDisconnect:
-            return
-        await self.app(scope, replay(body, receive), send)
-
-    async def _parse(self, scope: Scope, body: bytes) -> Any:
-        if len(body) <= INLINE_BYTES:
-            return self._checked(scope, body)
-        if self._parsing is None:
-            self._parsing = anyio.CapacityLimiter(1)
-        return await anyio.to_thread.run_sync(self._checked, scope, body, limiter=self._parsing)
-
-    def _checked(self, scope: Scope, body: bytes) -> Any:
-        """`body` parsed and checked (in the thread that parses it, where a refused value is
-        also freed)."""
-        if self.check is not None:
-            self.check.unparsed(scope, body)
-        value = parse_json(body, self.limits)
-        if self.check is not None:
-            self.check.parsed(scope, value)
-        return value
-
-    async def _read(self, scope: Scope, receive: Receive) -> bytes:
-        limit = self.limits.body_bytes
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise PayloadTooLarge(_too_large(limit))
-        return await read_body(receive, limit)
-
-
-async def read_body(receive: Receive, limit: int | None = None) -> bytes:
-    """The request's whole body; PayloadTooLarge past `limit` bytes, ClientDisconnect when the
-    client leaves before its end (nothing may run on a part of a body)."""
-    chunks: list[bytes] = []
-    seen = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":  # the client left before its body ended
-            raise ClientDisconnect()
-        chunk = message.get("body", b"")
-        seen += len(chunk)
-        if limit is not None and seen > limit:
-            raise PayloadTooLarge(_too_large(limit))
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
-def parsed_body(scope: Scope, body: bytes) -> Any:
-    """`body` as JSON: the value the gate parsed from it, else parsed now (json's errors)."""
-    parsed = scope.get(PARSED_BODY)
-    if parsed is not None and parsed[0] == body:
-        return parsed[1]
-    return json.loads(body)
-
-
-def _too_large(limit: int) -> str:
-    return f"request body is larger than {limit} bytes"
-
-
-def replay(body: bytes, receive: Receive) -> Callable[[], Any]:
-    """A `receive` that hands `body` on again, whole, then the rest of `receive`."""
-    sent = False
-
-    async def replayed() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
