@@ -126,7 +126,8 @@ class SqlStore(ABC):
     def cursor(
         self, *, write: bool, lock: bool = True, swap: bool = False, snapshot: bool = False
     ) -> AbstractContextManager[Cursor]:
-        """A transaction: committed on success when `write`, rolled back otherwise.
+        """A transaction: committed on success when `write`, rolled back on an error (a read,
+        which writes nothing, may end either way).
 
         A write transaction serialises with every other writer; `lock=False` leaves the event
         log's writers alone (catch-up projections and rebuilds append no events and write only

@@ -57,10 +57,13 @@ class PostgresStore(SqlStore):
     def cursor(
         self, *, write: bool, lock: bool = True, swap: bool = False, snapshot: bool = False
     ) -> Iterator[Cursor]:
+        # A read ends with a commit too, as a write session that wrote nothing does (`_open`):
+        # it has nothing to undo, and a rollback would make psycopg forget the statements
+        # prepared on the pooled connection, which every later command would parse again.
         with (
             wrapped(),
             self.pg.get_connection() as conn,
-            conn.transaction(force_rollback=not write),
+            conn.transaction(),
             conn.cursor() as raw,
         ):
             if snapshot:

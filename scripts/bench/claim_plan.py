@@ -36,7 +36,7 @@ def claim_statement(store: SqlStore, stage_type: str) -> tuple[str, Any]:
 
 def claim_plan(store: SqlStore, stage_type: str) -> list[str]:
     sql, params = claim_statement(store, stage_type)
-    with store.cursor(write=False) as cur:  # rolled back: the row lock EXPLAIN ANALYZE takes too
+    with store.cursor(write=False) as cur:  # (the row locks EXPLAIN ANALYZE takes end with it)
         if isinstance(store, PostgresStore):
             rows = cur.all(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params)
             return [r["QUERY PLAN"] for r in rows]
