@@ -26,7 +26,8 @@ StuckKind = Literal[
 class QueueOut(ApiModel):
     """One stage type's tasks: queued (PENDING or RETRIED), in progress, completed, failed; the
     oldest task a dequeue could take now and how long it has waited; the last dequeue; its
-    concurrency limit (null: none) and the queued tasks waiting on it."""
+    concurrency limit (null: none) and the queued tasks waiting on it; the queued tasks waiting
+    for their time."""
 
     stage_type: str
     queued: int
@@ -41,6 +42,10 @@ class QueueOut(ApiModel):
     )
     held_back: int = Field(
         default=0, description="queued tasks beyond the room the concurrency limit leaves"
+    )
+    delayed: int = Field(
+        default=0,
+        description="queued tasks waiting for their not-before time (a delay, a retry's backoff)",
     )
 
     @classmethod
@@ -59,6 +64,7 @@ class QueueOut(ApiModel):
             last_dequeue_at=q.last_dequeue_at,
             max_in_progress=limit.max_in_progress if limit is not None else None,
             held_back=limit.held_back if limit is not None else 0,
+            delayed=q.delayed,
         )
 
 

@@ -48,10 +48,11 @@ async def get_queues(
     and failed; when the oldest task a dequeue could take now was queued and its age in seconds
     (null: none); the last dequeue's time (null: none yet; it may trail the dequeue by the
     catch-up runner's interval); its concurrency limit (`maxInProgress`, null: none) and the
-    queued tasks beyond the room it leaves (`heldBack`)."""
-    queues = await run_in_threadpool(operations.queues)
-    by_type = {v.stage_type: v for v in await run_in_threadpool(limits.all)}
+    queued tasks beyond the room it leaves (`heldBack`); of the queued, those waiting for their
+    not-before time (`delayed`: a delay or a retry's backoff)."""
     now = clock()
+    queues = await run_in_threadpool(operations.queues, now)
+    by_type = {v.stage_type: v for v in await run_in_threadpool(limits.all)}
     window = paging.window()
     shown = queues[window.offset : window.offset + paging.page_size]
     items = [QueueOut.of(q, now, by_type.get(q.stage_type)) for q in shown]

@@ -241,6 +241,12 @@ class QueueMetrics(Collector):
                 labels=by_type,
             ),
             GaugeMetricFamily(
+                "jobnik_queue_tasks_delayed",
+                "Of the tasks waiting, those waiting for their not-before time (a delay or a "
+                "retry's backoff), by stage type",
+                labels=by_type,
+            ),
+            GaugeMetricFamily(
                 "jobnik_queue_oldest_task_age_seconds",
                 "How long the longest-waiting task a dequeue could take now has waited, by "
                 "stage type (0: none waits)",
@@ -297,7 +303,7 @@ class QueueMetrics(Collector):
 
     def _collect(self) -> list[Metric]:
         now = self.clock()
-        every = self.views.queues(every_type=True)
+        every = self.views.queues(now, every_type=True)
         label = shown({q.stage_type: q.total for q in every}, self.limit)
         queues = [q for q in every if q.stage_type in label.types]
         others = [q for q in every if q.stage_type not in label.types]
@@ -306,6 +312,7 @@ class QueueMetrics(Collector):
         families = self.families()
         (
             queued,
+            delayed,
             oldest,
             leased,
             dequeues,
@@ -320,6 +327,7 @@ class QueueMetrics(Collector):
         rows = self.type_labels(q.stage_type for q in queues)
         for family, value in (
             (queued, lambda q: q.queued),
+            (delayed, lambda q: q.delayed),
             (oldest, lambda q: _age(now, q.oldest_queued_at)),
             (leased, lambda q: q.in_progress),
             (dequeues, lambda q: q.counters["dequeues"]),

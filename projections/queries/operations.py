@@ -57,6 +57,7 @@ class Queue:
     last_dequeue_at: datetime | None
     counters: dict[str, int] = field(default_factory=dict)  # operations_v1_types' COUNTERS
     total: int = 0  # tasks of the type, whatever their status
+    delayed: int = 0  # of the queued, those whose not-before time has not come
 
     @classmethod
     def merged(cls, stage_type: str, queues: list[Queue]) -> Queue:
@@ -75,6 +76,7 @@ class Queue:
             max(dequeues, default=None),
             {c: sum(q.counters.get(c, 0) for q in queues) for c in COUNTERS},
             sum(q.total for q in queues),
+            sum(q.delayed for q in queues),
         )
 
 
@@ -134,12 +136,17 @@ class OperationsViews:
             by_task,
         )
 
-    def queues(self, every_type: bool = False) -> list[Queue]:
-        """Every stage type that has tasks (`every_type`: that has a stage), by name."""
+    def queues(self, now: datetime, every_type: bool = False) -> list[Queue]:
+        """Every stage type that has tasks (`every_type`: that has a stage), by name; its
+        delayed tasks are those whose not-before time is after `now`."""
         with self.store.cursor(write=False, snapshot=True) as cur:
             sums = cur.raw_all(self.d.sql("tasks_by_type_and_priority"))
             oldest = cur.raw_all(self.d.sql("oldest_queued"))
             ops = cur.raw_all(self.d.sql("operations_by_type"))
+            waiting = cur.all(
+                self.d.sql("delayed_by_type"), {"now": self.d.dump("not_before", now)}
+            )
+        delayed = {r["stage_type"]: int(r["delayed"]) for r in waiting}
         totals: dict[str, dict[str, int]] = {}
         for r in sums:
             into = totals.setdefault(r["stage_type"], {})
@@ -162,6 +169,7 @@ class OperationsViews:
                     _time(o.get("last_dequeue_at")),
                     {c: int(o.get(c) or 0) for c in COUNTERS},
                     n["total"],
+                    delayed.get(stage_type, 0),
                 )
             )
         return out
@@ -251,7 +259,7 @@ class OperationsViews:
             for r in failing
         ]
         idle_after = now - timedelta(seconds=thresholds.queue_idle_seconds)
-        for q in self.queues() if queues is None else queues:
+        for q in self.queues(now) if queues is None else queues:
             waiting = q.oldest_queued_at
             last = q.last_dequeue_at
             if waiting is None or waiting >= idle_after:

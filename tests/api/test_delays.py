@@ -14,7 +14,7 @@ from jobnik.workers import JobnikClient, Producer, RetryPolicy
 
 from ..unit.builders import HeldClock
 from .conftest import Api, Json, parse_time
-from .test_queues import domain, stuck
+from .test_queues import at, domain, samples, stuck
 from .test_reruns import AppTransport
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -76,6 +76,34 @@ def test_a_ready_task_is_not_held_up_by_a_delayed_one_queued_before_it(
     [ready] = api.add_tasks(stage["id"])
     assert api.dequeue(stage["type"])["id"] == ready["id"]
     api.dequeue_nothing(stage["type"])
+
+
+def test_the_queues_and_the_metrics_count_the_tasks_waiting_for_their_time(
+    api: Api, clock: Clock
+) -> None:
+    at(api, T0)
+    stage = queued_stage(api, type="later")
+    api.add_tasks(stage["id"], 2, notBefore=clock.at(60))
+    api.add_tasks(stage["id"], 1, notBefore=clock.at(120))
+    api.add_tasks(stage["id"])
+
+    def delayed() -> tuple[int, int, float]:
+        [queue] = [
+            q for q in api.http.get("/v1/queues").json()["items"] if q["stageType"] == "later"
+        ]
+        metric = samples(api.http.get("/metrics").text)
+        by_type = (("stage_type", "later"),)
+        return (
+            queue["queued"],
+            queue["delayed"],
+            metric.get(("jobnik_queue_tasks_delayed", by_type), 0),
+        )
+
+    assert delayed() == (4, 3, 3)
+    at(api, T0 + timedelta(seconds=60))  # two are due: waiting for a worker, not for a time
+    assert delayed() == (4, 1, 1)
+    at(api, T0 + timedelta(seconds=120))
+    assert delayed() == (4, 0, 0)  # (a gauge at zero is not served)
 
 
 def test_a_retry_waits_as_its_stage_policy_says(api: Api, clock: Clock) -> None:

@@ -104,6 +104,14 @@ FROM (SELECT DISTINCT type FROM stages_v1) k JOIN tasks_v1 t ON t.id = (
         AND q.not_before IS NULL
     ORDER BY q.seq LIMIT 1);
 
+-- name: delayed_by_type
+-- Per stage type, its queued tasks waiting for their not-before time (a delay, a retry's
+-- backoff) at %(now)s: one range of queue_v1_due each, as long as the type's delayed tasks.
+SELECT k.type AS stage_type, (
+    SELECT count(*) FROM queue_v1 q WHERE q.stage_type = k.type AND q.not_before > %(now)s
+) AS delayed
+FROM (SELECT DISTINCT type FROM stages_v1) k;
+
 -- name: operations_by_type
 SELECT * FROM operations_v1_types;
 
