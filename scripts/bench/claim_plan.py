@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.postgres import PostgresStore
@@ -34,10 +34,16 @@ def claim_statement(store: SqlStore, stage_type: str) -> tuple[str, Any]:
     return capture.sql, capture.params
 
 
+# PostgreSQL's write sessions plan their statements generically (sql/queries.postgres.sql:
+# `writing`); the claim's plan is checked as they run it.
+GENERIC: Final = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+
+
 def claim_plan(store: SqlStore, stage_type: str) -> list[str]:
     sql, params = claim_statement(store, stage_type)
     with store.cursor(write=False) as cur:  # (the row locks EXPLAIN ANALYZE takes end with it)
         if isinstance(store, PostgresStore):
+            cur.raw.execute(GENERIC)
             rows = cur.all(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params)
             return [r["QUERY PLAN"] for r in rows]
         cur.raw.execute(f"EXPLAIN QUERY PLAN {sql}", params)  # raw: its `id` is no uuid
