@@ -34,7 +34,8 @@ Figures (`--only NAME,...`; all by default), per backend:
            Floor: the same rows (the event row and the read-model rows TaskCreated writes, copied
            from a task the engine created) as multi-row INSERTs, a transaction per batch.
   depth    Queue depth: `Jobnik.dequeue` median at 100 queued tasks vs at DEPTH over TYPES stage
-           types (scripts/bench/dequeue.py's `run`). Floor: the bare claim query at each depth.
+           types with DEPTH more delayed (not due) beside them (scripts/bench/dequeue.py's `run`).
+           Floor: the bare claim query at each depth.
   scrape   Scrape cost: GET /service-metrics and GET /metrics at DEPTH tasks over TYPES stage types
            vs at 100 tasks over the same types (scripts/bench/scrape.py). Median ms; goals: at
            most 1.5x, under 100 ms.

@@ -4,7 +4,9 @@ What it measures (per backend, PostgreSQL and/or SQLite):
 
   Scenario A, a fresh database: 100 queued tasks (one job, one stage of one type).
   Scenario B, another fresh database: DEPTH queued tasks across TYPES stage types (one job per
-  type, one stage each, DEPTH/TYPES tasks per stage), created through `Jobnik.create_job`,
+  type, one stage each, DEPTH/TYPES tasks per stage) and DELAYED more waiting for a not-before
+  time that does not come during the run (as many as DEPTH unless --delayed says otherwise:
+  retries in backoff and delayed work must not slow the claim), created through `Jobnik.create_job`,
   `Jobnik.add_stage` and `Jobnik.add_tasks` in batches of 1,000: real events in the library's
   event table and real read-model rows, no raw inserts. Creation throughput is printed as it goes.
 
@@ -40,7 +42,8 @@ exit status, as noise on a busy machine can push it over).
 
 Usage:
   python -m jobnik.scripts.bench.dequeue [--backend postgres|sqlite|both] [--depth 1000000]
-      [--types 1000] [--samples 50] [--quick] [--pg-url postgresql://postgres@127.0.0.1:5432]
+      [--delayed 1000000] [--types 1000] [--samples 50] [--quick]
+      [--pg-url postgresql://postgres@127.0.0.1:5432]
 
 --quick is depth 100,000 over 100 types (still 1,000 tasks per type). PostgreSQL databases are
 created as jobnik_bench_<pid>_a/_b and dropped at the end; SQLite files live in a temp directory.
@@ -121,6 +124,7 @@ class DepthResult:
     backend: str
     depth: int
     types: int
+    delayed: int
     create_s: float
     dequeue_a: list[float]
     dequeue_b: list[float]
@@ -142,7 +146,8 @@ def measure(
     `settled=False` skips VACUUM/CHECKPOINT after loading (tiny loads in tests)."""
     say(
         f"# {backend}: scenario A = {DEPTH_A} tasks (1 type); scenario B = {args.depth:,} tasks "
-        f"over {args.types:,} types; {args.samples} timed dequeues each (dequeue only, no report)"
+        f"over {args.types:,} types and {args.delayed:,} delayed; {args.samples} timed dequeues "
+        "each (dequeue only, no report)"
     )
     with (
         scenario_store(backend, "a", args.pg_url, tmp) as store_a,
@@ -151,12 +156,14 @@ def measure(
         a = Scenario("a", store_a, Jobnik(store_a))
         b = Scenario("b", store_b, Jobnik(store_b))
         populate(a, DEPTH_A, 1, backend)
-        populate(b, args.depth, args.types, backend)
+        populate(b, args.depth, args.types, backend, args.delayed)
         a.sampled = a.types
         b.sampled = spread(b.types, args.sample_types)
-        result = DepthResult(backend, b.tasks, args.types, b.create_s, [], [], [], [])
+        result = DepthResult(
+            backend, args.depth, args.types, args.delayed, b.create_s, [], [], [], []
+        )
 
-        say(f"# {backend} claim plan at depth B ({b.tasks:,} queued, type {b.sampled[0]}):")
+        say(f"# {backend} claim plan at depth B ({args.depth:,} queued, type {b.sampled[0]}):")
         lines = claim_plan(store_b, b.sampled[0])
         for line in lines:
             say(f"#   {line}")
@@ -207,6 +214,7 @@ def run(
     quick: bool = False,
     depth: int | None = None,
     types: int | None = None,
+    delayed: int | None = None,
     samples: int = 50,
     sample_types: int = 10,
     pg_url: str = "postgresql://postgres@127.0.0.1:5432",
@@ -218,6 +226,7 @@ def run(
     argv += [
         *(["--depth", str(depth)] if depth else []),
         *(["--types", str(types)] if types else []),
+        *(["--delayed", str(delayed)] if delayed is not None else []),
     ]
     args = parse(argv)
     with tempfile.TemporaryDirectory(prefix="jobnik-bench-") as tmp:
@@ -238,9 +247,9 @@ def run_backend(backend: str, args: argparse.Namespace, tmp: Path) -> bool:
     say(f"# {'figure':<42} {'value (B)':>12} {'baseline (A)':>12} {'B/A':>8}")
     figure(
         f"{backend} create tasks/s (B, via add_tasks)",
-        r.depth / r.create_s,
+        (r.depth + r.delayed) / r.create_s,
         None,
-        f"{r.depth:,} tasks in {r.create_s:.1f} s",
+        f"{r.depth + r.delayed:,} tasks in {r.create_s:.1f} s",
     )
     figure(
         f"{backend} dequeue median ms",
@@ -267,6 +276,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--backend", choices=("postgres", "sqlite", "both"), default="postgres")
     parser.add_argument("--depth", type=int, default=None, help="tasks in B (1,000,000)")
     parser.add_argument("--types", type=int, default=None, help="stage types in B (1,000)")
+    parser.add_argument(
+        "--delayed", type=int, default=None, help="delayed tasks in B besides (as many as --depth)"
+    )
     parser.add_argument("--samples", type=int, default=50, help="timed dequeues per scenario")
     parser.add_argument("--sample-types", type=int, default=10, help="B's types dequeued from")
     parser.add_argument("--quick", action="store_true", help="depth 100,000 over 100 types")
@@ -278,8 +290,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.depth = args.depth or (100_000 if args.quick else 1_000_000)
     args.types = args.types or (100 if args.quick else 1_000)
-    if args.types < 1 or args.depth < args.types:
-        parser.error("need --types >= 1 and --depth >= --types")
+    args.delayed = args.depth if args.delayed is None else args.delayed
+    if args.types < 1 or args.depth < args.types or args.delayed < 0:
+        parser.error("need --types >= 1, --depth >= --types and --delayed >= 0")
     if not 2 <= args.samples <= DEPTH_A - 1 - WARMUP:
         parser.error(f"--samples must be 2..{DEPTH_A - 1 - WARMUP} (scenario A holds {DEPTH_A})")
     per_type = args.depth // args.types

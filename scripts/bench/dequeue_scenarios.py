@@ -7,7 +7,9 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.projections.startup import migrate
@@ -73,9 +75,16 @@ class Scenario:
     tasks: int = 0
 
 
-def populate(sc: Scenario, depth: int, types: int, backend: str) -> None:
-    """`types` jobs x 1 stage (of a distinct type) x depth/types tasks, in batches of BATCH."""
+# A delayed task's not-before time: long after any run ends.
+LATER: Final = datetime(2100, 1, 1, tzinfo=UTC)
+
+
+def populate(sc: Scenario, depth: int, types: int, backend: str, delayed: int = 0) -> None:
+    """`types` jobs x 1 stage (of a distinct type) x depth/types tasks, in batches of BATCH,
+    each stage's queued tasks followed by delayed/types delayed ones (not before LATER)."""
     per_type, extra = divmod(depth, types)
+    late, late_extra = divmod(delayed, types)
+    depth += delayed
     step = max(depth // 10, BATCH)
     next_report = step
     start = last_t = time.perf_counter()
@@ -86,9 +95,16 @@ def populate(sc: Scenario, depth: int, types: int, backend: str) -> None:
         stage = sc.app.add_stage(job.id, NewStage(type=stage_type, data={}))
         sc.types.append(stage_type)
         count = per_type + (1 if j < extra else 0)
-        for first in range(0, count, BATCH):
-            n = min(BATCH, count - first)
-            sc.app.add_tasks(stage.id, [NewTask(data={"i": first + i}) for i in range(n)])
+        later = late + (1 if j < late_extra else 0)
+        for first in range(0, count + later, BATCH):
+            n = min(BATCH, count + later - first)
+            sc.app.add_tasks(
+                stage.id,
+                [
+                    NewTask(data={"i": i}, not_before=LATER if i >= count else None)
+                    for i in range(first, first + n)
+                ],
+            )
             sc.tasks += n
             if sc.tasks >= next_report or sc.tasks == depth:
                 now = time.perf_counter()

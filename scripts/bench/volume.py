@@ -64,7 +64,7 @@ def fig_depth(ctx: Ctx) -> None:
     med = statistics.median
     for label, ours, theirs in (
         (f"{bench_dequeue.DEPTH_A}", r.dequeue_a, r.claim_a),
-        (f"{r.depth:,} over {r.types:,} types", r.dequeue_b, r.claim_b),
+        (f"{r.depth:,} over {r.types:,} types (+{r.delayed:,} delayed)", r.dequeue_b, r.claim_b),
     ):
         ctx.add(
             f"dequeue median at {label}",
