@@ -52,6 +52,9 @@ Figures (`--only NAME,...`; all by default), per backend:
            BEGIN IMMEDIATE; on PostgreSQL a side thread also samples `pg_locks WHERE NOT
            granted`); retries per 1,000 tasks (commands run again after a conflict, by the
            engine's own retry or by the benchmark's worker loop).
+  backoff  Every task fails once and is retried (scripts/bench/backoff.py): the engine lifecycle,
+           4 threads, with a retry policy of a millisecond's wait against without one (retried at
+           once), alternated in one database. tasks/s; goal: at least 80 %.
   console  The console's jobs page (`GET /ui/jobs`, in process) with CONSOLE_JOBS jobs (100,000;
            scripts/bench/console.py): its first page, and filtered by status. ms. Floor: the
            page's three statements run bare.
@@ -68,8 +71,8 @@ Usage:
 --tasks N sets the task count of the engine, HTTP and hot-stage runs (full: 20,000, 5,000 and
 20,000; the full sizes of every figure take the better part of an hour).
 Each figure lives in a module of this package named for it (engine, http_lifecycle, batch, cpu,
-observe, volume for bulk and depth, scrape, cardinality, rebuild, console); context, report, floor,
-processes, worker and databases are what they share.
+observe, volume for bulk and depth, scrape, cardinality, rebuild, console, backoff); context,
+report, floor, processes, worker and databases are what they share.
 Every figure but depth, scrape, cardinality and rebuild runs in one fresh database per backend
 (PostgreSQL: bench_suite_<pid>, dropped afterwards), each with its own stage types and floor
 tables.
@@ -96,7 +99,7 @@ from jobnik.scripts.bench.volume import fig_bulk, fig_depth, fig_rebuild
 
 NAMES = (
     "engine", "http", "batch", "plain", "cpu", "observe", "bulk", "depth", "scrape", "rebuild",
-    "hot", "console", "cardinality",
+    "hot", "console", "cardinality", "backoff",
 )  # fmt: skip
 PG_URL = "postgresql://postgres@127.0.0.1:5432"
 
@@ -131,6 +134,12 @@ def fig_cardinality(ctx: Ctx) -> None:
     cardinality(ctx)
 
 
+def fig_backoff(ctx: Ctx) -> None:
+    from jobnik.scripts.bench.backoff import fig_backoff as backoff
+
+    backoff(ctx)
+
+
 def fig_batch(ctx: Ctx) -> None:
     from jobnik.scripts.bench.batch import fig_batch as batch
 
@@ -157,6 +166,7 @@ FIGURES: dict[str, Callable[[Ctx], None]] = {
     "hot": fig_hot,
     "console": fig_console,
     "cardinality": fig_cardinality,
+    "backoff": fig_backoff,
 }
 
 
