@@ -55,6 +55,10 @@ Figures (`--only NAME,...`; all by default), per backend:
   backoff  Every task fails once and is retried (scripts/bench/backoff.py): the engine lifecycle,
            4 threads, with a retry policy of a millisecond's wait against without one (retried at
            once), alternated in one database. tasks/s; goal: at least 80 %.
+  retention  Rounds of jobs created, completed and archived past their retention period
+           (scripts/bench/retention.py): the live database's size after the last round against
+           after the first (goal: at most 1.10x; every event counted in the archives), and the
+           archive run's events/s against reading and decoding the same events.
   console  The console's jobs page (`GET /ui/jobs`, in process) with CONSOLE_JOBS jobs (100,000;
            scripts/bench/console.py): its first page, and filtered by status. ms. Floor: the
            page's three statements run bare.
@@ -71,10 +75,10 @@ Usage:
 --tasks N sets the task count of the engine, HTTP and hot-stage runs (full: 20,000, 5,000 and
 20,000; the full sizes of every figure take the better part of an hour).
 Each figure lives in a module of this package named for it (engine, http_lifecycle, batch, cpu,
-observe, volume for bulk and depth, scrape, cardinality, rebuild, console, backoff); context,
-report, floor, processes, worker and databases are what they share.
-Every figure but depth, scrape, cardinality and rebuild runs in one fresh database per backend
-(PostgreSQL: bench_suite_<pid>, dropped afterwards), each with its own stage types and floor
+observe, volume for bulk and depth, scrape, cardinality, rebuild, console, backoff, retention);
+context, report, floor, processes, worker and databases are what they share.
+Every figure but depth, scrape, cardinality, rebuild and retention runs in one fresh database per
+backend (PostgreSQL: bench_suite_<pid>, dropped afterwards), each with its own stage types and floor
 tables.
 """
 
@@ -99,7 +103,7 @@ from jobnik.scripts.bench.volume import fig_bulk, fig_depth, fig_rebuild
 
 NAMES = (
     "engine", "http", "batch", "plain", "cpu", "observe", "bulk", "depth", "scrape", "rebuild",
-    "hot", "console", "cardinality", "backoff",
+    "hot", "console", "cardinality", "backoff", "retention",
 )  # fmt: skip
 PG_URL = "postgresql://postgres@127.0.0.1:5432"
 
@@ -140,6 +144,12 @@ def fig_backoff(ctx: Ctx) -> None:
     backoff(ctx)
 
 
+def fig_retention(ctx: Ctx) -> None:
+    from jobnik.scripts.bench.retention import fig_retention as retention
+
+    retention(ctx)
+
+
 def fig_batch(ctx: Ctx) -> None:
     from jobnik.scripts.bench.batch import fig_batch as batch
 
@@ -167,6 +177,7 @@ FIGURES: dict[str, Callable[[Ctx], None]] = {
     "console": fig_console,
     "cardinality": fig_cardinality,
     "backoff": fig_backoff,
+    "retention": fig_retention,
 }
 
 

@@ -8,7 +8,12 @@ from jobnik.scripts.bench.context import TINY
 from jobnik.scripts.bench.report import Figure, Goal
 
 IN_DATABASE = ["engine", "http", "bulk", "hot", "backoff"]
-OWN_DATABASES = ["depth", "scrape", "rebuild"]  # they make their own databases and files
+OWN_DATABASES = [
+    "depth",
+    "scrape",
+    "rebuild",
+    "retention",
+]  # they make their own databases and files
 
 
 def run_figures(database_url: str, names: list[str]) -> tuple[list[Figure], list[Goal]]:
@@ -33,7 +38,17 @@ def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: s
     goals = [g for _, gs in results for g in gs]
 
     names = {f.name.split()[0] for f in figures}
-    assert names == {"engine", "HTTP", "bulk", "dequeue", "scrape", "rebuild", "hot"}
+    assert names == {
+        "engine",
+        "HTTP",
+        "bulk",
+        "dequeue",
+        "scrape",
+        "rebuild",
+        "hot",
+        "live",
+        "archive",
+    }
     for f in figures:
         assert f.backend == backend
         if f.floor is None:  # counts (lock waits, retries) may be zero
@@ -41,7 +56,7 @@ def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: s
         else:
             assert f.value > 0, f
             assert f.floor > 0, f
-    assert len(goals) == 9  # one per goal of the issue
+    assert len(goals) == 10  # one per goal of the issue
     backoff = next(f for f in figures if f.name.endswith("with backoff"))
     assert "without a retry policy" in backoff.floor_name
     http = next(f for f in figures if f.name.startswith("HTTP lifecycle"))

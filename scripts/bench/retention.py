@@ -1,0 +1,125 @@
+"""The retention figure of `jobnik bench`: a log that does not grow, and what archiving costs.
+
+In a fresh database per backend, ROUNDS rounds, each: JOBS jobs created and completed (one stage
+of TASKS tasks each), then archived by `Archiver.run` (batch after batch, as `jobnik archive run`
+does) once their retention period has passed (the archiver's clock a day ahead, the period an
+hour). Before the archive run, the same jobs' events are read and decoded as the archive reads
+them (`api/archives.py`'s `history`), timed: the floor of the archiving rate; and the catch-up
+projections are brought to the log's head, untimed (the catch-up runner's work, which a run
+would otherwise do first).
+
+- live size: the database after each round's archive run (PostgreSQL: `pg_database_size` after
+  a plain VACUUM, whose freed space the next round reuses; SQLite: the file and its WAL after a
+  checkpoint), the last round's against the first's; goal at most 1.10x;
+- the archive holds every event: the archive records' event counts summed equal the events read
+  (a run whose counts differ fails the figure);
+- archiving rate: events archived per second against events read and decoded per second.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Final
+from uuid import UUID
+
+from jobnik.api.archives import Archiver, catch_up_all, history
+from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
+from jobnik.domain.statuses import TaskStatus
+from jobnik.projections.queries.audit import Audit
+from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.postgres import PostgresStore
+from jobnik.projections.store.sqlite import SqliteStore
+from jobnik.scripts.bench.context import Ctx, check, say
+from jobnik.scripts.bench.dequeue_scenarios import scenario_store
+
+ROUNDS: Final = 5
+TASKS: Final = 4  # per job
+PERIOD: Final = 3600  # the retention period, seconds
+GOAL: Final = 1.10  # the last round's live size against the first's
+
+
+def ended_jobs(app: Jobnik, label: str, n: int) -> list[UUID]:
+    """`n` jobs of one stage of TASKS tasks, each task dequeued and completed."""
+    ids = []
+    for j in range(n):
+        job = app.create_job(NewJob(name="bench retention", data={"j": j}))
+        stage = app.add_stage(job.id, NewStage(type=f"retention-{label}", data={}))
+        app.add_tasks(stage.id, [NewTask(data={"i": i}) for i in range(TASKS)])
+        for _ in range(TASKS):
+            task = app.dequeue(f"retention-{label}")
+            app.report_task(task.id, TaskStatus.COMPLETED, attempt=task.attempt)
+        ids.append(job.id)
+    return ids
+
+
+def live_size(store: SqlStore) -> int:
+    """The database's bytes once the space of what was removed is free for reuse."""
+    if isinstance(store, PostgresStore):
+        with store.pg.get_connection() as conn:  # (autocommit: VACUUM runs outside a block)
+            conn.execute("VACUUM")
+            row = conn.execute("SELECT pg_database_size(current_database()) AS n").fetchone()
+            return int(row["n"])
+    assert isinstance(store, SqliteStore)
+    with store.lite.get_connection(commit=False) as conn:
+        conn.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    path = Path(store.path.removeprefix("file:").split("?", 1)[0])
+    wal = path.with_name(path.name + "-wal")
+    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+def fig_retention(ctx: Ctx) -> None:
+    jobs = max(ctx.sizes.lifecycle_tasks // 20, 2)
+    sizes: list[int] = []
+    read = archived = 0
+    read_s = archive_s = 0.0
+    with (
+        tempfile.TemporaryDirectory(prefix="jobnik-archive-") as directory,
+        scenario_store(ctx.backend, "retention", ctx.pg_url, ctx.tmp) as store,
+    ):
+        app = Jobnik(store)
+        ahead = datetime.now(UTC) + timedelta(days=1)
+        archiver = Archiver(store, Path(directory), PERIOD, clock=lambda: ahead)
+        for r in range(ROUNDS):
+            ids = ended_jobs(app, str(r), jobs)
+            t0 = time.perf_counter()
+            events = sum(1 for job_id in ids for _ in history(Audit(store), job_id))
+            read_s += time.perf_counter() - t0
+            read += events
+            ahead = datetime.now(UTC) + timedelta(days=1)
+            catch_up_all(store)  # (the catch-up runner's work, not the archive run's)
+            t0 = time.perf_counter()
+            counted = 0
+            while done := archiver.run().archived:
+                counted += sum(rec.file.events for rec in map(archiver.record, done) if rec)
+            archive_s += time.perf_counter() - t0
+            check(counted == events, f"round {r}: the archives hold {counted} of {events} events")
+            archived += counted
+            sizes.append(live_size(store))
+            say(f"# {ctx.backend} retention round {r + 1}: {events:,} events archived, "
+                f"live size {sizes[-1] / 1e6:.1f} MB")  # fmt: skip
+    mb = 1e6
+    f = ctx.add(
+        f"live size after {ROUNDS} archived rounds",
+        sizes[-1] / mb,
+        sizes[0] / mb,
+        "MB",
+        higher_is_better=False,
+        floor_name="after the first round",
+        note=f"{jobs:,} jobs of {TASKS} tasks a round; {archived:,} events archived, every one",
+    )
+    ctx.goal(
+        f"retention: live size after {ROUNDS} rounds <= {GOAL:.2f}x the first's",
+        (f.ratio or 0) <= GOAL,
+        f"{f.ratio:.2f}x",
+    )
+    ctx.add(
+        "archive run",
+        archived / archive_s,
+        read / read_s,
+        "events/s",
+        floor_name="reading and decoding the same events",
+        note="written, compressed, synced and removed",
+    )
