@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,20 +32,31 @@ def say(line: str = "") -> None:
 
 
 @contextmanager
+def scenario_database(backend: str, label: str, pg_url: str, tmp: Path) -> Iterator[str]:
+    """The URL of a fresh database for one scenario; dropped (or deleted) afterwards."""
+    if backend == "postgres":
+        with fresh_database(pg_url, f"jobnik_bench_{os.getpid()}_{label}") as url:
+            yield url
+    else:
+        yield f"sqlite:///{tmp / f'bench_{label}.db'}"
+
+
+@contextmanager
+def opened(url: str) -> Iterator[SqlStore]:
+    """The store on database `url`, migrated; closed afterwards."""
+    store = open_store(library_env({"JOBNIK_DATABASE_URL": url}))
+    try:
+        migrate(store)
+        yield store
+    finally:
+        store.close()
+
+
+@contextmanager
 def scenario_store(backend: str, label: str, pg_url: str, tmp: Path) -> Iterator[SqlStore]:
     """A fresh, migrated database for one scenario; dropped (or deleted) afterwards."""
-    with ExitStack() as stack:
-        if backend == "postgres":
-            name = f"jobnik_bench_{os.getpid()}_{label}"
-            url = stack.enter_context(fresh_database(pg_url, name))
-        else:
-            url = f"sqlite:///{tmp / f'bench_{label}.db'}"
-        store = open_store(library_env({"JOBNIK_DATABASE_URL": url}))
-        try:
-            migrate(store)
-            yield store
-        finally:
-            store.close()
+    with scenario_database(backend, label, pg_url, tmp) as url, opened(url) as store:
+        yield store
 
 
 def settle(store: SqlStore) -> None:

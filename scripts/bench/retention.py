@@ -13,12 +13,16 @@ would otherwise do first).
   checkpoint), the last round's against the first's; goal at most 1.10x;
 - the archive holds every event: the archive records' event counts summed equal the events read
   (a run whose counts differ fails the figure);
-- archiving rate: events archived per second against events read and decoded per second.
+- archiving rate: events archived per second against events read and decoded per second;
+- no cost to live work: the HTTP lifecycle (K SDK worker processes against the server, as the
+  `http` figure runs it) while an archive run works through a backlog of ended jobs, against the
+  same lifecycle with no run, alternated over ROUNDS_HTTP pairs; goal at least 90 %.
 """
 
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,12 +37,17 @@ from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.postgres import PostgresStore
 from jobnik.projections.store.sqlite import SqliteStore
 from jobnik.scripts.bench.context import Ctx, check, say
-from jobnik.scripts.bench.dequeue_scenarios import scenario_store
+from jobnik.scripts.bench.dequeue_scenarios import opened, scenario_database
+from jobnik.scripts.bench.engine import populate
+from jobnik.scripts.bench.http_lifecycle import run_http_workers, server
 
 ROUNDS: Final = 5
 TASKS: Final = 4  # per job
 PERIOD: Final = 3600  # the retention period, seconds
 GOAL: Final = 1.10  # the last round's live size against the first's
+K: Final = 4  # HTTP worker processes
+ROUNDS_HTTP: Final = 2  # lifecycle pairs, without and during an archive run
+LIVE_GOAL: Final = 0.9  # the lifecycle during an archive run against without one
 
 
 def ended_jobs(app: Jobnik, label: str, n: int) -> list[UUID]:
@@ -77,7 +86,8 @@ def fig_retention(ctx: Ctx) -> None:
     read_s = archive_s = 0.0
     with (
         tempfile.TemporaryDirectory(prefix="jobnik-archive-") as directory,
-        scenario_store(ctx.backend, "retention", ctx.pg_url, ctx.tmp) as store,
+        scenario_database(ctx.backend, "retention", ctx.pg_url, ctx.tmp) as url,
+        opened(url) as store,
     ):
         app = Jobnik(store)
         ahead = datetime.now(UTC) + timedelta(days=1)
@@ -100,6 +110,7 @@ def fig_retention(ctx: Ctx) -> None:
             sizes.append(live_size(store))
             say(f"# {ctx.backend} retention round {r + 1}: {events:,} events archived, "
                 f"live size {sizes[-1] / 1e6:.1f} MB")  # fmt: skip
+        during_archive(ctx, store, url, archiver)
     mb = 1e6
     f = ctx.add(
         f"live size after {ROUNDS} archived rounds",
@@ -122,4 +133,52 @@ def fig_retention(ctx: Ctx) -> None:
         "events/s",
         floor_name="reading and decoding the same events",
         note="written, compressed, synced and removed",
+    )
+
+
+def _archive(archiver: Archiver, stop: threading.Event, ran: list[float]) -> None:
+    """Archive run batches until `stop` or none is due; `ran[0]`: how long it ran."""
+    t0 = time.perf_counter()
+    while not stop.is_set() and archiver.run().archived:
+        pass
+    ran[0] = time.perf_counter() - t0
+
+
+def during_archive(ctx: Ctx, store: SqlStore, url: str, archiver: Archiver) -> None:
+    """The HTTP lifecycle without an archive run and during one, alternated (see the module)."""
+    n, jobs = ctx.sizes.http_tasks, max(ctx.sizes.lifecycle_tasks // 10, 2)
+    app = Jobnik(store)
+    for r in range(ROUNDS_HTTP):
+        for during in (False, True):
+            populate(app, f"live-{r}-{during}", n)
+        ended_jobs(app, f"backlog-{r}", jobs)
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    overlap: list[float] = []
+    with server(url, ctx.tmp / "retention-server.log") as base:
+        for r in range(ROUNDS_HTTP):
+            for during in (False, True):
+                stop, ran = threading.Event(), [0.0]
+                runner = threading.Thread(target=_archive, args=(archiver, stop, ran))
+                if during:
+                    runner.start()
+                seconds, dequeues, _ = run_http_workers(base, f"live-{r}-{during}", K)
+                stop.set()
+                if during:
+                    runner.join()
+                    overlap.append(min(ran[0] / seconds, 1.0))
+                check(len(dequeues) == n, f"HTTP workers completed {len(dequeues)} of {n}")
+                rates[during].append(n / seconds)
+    f = ctx.add(
+        "HTTP lifecycle during an archive run",
+        max(rates[True]),
+        max(rates[False]),
+        "tasks/s",
+        floor_name="the same with no archive run",
+        note=f"{n:,} tasks, {K} SDK processes; the run archived {jobs:,} jobs a pair, busy "
+        f"{min(overlap):.0%}+ of the drain; best of {ROUNDS_HTTP} alternated pairs",
+    )
+    ctx.goal(
+        f"HTTP lifecycle during an archive run >= {LIVE_GOAL:.0%} of without",
+        (f.ratio or 0) >= LIVE_GOAL,
+        f"{f.ratio:.0%}",
     )

@@ -56,7 +56,7 @@ def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: s
         else:
             assert f.value > 0, f
             assert f.floor > 0, f
-    assert len(goals) == 10  # one per goal of the issue
+    assert len(goals) == 11  # one per goal of the issue
     backoff = next(f for f in figures if f.name.endswith("with backoff"))
     assert "without a retry policy" in backoff.floor_name
     http = next(f for f in figures if f.name.startswith("HTTP lifecycle"))
