@@ -135,7 +135,9 @@ class ReasonBody(ApiModel):
 
 
 class BackfillBody(ApiModel):
-    start: DateTimeQuery = Field(description="the first nominal time to run, or before it")
+    start: DateTimeQuery = Field(
+        description="the first nominal time to run, or before it; 1970-01-01T00:00:00Z or later"
+    )
     end: DateTimeQuery = Field(
         description=f"the last, at or before now; at most {MAX_BACKFILL} nominal times between"
     )

@@ -421,7 +421,7 @@ class InvalidJobTemplate(InvalidRequest):
 
 
 class InvalidBackfill(InvalidRequest):
-    """a backfill's range starts before it ends, and ends no later than now"""
+    """a backfill's range starts before it ends, not before 1970, and ends no later than now"""
 
     code = "INVALID_BACKFILL_RANGE"
 

@@ -131,10 +131,14 @@ def test_pause_resume_trigger_backfill_and_delete_record_their_reasons(api: Api)
         f"{url}/backfill", json={"start": "2025-01-01T00:00:00Z", "end": "2026-01-01T00:00:00Z"}
     )
     assert (too_many.status_code, too_many.json()["code"]) == (400, "BACKFILL_TOO_LARGE")
-    future = api.http.post(
-        f"{url}/backfill", json={"start": "2026-01-01T00:00:00Z", "end": "2999-01-01T00:00:00Z"}
-    )
-    assert (future.status_code, future.json()["code"]) == (400, "INVALID_BACKFILL_RANGE")
+    for start, end in [
+        ("2026-01-01T00:00:00Z", "2999-01-01T00:00:00Z"),  # the end in the future
+        ("0001-01-01T00:00:00+14:00", "0001-01-02T00:00:00Z"),  # the calendar's first day
+        ("1969-12-31T23:00:00Z", "1970-01-01T03:00:00Z"),
+    ]:
+        with api.nothing_written():
+            refused = api.http.post(f"{url}/backfill", json={"start": start, "end": end})
+        assert (refused.status_code, refused.json()["code"]) == (400, "INVALID_BACKFILL_RANGE")
 
     runs = api.http.get(f"{url}/runs").json()["items"]
     assert [r["startedBy"] for r in runs] == ["trigger", "backfill", "backfill", "backfill"]
