@@ -415,7 +415,8 @@ class UnknownPolicy(InvalidRequest):
 
 
 class InvalidJobTemplate(InvalidRequest):
-    """a schedule's job has stages or a hook stage type: one of the two"""
+    """a schedule's job has stages or a hook stage type: one of the two; its stages hold at most
+    1000 tasks in all"""
 
     code = "INVALID_JOB_TEMPLATE"
 

@@ -28,6 +28,8 @@ HOOKED: Json = {
     "job": {"name": "nightly", "hook": "plan"},
     "overlapPolicy": "allowAll",
 }
+# (a template's tasks are bounded in all, as one request's are: each run creates them at once)
+TYPES_600: Json = {"type": "render", "tasks": [{}] * 600}
 
 
 def create(api: Api, body: Json = HOURLY, **changes: Any) -> Json:
@@ -72,6 +74,7 @@ def test_a_schedule_is_created_and_read_with_its_next_fire_times(api: Api) -> No
         ({"catchupPolicy": "never"}, "UNKNOWN_POLICY"),
         ({"job": {"name": "report"}}, "INVALID_JOB_TEMPLATE"),
         ({"job": {**HOURLY["job"], "hook": "plan"}}, "INVALID_JOB_TEMPLATE"),
+        ({"job": {"name": "report", "stages": [TYPES_600, TYPES_600]}}, "INVALID_JOB_TEMPLATE"),
         ({"catchupWindowSeconds": 5}, "VALIDATION_ERROR"),
         ({"name": ""}, "VALIDATION_ERROR"),
     ],
