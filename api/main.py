@@ -246,7 +246,7 @@ def _add_store_metrics(app: FastAPI, metrics: ServerMetrics) -> None:
     metrics.add(gauges)
     metrics.add(QueueMetrics(state.operations, lambda: state.clock(), thresholds, limit))
     metrics.add(ScheduleMetrics(state.schedule_views))
-    metrics.add(LimitMetrics(state.limit_views))
+    metrics.add(LimitMetrics(state.limit_views, limit))
     state.service_metrics = CollectorRegistry(auto_describe=True)
     state.service_metrics.register(gauges)
     state.scrapes = Scrapes()

@@ -25,6 +25,7 @@ from jobnik.api.schemas import (
 from jobnik.domain.schedule_commands import MAX_BACKFILL, Backfill, Run
 from jobnik.domain.schedules import (
     MAX_CATCHUP_WINDOW,
+    MAX_TEMPLATE_TASKS,
     MIN_CATCHUP_WINDOW,
     Catchup,
     JobTemplate,
@@ -37,7 +38,6 @@ from jobnik.domain.timing import MAX_INTERVAL
 from jobnik.projections.queries.schedules import MAX_NEXT, RunView, ScheduleView
 
 MAX_TEMPLATE_STAGES = 50
-MAX_TEMPLATE_TASKS = 1000  # per stage
 ScheduleName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")]
 
 
@@ -60,7 +60,7 @@ class JobTemplateIn(ApiModel):
     """The job each run creates: its stages and their tasks, or a `hook`: one stage of that
     type holding one task whose data names the run (`scheduleId`, `scheduleName`,
     `nominalTime`, `trigger`); its handler fills the job in (adds stages and tasks) or does the
-    work. One of `stages` and `hook`."""
+    work. One of `stages` and `hook`; the stages hold at most 1000 tasks in all."""
 
     name: JobName
     data: Payload = Field(default_factory=dict)
@@ -135,7 +135,9 @@ class ReasonBody(ApiModel):
 
 
 class BackfillBody(ApiModel):
-    start: DateTimeQuery = Field(description="the first nominal time to run, or before it")
+    start: DateTimeQuery = Field(
+        description="the first nominal time to run, or before it; 1970-01-01T00:00:00Z or later"
+    )
     end: DateTimeQuery = Field(
         description=f"the last, at or before now; at most {MAX_BACKFILL} nominal times between"
     )

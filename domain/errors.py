@@ -415,13 +415,14 @@ class UnknownPolicy(InvalidRequest):
 
 
 class InvalidJobTemplate(InvalidRequest):
-    """a schedule's job has stages or a hook stage type: one of the two"""
+    """a schedule's job has stages or a hook stage type: one of the two; its stages hold at most
+    1000 tasks in all"""
 
     code = "INVALID_JOB_TEMPLATE"
 
 
 class InvalidBackfill(InvalidRequest):
-    """a backfill's range starts before it ends, and ends no later than now"""
+    """a backfill's range starts before it ends, not before 1970, and ends no later than now"""
 
     code = "INVALID_BACKFILL_RANGE"
 

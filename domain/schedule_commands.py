@@ -31,7 +31,7 @@ from jobnik.domain.ports import Session, Store
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.schedules import MICRO, Due, JobTemplate, Overlap, Schedule, Trigger
 from jobnik.domain.statuses import JobStatus
-from jobnik.domain.timing import Timing
+from jobnik.domain.timing import EPOCH, Timing
 from jobnik.domain.work import NO_TRACE
 
 MAX_BACKFILL: Final = 100  # nominal times one backfill runs at most
@@ -152,11 +152,13 @@ class ScheduleCommands:
         reason: str | None = None,
     ) -> Backfill:
         """A run for each nominal time from `start` to `end` (both included) that has none, at
-        once and side by side (whatever the overlap policy); at most MAX_BACKFILL times."""
+        once and side by side (whatever the overlap policy); at most MAX_BACKFILL times. The
+        range starts no earlier than the Unix epoch: the calendar's edges are out of reach."""
         now = self.clock()
-        if start > end or end > now:
+        if start > end or end > now or start < EPOCH:
             raise InvalidBackfill(
-                "a backfill's start is at or before its end, and its end at or before now"
+                "a backfill's start is at or after 1970-01-01T00:00:00Z and at or before its "
+                "end, and its end at or before now"
             )
         with self.store.session(write=True) as s:
             schedule = s.schedule(schedule_id)

@@ -32,6 +32,7 @@ from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import JobMode, Priority
 from jobnik.domain.timing import Timing
 
+MAX_TEMPLATE_TASKS: Final = 1000  # in all the stages of a job template, as one request's
 MISSED_COUNT_LIMIT: Final = 1000  # missed fires one event counts at most ("1000 or more")
 # A catch-up window's bounds, in seconds: at least a minute, so that a fire the sweeper reaches a
 # little late (JOBNIK_SWEEP_INTERVAL) is not missed; at most a year.
@@ -111,6 +112,11 @@ class JobTemplate:
             raise InvalidJobTemplate
         if self.hook == "":
             raise InvalidJobTemplate("a hook's stage type must not be empty")
+        if (tasks := sum(len(s.tasks) for s in self.stages)) > MAX_TEMPLATE_TASKS:
+            raise InvalidJobTemplate(
+                f"a schedule's job holds at most {MAX_TEMPLATE_TASKS} tasks in all, not {tasks}: "
+                "each run creates them at once (a hook stage can add more)"
+            )
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -229,14 +229,16 @@ class Producer:
 
     def schedules(self, *, name: str | None = None) -> list[Schedule]:
         """Every schedule (or the one named `name`), by name."""
-        found: list[Schedule] = []
+        params = {} if name is None else {"name": name}
+        return [Schedule.from_json(s) for s in self._every("/v1/schedules", params)]
+
+    def _every(self, path: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every item of a paged list (`{total, items}`), a page of 100 at a time."""
+        found: list[dict[str, Any]] = []
         page = 1
         while True:
-            params: dict[str, Any] = {"page": page, "page_size": 100}
-            if name is not None:
-                params["name"] = name
-            answer = self.client.get("/v1/schedules", params=params)
-            found += [Schedule.from_json(s) for s in answer["items"]]
+            answer = self.client.get(path, params={**params, "page": page, "page_size": 100})
+            found += answer["items"]
             if not answer["items"] or len(found) >= answer["total"]:
                 return found
             page += 1
@@ -288,7 +290,7 @@ class Producer:
 
     def limits(self) -> list[Limit]:
         """The concurrency limits in force, by stage type."""
-        return [Limit.from_json(b) for b in self.client.get("/v1/limits")["items"]]
+        return [Limit.from_json(b) for b in self._every("/v1/limits", {})]
 
     def limit(self, stage_type: str) -> Limit:
         """`stage_type`'s limit (ApiError LIMIT_NOT_FOUND when it has none)."""

@@ -11,6 +11,7 @@ from jobnik.api.deps import reject_unknown_query
 from jobnik.api.errors import error_answers
 from jobnik.api.limit_schemas import LimitBody, LimitOut, LimitsOut, RateBody
 from jobnik.api.operator_schemas import MALFORMED, REASON_MAX, REASON_TEXT
+from jobnik.api.pages import PageDep
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import Message
 from jobnik.domain.errors import InvalidLimit, LimitNotFound
@@ -53,11 +54,13 @@ ReasonQuery = Annotated[str | None, Query(max_length=REASON_MAX, description=REA
 
 
 @router.get("/limits", openapi_extra=needs(P.READ))
-def list_limits(views: LimitViewsDep) -> LimitsOut:
-    """jobnik: the stage types with a limit in force, by stage type (`{total, items}`), each
-    with its tasks IN_PROGRESS now, its rate's tokens, and the room a dequeue has now."""
-    found = views.all()
-    return LimitsOut(total=len(found), items=[LimitOut.of(v) for v in found])
+def list_limits(views: LimitViewsDep, paging: PageDep) -> LimitsOut:
+    """jobnik: the stage types with a limit in force, by stage type, a page at a time
+    (`{total, items}`), each with its tasks IN_PROGRESS now, its rate's tokens, and the room a
+    dequeue has now."""
+    offset = (paging.page - 1) * paging.page_size
+    total, found = views.page(offset, paging.page_size)
+    return LimitsOut(total=total, items=[LimitOut.of(v) for v in found])
 
 
 @router.get("/limits/{stageType}", responses=error_answers(NO_LIMIT), openapi_extra=needs(P.READ))

@@ -1,6 +1,8 @@
 """The concurrency limits' gauges, read from their read models at scrape time (like
 service_metrics.py: the same in every server process): each limit, its use, and the queued
-tasks held back by it, by stage type."""
+tasks held back by it, by stage type: series of their own for the JOBNIK_METRICS_STAGE_TYPES
+limited types with the most tasks queued or in progress (stage_types.py), the held-back tasks
+of the others summed under `__other__`."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from jobnik.api.telemetry.service_metrics import guarded
+from jobnik.api.telemetry.stage_types import OTHER, shown
 from jobnik.projections.queries.limits import LimitViews
 
 REASON = "limit"  # the `reason` label of the held-back tasks
@@ -20,8 +23,8 @@ class LimitMetrics(Collector):
     """`jobnik_limit_max_in_progress`, `jobnik_limit_in_progress`, `jobnik_rate_limit_tokens`
     by `stage_type`, and `jobnik_tasks_held_back` by `stage_type` and `reason`."""
 
-    def __init__(self, views: LimitViews) -> None:
-        self.views = views
+    def __init__(self, views: LimitViews, most: int) -> None:
+        self.views, self.most = views, most
 
     def collect(self) -> Iterable[Metric]:
         return guarded("limit metrics", self._collect)
@@ -57,11 +60,19 @@ class LimitMetrics(Collector):
 
     def _collect(self) -> list[Metric]:
         families = limit, running, tokens, held = self.families()
-        for v in self.views.all():
+        found = self.views.all()
+        label = shown({v.stage_type: v.in_progress + v.queued for v in found}, self.most)
+        others = 0
+        for v in found:
+            if label(v.stage_type) == OTHER:
+                others += v.held_back
+                continue
             if v.max_in_progress is not None:
                 limit.add_metric([v.stage_type], v.max_in_progress)
                 running.add_metric([v.stage_type], v.in_progress)
             if (left := v.rate_tokens) is not None:
                 tokens.add_metric([v.stage_type], left)
             held.add_metric([v.stage_type, REASON], v.held_back)
+        if len(label.types) < len(found):
+            held.add_metric([OTHER, REASON], others)
         return list(families)

@@ -13,6 +13,8 @@ from typing import Any
 from jobnik.domain.errors import LimitNotFound
 from jobnik.projections.store.base import SqlStore
 
+INT32_MAX = 2**31 - 1
+
 
 @dataclass(frozen=True)
 class LimitView:
@@ -76,15 +78,23 @@ class LimitViews:
 
     def all(self) -> list[LimitView]:
         """Every limit in force, by stage type."""
+        return self.page(0, INT32_MAX)[1]
+
+    def page(self, offset: int, limit: int) -> tuple[int, list[LimitView]]:
+        """How many limits are in force, and those of the page, by stage type."""
         with self.store.cursor(write=False) as cur:
-            rows = cur.all(self.d.sql("limit_views", where="1 = 1"))
-        return [_view(r) for r in rows]
+            total = cur.one(self.d.sql("count_limits"), {})
+            rows = cur.all(
+                self.d.sql("limit_views", where="1 = 1"), {"limit": limit, "offset": offset}
+            )
+        return int(total["n"]) if total else 0, [_view(r) for r in rows]
 
     def get(self, stage_type: str) -> LimitView:
         """`stage_type`'s limit; LimitNotFound when it has none."""
         where = f"l.stage_type = {self.d.param('t')}"
+        params = {"t": stage_type, "limit": 1, "offset": 0}
         with self.store.cursor(write=False) as cur:
-            row = cur.one(self.d.sql("limit_views", where=where), {"t": stage_type})
+            row = cur.one(self.d.sql("limit_views", where=where), params)
         if row is None:
             raise LimitNotFound(f"no limit is set for stage type '{stage_type}'")
         return _view(row)

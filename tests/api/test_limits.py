@@ -65,6 +65,14 @@ def test_a_limit_is_changed_and_removed_each_an_event_with_its_reason(api: Api) 
         "ConcurrencyLimitRemoved",
     ]
     assert api.http.get("/v1/limits").json() == {"total": 0, "items": []}
+
+
+def test_the_limits_are_listed_a_page_at_a_time(api: Api) -> None:
+    for t in ("t1", "t2", "t3"):
+        set_limit(api, t, 1)
+    r = api.http.get("/v1/limits", params={"page": 2, "page_size": 2})
+    assert (r.json()["total"], [v["stageType"] for v in r.json()["items"]]) == (3, ["t3"])
+    assert len(api.http.get("/v1/limits", params={"page_size": 1}).json()["items"]) == 1
     for r in (api.http.get("/v1/limits/render"), api.http.delete("/v1/limits/render")):
         assert (r.status_code, r.json()["code"]) == (404, "LIMIT_NOT_FOUND")
 

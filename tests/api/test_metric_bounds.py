@@ -98,6 +98,21 @@ def test_the_types_with_the_most_tasks_have_series_and_the_others_are_one_aggreg
     assert ages[OTHER] >= max(ages["t09"], ages["t08"], ages["t07"])
 
 
+def test_the_limits_have_series_for_the_types_shown_and_the_others_in_the_aggregate(
+    api: Api,
+) -> None:
+    for t in TYPES:
+        assert api.http.put(f"/v1/limits/{t}", json={"maxInProgress": 1}).status_code == 200
+    workload(api)
+
+    samples = scrape(api)
+
+    assert by_type(samples, "jobnik_limit_max_in_progress") == dict.fromkeys(TYPES[-SHOWN:], 1)
+    held = by_type(samples, "jobnik_tasks_held_back")
+    # of the others' queued tasks, all but one a type (t00: none queued; t02: one in progress)
+    assert held == {"t09": 9, "t08": 8, "t07": 7, OTHER: 0 + 1 + 2 + 3 + 4 + 5 + 6}
+
+
 def test_no_series_is_zero_but_the_managers_statuses_of_the_types_served(api: Api) -> None:
     workload(api)
 

@@ -28,6 +28,8 @@ HOOKED: Json = {
     "job": {"name": "nightly", "hook": "plan"},
     "overlapPolicy": "allowAll",
 }
+# (a template's tasks are bounded in all, as one request's are: each run creates them at once)
+TYPES_600: Json = {"type": "render", "tasks": [{}] * 600}
 
 
 def create(api: Api, body: Json = HOURLY, **changes: Any) -> Json:
@@ -72,6 +74,7 @@ def test_a_schedule_is_created_and_read_with_its_next_fire_times(api: Api) -> No
         ({"catchupPolicy": "never"}, "UNKNOWN_POLICY"),
         ({"job": {"name": "report"}}, "INVALID_JOB_TEMPLATE"),
         ({"job": {**HOURLY["job"], "hook": "plan"}}, "INVALID_JOB_TEMPLATE"),
+        ({"job": {"name": "report", "stages": [TYPES_600, TYPES_600]}}, "INVALID_JOB_TEMPLATE"),
         ({"catchupWindowSeconds": 5}, "VALIDATION_ERROR"),
         ({"name": ""}, "VALIDATION_ERROR"),
     ],
@@ -131,10 +134,14 @@ def test_pause_resume_trigger_backfill_and_delete_record_their_reasons(api: Api)
         f"{url}/backfill", json={"start": "2025-01-01T00:00:00Z", "end": "2026-01-01T00:00:00Z"}
     )
     assert (too_many.status_code, too_many.json()["code"]) == (400, "BACKFILL_TOO_LARGE")
-    future = api.http.post(
-        f"{url}/backfill", json={"start": "2026-01-01T00:00:00Z", "end": "2999-01-01T00:00:00Z"}
-    )
-    assert (future.status_code, future.json()["code"]) == (400, "INVALID_BACKFILL_RANGE")
+    for start, end in [
+        ("2026-01-01T00:00:00Z", "2999-01-01T00:00:00Z"),  # the end in the future
+        ("0001-01-01T00:00:00+14:00", "0001-01-02T00:00:00Z"),  # the calendar's first day
+        ("1969-12-31T23:00:00Z", "1970-01-01T03:00:00Z"),
+    ]:
+        with api.nothing_written():
+            refused = api.http.post(f"{url}/backfill", json={"start": start, "end": end})
+        assert (refused.status_code, refused.json()["code"]) == (400, "INVALID_BACKFILL_RANGE")
 
     runs = api.http.get(f"{url}/runs").json()["items"]
     assert [r["startedBy"] for r in runs] == ["trigger", "backfill", "backfill", "backfill"]

@@ -213,7 +213,11 @@ SELECT l.stage_type, l.max_in_progress, l.rate_starts, l.rate_interval_seconds, 
     (SELECT {tokens} FROM jobnik_rate_buckets b WHERE b.stage_type = l.stage_type) AS tokens
 FROM stage_type_limits_v1 l
 WHERE (l.max_in_progress IS NOT NULL OR l.rate_starts IS NOT NULL) AND {where}
-ORDER BY l.stage_type;
+ORDER BY l.stage_type LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: count_limits
+SELECT count(*) AS n FROM stage_type_limits_v1 l
+WHERE l.max_in_progress IS NOT NULL OR l.rate_starts IS NOT NULL;
 
 -- name: spend_tokens
 -- After a claim of %(k)s tasks of stage type %(v)s: as many tokens leave its rate's bucket,
