@@ -37,6 +37,7 @@ from jobnik.domain.errors import (
     StageNotFound,
     TaskNotFound,
     TokenExists,
+    TooManyRetentionPeriods,
     Unauthenticated,
     UpdateConflict,
 )
@@ -49,6 +50,7 @@ HTTP_STATUS: Final[Mapping[type[JobnikError], int]] = {
     TokenExists: 409,
     ScheduleExists: 409,
     LastAdminToken: 409,
+    TooManyRetentionPeriods: 409,
     PayloadTooLarge: 413,
     RequestTimeout: 408,
     HeadersTooLarge: 431,

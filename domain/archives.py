@@ -19,11 +19,14 @@ from uuid import NAMESPACE_URL, UUID, uuid4, uuid5
 
 from jobnik.domain.base import Entity, cause
 from jobnik.domain.commands import command
-from jobnik.domain.errors import InvalidRetentionPeriod
+from jobnik.domain.errors import InvalidRetentionPeriod, TooManyRetentionPeriods
 from jobnik.domain.ports import Store
 from jobnik.domain.principals import Principal
 
 MAX_PERIOD_SECONDS: Final = 100 * 366 * 24 * 3600  # a century: beyond it, keep everything
+# The most job names with a retention period of their own: each archive run looks every one up,
+# and GET /v1/retention lists them all.
+MAX_NAMES: Final = 1000
 _ARCHIVES: Final = uuid5(NAMESPACE_URL, "jobnik:archive")
 
 
@@ -140,5 +143,10 @@ class RetentionCommands:
             name, period_seconds, now=self.clock(), actor=by, reason=reason
         )
         with self.store.session(write=True) as s:
+            if period_seconds is not None and s.retention_names_besides(name) >= MAX_NAMES:
+                raise TooManyRetentionPeriods(
+                    f"{MAX_NAMES} job names have a retention period of their own: remove one "
+                    f"before giving '{name}' its own"
+                )
             s.save(change)
         return change

@@ -452,6 +452,12 @@ class InvalidRetentionPeriod(InvalidRequest):
     code = "INVALID_RETENTION_PERIOD"
 
 
+class TooManyRetentionPeriods(JobnikError):
+    """as many job names as allowed have a retention period of their own: remove one first"""
+
+    code = "TOO_MANY_RETENTION_PERIODS"
+
+
 class ArchiveUnreachable(JobnikError):
     """the job was archived and its archive cannot be read here"""
 

@@ -63,6 +63,10 @@ class Session(Protocol):
         """The job of the schedule's run for `nominal_time` (its fire key), if it has one."""
         ...
 
+    def retention_names_besides(self, name: str) -> int:
+        """How many job names other than `name` have a retention period of their own."""
+        ...
+
     def due_schedules(self, now: datetime, limit: int) -> list[UUID]:
         """Schedules not paused with a nominal time due at `now`, or a buffered fire."""
         ...

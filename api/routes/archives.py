@@ -21,7 +21,7 @@ from jobnik.api.errors import error_answers
 from jobnik.api.operator_schemas import MALFORMED
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.domain.archives import RetentionCommands
-from jobnik.domain.errors import InvalidRetentionPeriod, JobNotFound
+from jobnik.domain.errors import InvalidRetentionPeriod, JobNotFound, TooManyRetentionPeriods
 from jobnik.domain.principals import Permission
 from jobnik.projections.queries.archives import retention
 
@@ -64,7 +64,7 @@ def get_retention_policy(archiver: ArchiverDep) -> RetentionPolicyOut:
 
 @router.put(
     "/retention/{name}",
-    responses=error_answers(MALFORMED, InvalidRetentionPeriod),
+    responses=error_answers(MALFORMED, InvalidRetentionPeriod, TooManyRetentionPeriods),
     openapi_extra=needs(P.OPERATE),
 )
 def set_retention(
@@ -75,7 +75,8 @@ def set_retention(
     by: PrincipalDep,
 ) -> RetentionPolicyOut:
     """jobnik: set how long the jobs of one name stay in the live log once ended (null: the
-    default again); recorded as an event naming who set it and why. Answers the policy."""
+    default again); recorded as an event naming who set it and why. Answers the policy. At most
+    1,000 names have a period of their own (409 TOO_MANY_RETENTION_PERIODS past it)."""
     commands.set_retention(name, body.period_seconds, by=by, reason=body.reason)
     return _policy(archiver)
 

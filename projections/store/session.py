@@ -145,6 +145,9 @@ class SqlSession:
         )
         return UUID(str(rows[0]["job_id"])) if rows else None
 
+    def retention_names_besides(self, name: str) -> int:
+        return int(self._rows("retention_names_besides", n=name)[0]["n"])
+
     def due_schedules(self, now: datetime, limit: int) -> list[UUID]:
         rows = self._rows("due_schedules", now=self.d.dump("next_fire_at", now), limit=int(limit))
         return [UUID(str(r["id"])) for r in rows]

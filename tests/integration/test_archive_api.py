@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from jobnik.api.main import app_from_env
 from jobnik.api.settings import InvalidSettings, Settings
+from jobnik.domain import archives
 from jobnik.scripts.cli import app as cli
 
 from .test_history import history, run_job
@@ -95,6 +96,24 @@ def test_operators_set_a_names_period_and_zero_or_less_is_refused_by_name(
     cleared = client.put("/v1/retention/nightly", json={"periodSeconds": None})
     assert cleared.json()["names"] == []
     assert client.get("/v1/retention").json() == {"defaultSeconds": 3600, "names": []}
+
+
+def test_the_names_with_a_period_of_their_own_are_bounded(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(archives, "MAX_NAMES", 2)
+    for name in ("a", "b"):
+        assert client.put(f"/v1/retention/{name}", json={"periodSeconds": 60}).status_code == 200
+
+    refused = client.put("/v1/retention/c", json={"periodSeconds": 60})
+    changed = client.put("/v1/retention/a", json={"periodSeconds": 120})  # not one more name
+
+    assert (refused.status_code, refused.json()["code"]) == (409, "TOO_MANY_RETENTION_PERIODS")
+    assert changed.status_code == 200
+    assert client.put("/v1/retention/b", json={"periodSeconds": None}).status_code == 200
+    assert client.put("/v1/retention/c", json={"periodSeconds": 60}).status_code == 200
+    names = client.get("/v1/retention").json()["names"]
+    assert [(n["name"], n["periodSeconds"]) for n in names] == [("a", 120), ("c", 60)]
 
 
 def test_the_command_line_exports_verifies_and_sets_periods(

@@ -49,6 +49,7 @@ from jobnik.projections.inline.tables import (
     LIMITS,
     PRIMARY_KEYS,
     QUEUE,
+    RETENTION,
     SCHEDULE_FIRES,
     SCHEDULES,
     STAGES,
@@ -210,6 +211,9 @@ class MemorySession:
     def schedule_named(self, name: str) -> UUID | None:
         row = self.tables.maybe(SCHEDULES, name=name)
         return row["id"] if row else None
+
+    def retention_names_besides(self, name: str) -> int:
+        return sum(1 for r in self.tables.rows[RETENTION] if r["name"] != name)
 
     def run_at(self, schedule_id: UUID, nominal_time: datetime) -> UUID | None:
         row = self.tables.maybe(SCHEDULE_FIRES, schedule_id=schedule_id, nominal_time=nominal_time)

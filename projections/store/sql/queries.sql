@@ -151,6 +151,10 @@ ORDER BY o.last_event_at LIMIT %(limit)s;
 -- name: schedule_by_id
 SELECT * FROM schedules_v1 WHERE id = %(id)s;
 
+-- name: retention_names_besides
+-- The job names with a retention period of their own, one aside (their number is bounded).
+SELECT count(*) AS n FROM retention_v1 WHERE name <> %(n)s;
+
 -- name: schedule_by_name
 SELECT id FROM schedules_v1 WHERE name = %(n)s;
 
