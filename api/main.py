@@ -245,7 +245,7 @@ def _add_store_metrics(app: FastAPI, metrics: ServerMetrics) -> None:
     gauges = JobnikServiceGauges(state.operations, limit)
     metrics.add(gauges)
     metrics.add(QueueMetrics(state.operations, lambda: state.clock(), thresholds, limit))
-    metrics.add(ScheduleMetrics(state.schedule_views))
+    metrics.add(ScheduleMetrics(state.schedule_views, state.settings.metrics_schedules))
     metrics.add(LimitMetrics(state.limit_views, limit))
     state.service_metrics = CollectorRegistry(auto_describe=True)
     state.service_metrics.register(gauges)

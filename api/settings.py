@@ -113,6 +113,13 @@ class Settings(BaseSettings):
         description="stage types with series of their own in the metrics (those with the most "
         'tasks); the others are counted under stage_type="__other__" (0: every one)',
     )
+    metrics_schedules: int = Field(
+        100,
+        ge=0,
+        le=10_000,
+        description="schedules with series of their own in the metrics (those that fired most); "
+        'the others are counted under schedule="__other__"',
+    )
     stuck_lease_expiries: int = Field(
         3,
         ge=0,

@@ -1,6 +1,8 @@
 """The schedules' counters, read from their read model at scrape time (like service_metrics.py:
 the same in every server process, kept across restarts): runs fired, fires missed, fires
-skipped because the previous run was still going, by schedule name."""
+skipped because the previous run was still going, by schedule name: series of their own for the
+JOBNIK_METRICS_SCHEDULES schedules that fired most (ties by name), the others' sums under
+`schedule="__other__"`, so however many schedules producers make, a scrape's size is bounded."""
 
 from __future__ import annotations
 
@@ -11,15 +13,16 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from jobnik.api.telemetry.service_metrics import guarded
+from jobnik.api.telemetry.stage_types import shown
 from jobnik.projections.queries.schedules import ScheduleViews
 
 
 class ScheduleMetrics(Collector):
     """`jobnik_schedule_fires_total`, `jobnik_schedule_misses_total`,
-    `jobnik_schedule_overlaps_skipped_total`, by `schedule` (its name)."""
+    `jobnik_schedule_overlaps_skipped_total`, by `schedule` (its name; see the module)."""
 
-    def __init__(self, views: ScheduleViews) -> None:
-        self.views = views
+    def __init__(self, views: ScheduleViews, limit: int) -> None:
+        self.views, self.limit = views, limit
 
     def collect(self) -> Iterable[Metric]:
         return guarded("schedule metrics", self._collect)
@@ -51,8 +54,14 @@ class ScheduleMetrics(Collector):
 
     def _collect(self) -> list[Metric]:
         families = fires, misses, skipped = self.families()
-        for c in self.views.counters():
-            fires.add_metric([c.name], c.fired)
-            misses.add_metric([c.name], c.missed)
-            skipped.add_metric([c.name], c.skipped)
+        counters = self.views.counters()
+        label = shown({c.name: c.fired for c in counters}, self.limit)
+        sums: dict[str, list[int]] = {}
+        for c in counters:
+            into = sums.setdefault(label(c.name), [0, 0, 0])
+            into[0], into[1], into[2] = into[0] + c.fired, into[1] + c.missed, into[2] + c.skipped
+        for name, (fired, missed, skip) in sorted(sums.items()):
+            fires.add_metric([name], fired)
+            misses.add_metric([name], missed)
+            skipped.add_metric([name], skip)
         return list(families)

@@ -198,3 +198,20 @@ def test_queues_are_a_page_also_where_the_lists_are_plain_arrays(database_url: s
 
     assert (body["total"], [q["stageType"] for q in body["items"]]) == (2, ["x"])
     assert datetime.fromisoformat(body["items"][0]["oldestQueuedAt"]) <= datetime.now(UTC)
+
+
+def test_the_schedules_that_fired_most_have_series_and_the_others_are_summed(
+    database_url: str,
+) -> None:
+    with serve(database_url, metrics_schedules="1") as client:
+        api = Api(client)
+        body = {"intervalSeconds": 3600, "job": {"name": "tick", "data": {}, "hook": "tick"}}
+        ids = [api.http.post("/v1/schedules", json={**body, "name": n}).json()["id"] for n in "abc"]
+        for schedule_id, fires in zip(ids, (1, 3, 2), strict=True):
+            for _ in range(fires):
+                assert api.http.post(f"/v1/schedules/{schedule_id}/trigger").status_code == 201
+        caught_up(api)
+        fired = {
+            lab["schedule"]: v for n, lab, v in scrape(api) if n == "jobnik_schedule_fires_total"
+        }
+    assert fired == {"b": 3, OTHER: 1 + 2}
