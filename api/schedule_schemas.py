@@ -22,6 +22,7 @@ from jobnik.api.schemas import (
     Payload,
     StageType,
 )
+from jobnik.domain.delays import MAX_DELAY_SECONDS
 from jobnik.domain.schedule_commands import MAX_BACKFILL, Backfill, Run
 from jobnik.domain.schedules import (
     MAX_CATCHUP_WINDOW,
@@ -54,6 +55,11 @@ class StageTemplateIn(ApiModel):
     tasks: Annotated[list[TaskTemplateIn], Field(max_length=MAX_TEMPLATE_TASKS)] = Field(
         default_factory=list
     )
+    delay_seconds: Annotated[int, Field(ge=1, le=int(MAX_DELAY_SECONDS))] | None = Field(
+        default=None,
+        description="the stage's tasks are not dequeued before this many seconds after the run "
+        "starts (none: at once)",
+    )
 
 
 class JobTemplateIn(ApiModel):
@@ -83,6 +89,7 @@ class JobTemplateIn(ApiModel):
                     s.data,
                     s.user_metadata,
                     tuple(TaskTemplate(t.data, t.user_metadata, t.max_attempts) for t in s.tasks),
+                    s.delay_seconds,
                 )
                 for s in self.stages
             ),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Final
 from uuid import UUID
 
@@ -29,7 +29,15 @@ from jobnik.domain.errors import (
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Session, Store
 from jobnik.domain.principals import Actor, Principal
-from jobnik.domain.schedules import MICRO, Due, JobTemplate, Overlap, Schedule, Trigger
+from jobnik.domain.schedules import (
+    MICRO,
+    Due,
+    JobTemplate,
+    Overlap,
+    Schedule,
+    StageTemplate,
+    Trigger,
+)
 from jobnik.domain.statuses import JobStatus
 from jobnik.domain.timing import EPOCH, Timing
 from jobnik.domain.work import NO_TRACE
@@ -281,7 +289,7 @@ class ScheduleCommands:
         )
         job.run_of(schedule.id, schedule.name, due.nominal_time, str(due.trigger), now, by)
         s.save(job)
-        stages = [(st.type, st.data, st.user_metadata, st.tasks) for st in template.stages]
+        stages = list(template.stages)
         if template.hook is not None:
             hook = {
                 "scheduleId": str(schedule.id),
@@ -289,10 +297,12 @@ class ScheduleCommands:
                 "nominalTime": due.nominal_time.isoformat(),
                 "trigger": str(due.trigger),
             }
-            stages = [(template.hook, {}, {}, ())]
-        for type_, data, user_metadata, tasks in stages:
-            stage = self.jobs.add_stage(job.id, NewStage(type_, data, user_metadata), by=by)
-            new = [NewTask(t.data, t.user_metadata, t.max_attempts) for t in tasks]
+            stages = [StageTemplate(template.hook, {})]
+        for st in stages:
+            held = None if st.delay_seconds is None else now + timedelta(seconds=st.delay_seconds)
+            new_stage = NewStage(st.type, st.data, st.user_metadata, not_before=held)
+            stage = self.jobs.add_stage(job.id, new_stage, by=by)
+            new = [NewTask(t.data, t.user_metadata, t.max_attempts) for t in st.tasks]
             if template.hook is not None:
                 new = [NewTask(hook)]
             if new:

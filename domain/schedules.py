@@ -27,6 +27,7 @@ from uuid import UUID, uuid4
 from croniter import CroniterError
 
 from jobnik.domain.base import Entity, cause
+from jobnik.domain.delays import MAX_DELAY_SECONDS
 from jobnik.domain.errors import InvalidJobTemplate, InvalidRequest, UnknownPolicy
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import JobMode, Priority
@@ -93,6 +94,7 @@ class StageTemplate:
     data: dict[str, Any]
     user_metadata: dict[str, Any] = field(default_factory=dict)
     tasks: tuple[TaskTemplate, ...] = ()
+    delay_seconds: int | None = None  # its tasks wait this long after the run starts
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,11 @@ class JobTemplate:
             raise InvalidJobTemplate
         if self.hook == "":
             raise InvalidJobTemplate("a hook's stage type must not be empty")
+        for s in self.stages:
+            if s.delay_seconds is not None and not 1 <= s.delay_seconds <= MAX_DELAY_SECONDS:
+                raise InvalidJobTemplate(
+                    f"a stage's delaySeconds is 1 to {MAX_DELAY_SECONDS:g}, not {s.delay_seconds}"
+                )
         if (tasks := sum(len(s.tasks) for s in self.stages)) > MAX_TEMPLATE_TASKS:
             raise InvalidJobTemplate(
                 f"a schedule's job holds at most {MAX_TEMPLATE_TASKS} tasks in all, not {tasks}: "
@@ -138,6 +145,7 @@ class JobTemplate:
                         }
                         for t in s.tasks
                     ],
+                    **({"delaySeconds": s.delay_seconds} if s.delay_seconds is not None else {}),
                 }
                 for s in self.stages
             ],
@@ -160,6 +168,7 @@ class JobTemplate:
                         TaskTemplate(t["data"], t["userMetadata"], t["maxAttempts"])
                         for t in s["tasks"]
                     ),
+                    s.get("delaySeconds"),
                 )
                 for s in value["stages"]
             ),

@@ -213,7 +213,8 @@ class Producer:
         catchup_window_seconds: int | None = None,
     ) -> Schedule:
         """A schedule running `job` (a template: `name`, `data`, `priority`, `userMetadata`,
-        and `stages` with their `tasks`, or a `hook` stage type) at each time of `cron` in
+        and `stages` with their `tasks` and an optional `delaySeconds` that holds a stage's tasks
+        back after the run starts, or a `hook` stage type) at each time of `cron` in
         `timezone`, or every `interval_seconds`. Policies: overlap skip (default), bufferOne,
         allowAll, cancelPrevious; catch-up latest (default) or all."""
         body: dict[str, Any] = {"name": name, "job": dict(job), "timezone": timezone}

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from .conftest import Api, Json, Secured
+from .conftest import Api, Json, Secured, parse_time
+from .test_queues import at
 
 HOURLY: Json = {
     "name": "hourly-report",
@@ -253,3 +255,37 @@ def test_the_console_offers_a_schedules_actions_to_the_roles_that_may_do_them(
         "producer": ["Pause", "Trigger now"],
         "operator": ["Pause", "Trigger now", "Delete"],
     }
+
+
+def test_a_template_stage_held_back_waits_its_delay_after_the_run_starts(api: Api) -> None:
+    t0 = datetime(2030, 1, 1, 2, 0, tzinfo=UTC)
+    at(api, t0)
+    api.http.app.state.schedules.clock = lambda: t0  # type: ignore[attr-defined]
+    job = {
+        "name": "nightly",
+        "stages": [
+            {"type": "extract", "tasks": [{}]},
+            {"type": "publish", "tasks": [{}], "delaySeconds": 600},
+        ],
+    }
+    made = create(api, {**HOURLY, "job": job})
+    assert made["job"]["stages"][1]["delaySeconds"] == 600
+    assert "delaySeconds" not in made["job"]["stages"][0]
+    refused = api.http.post(
+        "/v1/schedules",
+        json={
+            **HOURLY,
+            "name": "other",
+            "job": {**job, "stages": [{**job["stages"][1], "delaySeconds": 0}]},
+        },
+    )
+    assert refused.status_code == 400
+
+    run = api.http.post(f"/v1/schedules/{made['id']}/trigger").json()
+    stages = api.http.get(f"/v1/jobs/{run['jobId']}/stages").json()
+    held = next(s for s in stages if s["type"] == "publish")
+    assert parse_time(held["notBefore"]) == t0 + timedelta(seconds=600)
+    api.run_task("extract")  # (its stage completes: the next one opens, its tasks held back)
+    api.dequeue_nothing("publish")
+    at(api, t0 + timedelta(seconds=600))
+    api.dequeue("publish")
