@@ -13,7 +13,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from jobnik.api.telemetry.service_metrics import guarded
-from jobnik.api.telemetry.stage_types import shown
+from jobnik.api.telemetry.stage_types import fold, shown
 from jobnik.projections.queries.schedules import ScheduleViews
 
 
@@ -56,12 +56,8 @@ class ScheduleMetrics(Collector):
         families = fires, misses, skipped = self.families()
         counters = self.views.counters()
         label = shown({c.name: c.fired for c in counters}, self.limit)
-        sums: dict[str, list[int]] = {}
-        for c in counters:
-            into = sums.setdefault(label(c.name), [0, 0, 0])
-            into[0], into[1], into[2] = into[0] + c.fired, into[1] + c.missed, into[2] + c.skipped
-        for name, (fired, missed, skip) in sorted(sums.items()):
-            fires.add_metric([name], fired)
-            misses.add_metric([name], missed)
-            skipped.add_metric([name], skip)
+        for family, count in ((fires, "fired"), (misses, "missed"), (skipped, "skipped")):
+            by_name = {c.name: int(getattr(c, count)) for c in counters}
+            for name, n in sorted(fold(by_name, label).items()):
+                family.add_metric([name], n)
         return list(families)
