@@ -74,6 +74,9 @@ class TaskCountsOut(OutModel):
     failed_without_retry_task_count: int
     canceled_task_count: int
     obsolete_task_count: int
+    expired_task_count: int = Field(
+        description="jobnik: tasks that expired in the queue (their schedule-to-start limit)"
+    )
 
     @staticmethod
     def fields(c: Counts) -> dict[str, int]:

@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     PlainValidator,
     SerializerFunctionWrapHandler,
+    StrictInt,
     TypeAdapter,
     WithJsonSchema,
     model_serializer,
@@ -211,15 +212,24 @@ class Delayable(Traced):
         "now; else 400 INVALID_DEADLINE), it fails with cause `deadline`, by `system`, and what "
         "it holds is aborted",
     )
+    schedule_to_start_seconds: StrictInt | None = Field(
+        default=None,
+        description="jobnik: a queued task not dequeued within this many seconds (1 to "
+        "10,000,000; else 400 INVALID_SCHEDULE_TO_START) fails with cause `expired`, by "
+        "`system`, without retry, failing its stage and job; counted from when it is queued, "
+        "its not-before time or its stage and job opening, whichever is latest (a stage's, "
+        "else its job's)",
+    )
 
     def timing(self) -> dict[str, Any]:
         """NewJob's and NewStage's time fields (InvalidNotBefore, InvalidRetryPolicy,
-        InvalidDeadline)."""
+        InvalidDeadline; the domain checks the schedule-to-start limit)."""
         policy = None if self.retry_policy is None else self.retry_policy.policy()
         return {
             "not_before": parse_not_before(self.not_before),
             "retry_policy": policy,
             "deadline": parse_instant(self.deadline, "deadline", InvalidDeadline),
+            "schedule_to_start_seconds": self.schedule_to_start_seconds,
         }
 
 
@@ -450,6 +460,9 @@ class StageOut(OutModel):
     deadline: datetime | None = Field(
         default=None, description="jobnik: it fails if it has not ended by then"
     )
+    schedule_to_start_seconds: int | None = Field(
+        default=None, description="jobnik: its queued tasks expire if not dequeued within it"
+    )
 
     @classmethod
     def of(cls, v: StageView) -> StageOut:
@@ -476,6 +489,7 @@ class StageOut(OutModel):
             not_before=s.not_before,
             retry_policy=RetryPolicyIn.of(s.retry_policy),
             deadline=s.deadline,
+            schedule_to_start_seconds=s.schedule_to_start_seconds,
         )
 
 
@@ -507,6 +521,9 @@ class JobOut(OutModel):
     deadline: datetime | None = Field(
         default=None, description="jobnik: it fails if it has not ended by then"
     )
+    schedule_to_start_seconds: int | None = Field(
+        default=None, description="jobnik: its stages' default schedule-to-start limit"
+    )
 
     @classmethod
     def of(cls, job: Job | JobView) -> JobOut:
@@ -534,4 +551,5 @@ class JobOut(OutModel):
             not_before=j.not_before,
             retry_policy=RetryPolicyIn.of(j.retry_policy),
             deadline=j.deadline,
+            schedule_to_start_seconds=j.schedule_to_start_seconds,
         )

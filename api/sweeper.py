@@ -73,6 +73,13 @@ class Sweeper:
         self.swept += total
         if missed := self.jobnik.expire_deadlines():
             log.info("deadlines passed", extra={"action": "deadlines_passed", "missed": missed})
+        expired = 0
+        while not self._stop.is_set() and (n := self.jobnik.expire_queued(limit)):
+            expired += n
+            if n < limit:
+                break
+        if expired:
+            log.info("queued tasks expired", extra={"action": "tasks_expired", "tasks": expired})
         steps = self._fire_schedules(self.schedules) if self.schedules is not None else 0
         purged = 0
         if self.purge is not None and time.monotonic() - self._purged_at >= PURGE_EVERY:
@@ -83,7 +90,7 @@ class Sweeper:
         if self.archive is not None and time.monotonic() - self._archived_at >= self.archive_every:
             self._archived_at = time.monotonic()
             archived = self.archive()
-        did(total + steps + purged + missed + archived)
+        did(total + steps + purged + missed + expired + archived)
         return total
 
     def _fire_schedules(self, schedules: ScheduleCommands) -> int:

@@ -39,6 +39,7 @@ class NewJob:
     not_before: datetime | None = None  # its tasks are not dequeued before
     retry_policy: RetryPolicy | None = None  # its stages' default
     deadline: datetime | None = None  # it fails if it has not ended by then
+    schedule_to_start_seconds: int | None = None  # its stages' default
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class NewStage:
     not_before: datetime | None = None  # its tasks are not dequeued before
     retry_policy: RetryPolicy | None = None  # None: the job's, else the server's
     deadline: datetime | None = None  # it (and its job) fails if it has not ended by then
+    # A queued task not dequeued within this many seconds expires; None: the job's, else none.
+    schedule_to_start_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, To
                 not_before=new.not_before,
                 retry_policy=new.retry_policy,
                 deadline=new.deadline,
+                schedule_to_start_seconds=new.schedule_to_start_seconds,
             )
             s.save(job)
         return job
@@ -221,6 +225,11 @@ class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, To
                 not_before=new.not_before,
                 retry_policy=new.retry_policy,
                 deadline=new.deadline,
+                schedule_to_start_seconds=(
+                    new.schedule_to_start_seconds
+                    if new.schedule_to_start_seconds is not None
+                    else job.schedule_to_start_seconds
+                ),
             )
             s.save(job, stage)
         return stage

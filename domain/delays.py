@@ -18,6 +18,7 @@ from jobnik.domain.errors import (
     InvalidDeadline,
     InvalidNotBefore,
     InvalidRetryPolicy,
+    InvalidScheduleToStart,
     JobnikError,
 )
 
@@ -114,6 +115,19 @@ def check_deadline(deadline: datetime | None, now: datetime) -> None:
     """InvalidDeadline when `deadline` is not later than `now`."""
     if deadline is not None and deadline <= now:
         raise InvalidDeadline(f"deadline {deadline.isoformat()} is not later than now")
+
+
+def check_schedule_to_start(seconds: int | None) -> None:
+    """InvalidScheduleToStart unless `seconds` is None or a whole number from 1 to
+    MAX_DELAY_SECONDS: how long a queued task may wait to be dequeued before it expires."""
+    if seconds is None:
+        return
+    if isinstance(seconds, bool) or not isinstance(seconds, int):
+        raise InvalidScheduleToStart(f"scheduleToStartSeconds {seconds!r} is not a whole number")
+    if not 1 <= seconds <= MAX_DELAY_SECONDS:
+        raise InvalidScheduleToStart(
+            f"scheduleToStartSeconds must be from 1 to {MAX_DELAY_SECONDS:,.0f}, not {seconds}"
+        )
 
 
 def latest(*times: datetime | None) -> datetime | None:

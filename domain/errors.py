@@ -470,6 +470,12 @@ class InvalidNotBefore(InvalidRequest):
     code = "INVALID_NOT_BEFORE"
 
 
+class InvalidScheduleToStart(InvalidRequest):
+    """scheduleToStartSeconds is a whole number of seconds from 1 to 10,000,000"""
+
+    code = "INVALID_SCHEDULE_TO_START"
+
+
 class InvalidRetryPolicy(InvalidRequest):
     """a retry policy has initialSeconds above 0, a coefficient of 1 or more, maxSeconds of
     initialSeconds or more, and a jitter between 0 and 1"""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 from jobnik.domain.base import Entity, cause
-from jobnik.domain.delays import RetryPolicy, check_deadline
+from jobnik.domain.delays import RetryPolicy, check_deadline, check_schedule_to_start
 from jobnik.domain.errors import (
     IllegalJobTransition,
     JobFinishing,
@@ -20,6 +20,7 @@ from jobnik.domain.errors import (
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import (
     DEADLINE,
+    EXPIRED,
     JOB_FINAL,
     JOB_RERUNNABLE,
     JOB_TRANSITIONS,
@@ -58,6 +59,7 @@ class Job(Entity):
         not_before: datetime | None
         retry_policy: dict[str, float] | None
         deadline: datetime | None
+        schedule_to_start_seconds: int | None
 
     class JobCreated(Entity.Created):
         """`mode`: runOnce or standard; `parent_task_id`: the delegating task."""
@@ -78,6 +80,8 @@ class Job(Entity):
         not_before: datetime | None = field(default=None, kw_only=True)
         retry_policy: dict[str, float] | None = field(default=None, kw_only=True)
         deadline: datetime | None = field(default=None, kw_only=True)  # fails unfinished then
+        # Its stages' default schedule-to-start limit, in seconds (None: none).
+        schedule_to_start_seconds: int | None = field(default=None, kw_only=True)
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -87,6 +91,7 @@ class Job(Entity):
         def apply(self, job: Job) -> None:
             job.not_before, job.retry_policy = self.not_before, self.retry_policy
             job.deadline = self.deadline
+            job.schedule_to_start_seconds = self.schedule_to_start_seconds
             job.name, job.data, job.priority = self.name, self.data, self.priority
             job.user_metadata = self.user_metadata
             job.traceparent, job.tracestate = self.traceparent, self.tracestate
@@ -253,8 +258,10 @@ class Job(Entity):
         not_before: datetime | None = None,
         retry_policy: RetryPolicy | None = None,
         deadline: datetime | None = None,
+        schedule_to_start_seconds: int | None = None,
     ) -> Job:
         check_deadline(deadline, now)
+        check_schedule_to_start(schedule_to_start_seconds)
         return cls._create(
             cls.JobCreated,
             id=id or uuid4(),
@@ -273,6 +280,7 @@ class Job(Entity):
             not_before=not_before,
             retry_policy=None if retry_policy is None else retry_policy.to_dict(),
             deadline=deadline,
+            schedule_to_start_seconds=schedule_to_start_seconds,
         )
 
     @property
@@ -402,6 +410,20 @@ class Job(Entity):
             return
         self._check(S.FAILED)
         self._emit(self.JobFailed, now, actor, "a stage failed", stage_id=stage_id)
+
+    def task_expired(self, stage_id: UUID, now: datetime) -> None:
+        """Stage `stage_id` failed because a queued task of it expired: the job fails (cause
+        "expired") from whatever open status it is in, as at a deadline."""
+        if self.is_final:
+            return
+        self._emit(
+            self.JobFailed,
+            now,
+            Actor.SYSTEM,
+            "a task expired before it started",
+            stage_id=stage_id,
+            cause=EXPIRED,
+        )
 
     def reopen(
         self,

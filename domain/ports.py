@@ -131,6 +131,11 @@ class Session(Protocol):
         """Whether every task of the stage is COMPLETED, counting this session's own saves."""
         ...
 
+    def expired_queued(self, now: datetime, limit: int) -> list[Task]:
+        """Up to `limit` queued tasks, earliest first, whose schedule-to-start limit ran out
+        at or before `now` while they could be dequeued."""
+        ...
+
     def missed_deadlines(self, now: datetime, limit: int) -> list[tuple[UUID, UUID | None]]:
         """(job, stage) of unfinished jobs (stage None) and stages whose deadline passed
         before `now`, earliest first."""

@@ -10,7 +10,7 @@ from uuid import UUID, uuid4
 
 from jobnik.domain import patterns
 from jobnik.domain.base import Entity, cause
-from jobnik.domain.delays import RetryPolicy, check_deadline
+from jobnik.domain.delays import RetryPolicy, check_deadline, check_schedule_to_start
 from jobnik.domain.errors import (
     AddTasksNotAllowed,
     CompletionStageHeld,
@@ -18,7 +18,7 @@ from jobnik.domain.errors import (
     StageInFiniteState,
 )
 from jobnik.domain.principals import Actor, Principal
-from jobnik.domain.statuses import DEADLINE, STAGE_FINAL, STAGE_TRANSITIONS
+from jobnik.domain.statuses import DEADLINE, EXPIRED, STAGE_FINAL, STAGE_TRANSITIONS
 from jobnik.domain.statuses import StageStatus as S
 
 
@@ -42,6 +42,7 @@ class Stage(Entity):
         not_before: datetime | None
         retry_policy: dict[str, float] | None
         deadline: datetime | None
+        schedule_to_start_seconds: int | None
 
     class StageAdded(Entity.Created):
         """`completion`: held until every normal stage completed (the job's completion phase);
@@ -64,6 +65,8 @@ class Stage(Entity):
         not_before: datetime | None = field(default=None, kw_only=True)
         retry_policy: dict[str, float] | None = field(default=None, kw_only=True)
         deadline: datetime | None = field(default=None, kw_only=True)  # fails unfinished then
+        # A queued task of it not dequeued within this many seconds expires (None: never).
+        schedule_to_start_seconds: int | None = field(default=None, kw_only=True)
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -73,6 +76,7 @@ class Stage(Entity):
         def apply(self, stage: Stage) -> None:
             stage.not_before, stage.retry_policy = self.not_before, self.retry_policy
             stage.deadline = self.deadline
+            stage.schedule_to_start_seconds = self.schedule_to_start_seconds
             stage.job_id, stage.order, stage.type = self.job_id, self.order, self.type
             stage.data, stage.user_metadata = self.data, self.user_metadata
             stage.traceparent, stage.tracestate = self.traceparent, self.tracestate
@@ -169,12 +173,14 @@ class Stage(Entity):
         not_before: datetime | None = None,
         retry_policy: RetryPolicy | None = None,
         deadline: datetime | None = None,
+        schedule_to_start_seconds: int | None = None,
     ) -> Stage:
         """WAITING if asked; PENDING if first or after a completed stage; else CREATED.
 
         A completion stage is CREATED (held) until the job's completion phase releases it."""
         patterns.check(failure_patterns)
         check_deadline(deadline, now)
+        check_schedule_to_start(schedule_to_start_seconds)
         if completion:
             status = S.CREATED
         elif start_as_waiting:
@@ -202,6 +208,7 @@ class Stage(Entity):
             not_before=not_before,
             retry_policy=None if retry_policy is None else retry_policy.to_dict(),
             deadline=deadline,
+            schedule_to_start_seconds=schedule_to_start_seconds,
         )
 
     def deadline_passed(self, now: datetime) -> None:
@@ -321,12 +328,29 @@ class Stage(Entity):
         self._emit(self.StageCompleted, now, actor, reason, job_id=self.job_id)
 
     def fail(self, task_id: UUID, now: datetime, actor: Principal) -> bool:
-        """A task failed for good: the stage fails unless it has already (R7). True if it failed."""
+        """A task failed for good: the stage fails unless it has already. True if it failed."""
         if self.status == S.FAILED:
             return False
         self._check(S.FAILED)
         self._emit(
             self.StageFailed, now, actor, "a task failed", job_id=self.job_id, task_id=task_id
+        )
+        return True
+
+    def task_expired(self, task_id: UUID, now: datetime) -> bool:
+        """Queued task `task_id` expired: the stage fails (cause "expired") from whatever open
+        status it is in (a stage none of whose tasks started is still PENDING), unless it has
+        ended. True if it failed."""
+        if self.is_final:
+            return False
+        self._emit(
+            self.StageFailed,
+            now,
+            Actor.SYSTEM,
+            "a task expired before it started",
+            job_id=self.job_id,
+            task_id=task_id,
+            cause=EXPIRED,
         )
         return True
 

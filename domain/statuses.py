@@ -115,8 +115,10 @@ TASK_ABORTABLE: Final = frozenset({T.PENDING, T.RETRIED, T.DELEGATED})
 DEFAULT_LEASE_SECONDS: Final = 30 * 60
 DEFAULT_MAX_BATCH: Final = 100  # tasks one batched dequeue or report takes at most
 # Why a task failed or was retried: the run statistics count them apart.
-ERROR, TIMEOUT, FATAL = "error", "timeout", "fatal"
-# Why a job or stage failed without a failed task: its deadline passed.
+# (expired: still queued when its schedule-to-start limit ran out; never dequeued)
+ERROR, TIMEOUT, FATAL, EXPIRED = "error", "timeout", "fatal", "expired"
+# Why a job or stage failed without a failed task: its deadline passed. (One whose task
+# expired fails with that task's cause, `EXPIRED`.)
 DEADLINE: Final = "deadline"
 # Reruns: the only way out of a final status (the tables above keep final statuses absorbing).
 # An operator reruns a FAILED or ABORTED job, or a FAILED or ABORTED task (alone or with its

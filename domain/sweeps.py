@@ -60,6 +60,30 @@ class SweepCommands(WorkCommands):
                 self._job_ended(s, job, now)
         return len(missed)
 
+    @command
+    def expire_queued(self, limit: int = 200) -> int:
+        """Fail the queued tasks whose schedule-to-start limit ran out before a worker dequeued
+        them (cause "expired", by `system`, no retry); each fails its stage and job as a
+        deadline does, from whatever open status they are in. The job's other queued tasks
+        stay queued, closed, as after any failure (a rerun runs them). Returns how many tasks
+        expired; looks before it writes."""
+        now = self.clock()
+        with self.store.session(write=False) as r:
+            seen = r.expired_queued(now, limit)
+        if not seen:
+            return 0
+        with self._write() as s:
+            s.hold_queue(*{t.job_id for t in seen})
+            expired = [t for t in s.expired_queued(now, limit) if t.expire(now)]
+            for task in expired:
+                s.save(task)
+                stage, job = s.stage(task.stage_id), s.job(task.job_id)
+                if stage.task_expired(task.id, now):
+                    job.task_expired(stage.id, now)
+                    s.save(stage, job)
+                    self._job_ended(s, job, now)
+        return len(expired)
+
     def _abort_contents(
         self, s: Session, job: Job, now: datetime, reason: str = "job aborted"
     ) -> None:

@@ -23,7 +23,14 @@ from jobnik.domain.errors import (
     TaskNotRerunnable,
 )
 from jobnik.domain.principals import Actor, Principal
-from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, ERROR, FATAL, TASK_FINAL, TASK_TRANSITIONS
+from jobnik.domain.statuses import (
+    DEFAULT_LEASE_SECONDS,
+    ERROR,
+    EXPIRED,
+    FATAL,
+    TASK_FINAL,
+    TASK_TRANSITIONS,
+)
 from jobnik.domain.statuses import TaskStatus as S
 
 
@@ -269,6 +276,25 @@ class TaskCommands:
             stage_id=self.stage_id,
             not_before=not_before,
             previous=self.not_before,
+        )
+        return True
+
+    def expire(self, now: datetime) -> bool:
+        """A queued task (PENDING or RETRIED) that was not dequeued within its stage's
+        schedule-to-start limit fails for good, cause "expired", by `system`: no attempt was
+        spent and none is made. False (nothing recorded) when it is no longer queued."""
+        if self.status not in (S.PENDING, S.RETRIED):
+            return False
+        self._emit(
+            self.TaskFailed,
+            now,
+            Actor.SYSTEM,
+            "not dequeued within its schedule-to-start limit",
+            stage_id=self.stage_id,
+            attempt=self.attempt,
+            attempts=self.attempts,
+            cause=EXPIRED,
+            previous=self.status,
         )
         return True
 

@@ -159,7 +159,9 @@ class Task(TaskCommands, Entity):
             task.not_before = self.not_before
 
     class TaskFailed(Entity.Event):
-        """Failed for good; `cause` is error (attempts ran out), timeout, or fatal (no retry)."""
+        """Failed for good; `cause` is error (attempts ran out), timeout, fatal (no retry), or
+        expired (never dequeued: `previous`, the queued status it left; None for the others,
+        which leave IN_PROGRESS)."""
 
         class_version = 2
 
@@ -167,6 +169,7 @@ class Task(TaskCommands, Entity):
         attempt: int
         attempts: int
         cause: str
+        previous: str | None = field(default=None, kw_only=True)
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:

@@ -39,17 +39,20 @@ class Producer:
         not_before: datetime | None = None,
         retry_policy: RetryPolicy | None = None,
         deadline: datetime | None = None,
+        schedule_to_start_seconds: int | None = None,
     ) -> Job:
         """`mode`: "runOnce" (default) or "standard" (open until `finish`); `parent_task_id`:
         a child job of that running task (see TaskContext.create_child_job); `not_before` (an
         aware datetime): its tasks are not dequeued before it; `retry_policy`: its stages'
-        default (else the server's); `deadline`: it fails if it has not ended by then."""
+        default (else the server's); `deadline`: it fails if it has not ended by then;
+        `schedule_to_start_seconds`: its stages' default for how long a queued task may wait
+        to be dequeued before it expires (fails, cause "expired")."""
         body: dict[str, Any] = {
             "name": name,
             "data": dict(data),
             "priority": priority,
             "userMetadata": dict(user_metadata or {}),
-            **timing(not_before, retry_policy, deadline),
+            **timing(not_before, retry_policy, deadline, schedule_to_start_seconds),
         }
         if mode is not None:
             body["mode"] = mode
@@ -74,17 +77,20 @@ class Producer:
         not_before: datetime | None = None,
         retry_policy: RetryPolicy | None = None,
         deadline: datetime | None = None,
+        schedule_to_start_seconds: int | None = None,
     ) -> Stage:
         """`completion`: runs after every normal stage completed; `failure_patterns`: regular
         expressions that turn a matching COMPLETED result into a failure; `not_before`: its
         tasks are not dequeued before it; `retry_policy`: its tasks' (else the job's);
-        `deadline`: it fails, with its job, if it has not ended by then."""
+        `deadline`: it fails, with its job, if it has not ended by then;
+        `schedule_to_start_seconds`: a queued task of it not dequeued within this many seconds
+        expires (fails, cause "expired", and fails the stage and job; else the job's)."""
         body: dict[str, Any] = {
             "type": type,
             "data": dict(data),
             "userMetadata": dict(user_metadata or {}),
             "startAsWaiting": start_as_waiting,
-            **timing(not_before, retry_policy, deadline),
+            **timing(not_before, retry_policy, deadline, schedule_to_start_seconds),
         }
         if completion:
             body["completion"] = True

@@ -36,11 +36,16 @@ def instant(value: datetime) -> str:
 
 
 def timing(
-    not_before: datetime | None, retry_policy: RetryPolicy | None, deadline: datetime | None
+    not_before: datetime | None,
+    retry_policy: RetryPolicy | None,
+    deadline: datetime | None,
+    schedule_to_start_seconds: int | None = None,
 ) -> dict[str, Any]:
     """The body fields of a job's or stage's creation that say when its tasks may run, how
-    they retry, and by when it must have ended."""
+    they retry, by when it must have ended, and how long a task may wait in the queue."""
     body: dict[str, Any] = {}
+    if schedule_to_start_seconds is not None:
+        body["scheduleToStartSeconds"] = schedule_to_start_seconds
     if not_before is not None:
         body["notBefore"] = instant(not_before)
     if retry_policy is not None:

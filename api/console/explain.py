@@ -28,6 +28,7 @@ RUN_COUNTERS: Final = {
     "failed_without_retry": ("failed without retry", "failed for good at once (a fatal error)"),
     "canceled": ("canceled", "aborted with the job"),
     "obsolete": ("obsolete", "still queued when the job ended (a failed job's leftovers)"),
+    "expired": ("expired", "not dequeued within its stage's schedule-to-start limit"),
 }
 
 

@@ -50,7 +50,12 @@ TASK_STATUSES: Final = tuple(s.value for s in TaskStatus)
 MANAGER_TASK_STATUSES: Final = frozenset(TASK_STATUSES) - {"ABORTED", "DELEGATED"}
 # The operations projection's counters of retries and of failures, by cause.
 RETRIES: Final = {"retried_error": "error", "retried_timeout": "timeout"}
-FAILURES: Final = {"failed_error": "error", "failed_timeout": "timeout", "failed_fatal": "fatal"}
+FAILURES: Final = {
+    "failed_error": "error",
+    "failed_timeout": "timeout",
+    "failed_fatal": "fatal",
+    "failed_expired": "expired",
+}
 CAUSES: Final = RETRIES | FAILURES
 
 Labels = dict[str, str]

@@ -32,7 +32,7 @@ from eventsourcing.domain import DomainEvent
 
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import FATAL, TIMEOUT
+from jobnik.domain.statuses import EXPIRED, FATAL, TIMEOUT
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
 from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Replay, Sql
@@ -53,8 +53,13 @@ COUNTERS: Final = (
     "failed_error",
     "failed_timeout",
     "failed_fatal",
+    "failed_expired",
 )
-FAILED_BY_CAUSE: Final = {TIMEOUT: "failed_timeout", FATAL: "failed_fatal"}
+FAILED_BY_CAUSE: Final = {
+    TIMEOUT: "failed_timeout",
+    FATAL: "failed_fatal",
+    EXPIRED: "failed_expired",
+}
 CLOSING: Final = (Job.JobCompleted, Job.JobFailed, Job.JobAborted, Job.JobDeleted)
 
 
@@ -214,7 +219,7 @@ class Operations(CatchUpProjection):
     """Counters and times per stage type, events by type, jobs' latest events, expired leases."""
 
     name = "operations"
-    version = 1
+    version = 2  # 2: failed_expired
     tables = (TYPES, EVENTS, STAGES, JOBS, LEASES)
     keys = {
         TYPES: ("stage_type",),

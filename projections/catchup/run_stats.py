@@ -8,6 +8,8 @@ Counters, per stage (a stage is one worker's step of the job):
   failure, or a lease that ran out and was swept: a missing keep-alive);
 - failed_after_retry: TaskFailed with cause error or timeout (attempts ran out);
   failed_without_retry: TaskFailed with cause fatal;
+- expired: TaskFailed with cause expired (queued past its stage's schedule-to-start limit, never
+  dequeued: it leaves the queue);
 - canceled: TaskAborted (the job was aborted; also a late report or hand-back after the abort);
 - obsolete: tasks still queued (PENDING or RETRIED) when their job ended. Only a FAILED job
   leaves such tasks (an abort aborts every queued task, a completion needs every task
@@ -18,7 +20,8 @@ Counters, per stage (a stage is one worker's step of the job):
 Times: a stage's start_time is its StageStarted (its first dequeue), its end_time the time of its
 latest task outcome (completed, retried, failed or aborted). The job's start_time is JobStarted,
 its end_time its COMPLETED/FAILED/ABORTED. After the job ends:
-created == successful + retried* + failed* + canceled + obsolete (+ tasks still IN_PROGRESS).
+created == successful + retried* + failed* + expired + canceled + obsolete (+ tasks still
+IN_PROGRESS).
 The rows stay when the job is deleted (`deleted` becomes true): they are history. A rerun
 (JobReopened) takes the job back out of its end: status again, no end_time, no obsolete tasks
 (they are queued for it again), and the invariant holds again once it ends again.
@@ -38,7 +41,7 @@ from uuid import UUID
 
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
-from jobnik.domain.statuses import FATAL, JOB_FINAL, TIMEOUT, JobStatus, TaskStatus
+from jobnik.domain.statuses import EXPIRED, FATAL, JOB_FINAL, TIMEOUT, JobStatus, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql
 from jobnik.projections.store.cursor import Cursor
@@ -53,6 +56,7 @@ COUNTERS: Final = (
     "failed_without_retry",
     "canceled",
     "queued",
+    "expired",
 )
 QUEUED: Final = frozenset({TaskStatus.PENDING, TaskStatus.RETRIED})
 JOB_STATUS: Final[Mapping[type, JobStatus]] = {
@@ -152,6 +156,7 @@ RETRIED: Final = {
     for cause in ("error", "timeout")
 }
 FAILED: Final = {"failed_without_retry": 1}, {"failed_after_retry": 1}
+EXPIRED_: Final = {"expired": 1, "queued": -1}  # never dequeued: it leaves the queue
 CANCELED: Final = {"canceled": 1, "queued": -1}, {"canceled": 1, "queued": 0}
 
 # What each event does to the statistics (a dict by class: no isinstance chain per event).
@@ -171,7 +176,9 @@ STEP: Final[dict[type, Callable[[Changes, Any], None]]] = {
     Task.TaskRetried: lambda c, e: c.ended(
         e.stage_id, RETRIED["timeout" if e.cause == TIMEOUT else "error"], e.timestamp
     ),
-    Task.TaskFailed: lambda c, e: c.ended(e.stage_id, FAILED[e.cause != FATAL], e.timestamp),
+    Task.TaskFailed: lambda c, e: c.ended(
+        e.stage_id, EXPIRED_ if e.cause == EXPIRED else FAILED[e.cause != FATAL], e.timestamp
+    ),
     Task.TaskAborted: lambda c, e: c.ended(
         e.stage_id, CANCELED[e.previous not in QUEUED], e.timestamp
     ),
@@ -222,7 +229,7 @@ class RunStats(CatchUpProjection):
     """Run counters and times per job and per stage."""
 
     name = "run_stats"
-    version = 2  # 2: reruns (JobReopened, TaskRerun)
+    version = 3  # 2: reruns (JobReopened, TaskRerun); 3: expired tasks
     per_job = True  # rows per job and per stage, written by that job's events alone
     tables = (JOBS, STAGES)
     keys = {JOBS: ("job_id",), STAGES: ("stage_id",)}
@@ -291,6 +298,7 @@ class Counts:
     failed_without_retry: int = 0
     canceled: int = 0
     obsolete: int = 0
+    expired: int = 0
 
     def __add__(self, other: Counts) -> Counts:
         return Counts(**{k: getattr(self, k) + getattr(other, k) for k in vars(self)})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -43,12 +44,24 @@ class Delete:
 
 @dataclass(slots=True)
 class Enqueue:
-    """Put a task in the queue; its priority and eligibility come from its job and stage rows."""
+    """Put a task in the queue at `time`; its priority, eligibility and schedule-to-start
+    limit come from its job and stage rows (inline/queue.py)."""
 
     task_id: Any
     stage_id: Any
     seq: int
+    time: datetime
     not_before: Any = None  # not dequeued before (a datetime; None: at once)
+
+
+@dataclass(slots=True)
+class QueueChange:
+    """At `time`, SET `values` (`stage_open`, `job_open` or `not_before`) on the queue rows
+    matching `key`, and work their expiry out again (inline/queue.py: `expiry`)."""
+
+    key: Mapping[str, Any]
+    values: Mapping[str, Any]
+    time: datetime
 
 
 @dataclass(slots=True)
@@ -59,7 +72,7 @@ class IndexEvent:
     position: int
 
 
-Op = Insert | Update | Add | Delete | Enqueue | IndexEvent
+Op = Insert | Update | Add | Delete | Enqueue | QueueChange | IndexEvent
 
 
 def own_row(table: str, event: Any, values: Mapping[str, Any]) -> Update:

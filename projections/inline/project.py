@@ -17,7 +17,16 @@ from jobnik.domain.statuses import JobStatus, Priority, StageStatus
 from jobnik.projections.inline.archives import ARCHIVE_PROJECT, job_rows
 from jobnik.projections.inline.history import entity_row
 from jobnik.projections.inline.limits import LIMIT_PROJECT
-from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, Update, own_row
+from jobnik.projections.inline.ops import (
+    Add,
+    Delete,
+    IndexEvent,
+    Insert,
+    Op,
+    QueueChange,
+    Update,
+    own_row,
+)
 from jobnik.projections.inline.queue import is_open
 from jobnik.projections.inline.schedules import SCHEDULE_PROJECT
 from jobnik.projections.inline.tables import (
@@ -82,6 +91,7 @@ def _job_created(e: Job.JobCreated, _: int) -> list[Op]:
                 "not_before": e.not_before,
                 "retry_policy": e.retry_policy,
                 "deadline": e.deadline,
+                "schedule_to_start_seconds": e.schedule_to_start_seconds,
             },
         )
     ]
@@ -101,7 +111,7 @@ def _ended(
         def failed(e: Any, _: int) -> list[Op]:
             return [
                 row(e, status=value, end_time=e.timestamp),
-                Update(QUEUE, {key: e.originator_id}, closed),
+                QueueChange({key: e.originator_id}, closed, e.timestamp),
             ]
 
         return failed
@@ -126,21 +136,21 @@ def _job_reopened(e: Job.JobReopened, _: int) -> list[Op]:
             completing=e.completing,
             deadline=None,
         ),
-        Update(QUEUE, {"job_id": e.originator_id}, {"job_open": is_open(e.status)}),
+        QueueChange({"job_id": e.originator_id}, {"job_open": is_open(e.status)}, e.timestamp),
     ]
 
 
 def _stage_reopened(e: Stage.StageReopened, _: int) -> list[Op]:
     return [
         _stage(e, status=e.status, end_time=None, deadline=None),
-        Update(QUEUE, {"stage_id": e.originator_id}, {"stage_open": is_open(e.status)}),
+        QueueChange({"stage_id": e.originator_id}, {"stage_open": is_open(e.status)}, e.timestamp),
     ]
 
 
 def _job_resumed(e: Job.JobResumed, _: int) -> list[Op]:
     return [
         _job(e, status=e.status),
-        Update(QUEUE, {"job_id": e.originator_id}, {"job_open": is_open(e.status)}),
+        QueueChange({"job_id": e.originator_id}, {"job_open": is_open(e.status)}, e.timestamp),
     ]
 
 
@@ -193,6 +203,7 @@ def _stage_added(e: Stage.StageAdded, _: int) -> list[Op]:
                 "not_before": e.not_before,
                 "retry_policy": e.retry_policy,
                 "deadline": e.deadline,
+                "schedule_to_start_seconds": e.schedule_to_start_seconds,
             },
         ),
         Insert(SUMMARIES, {"stage_id": e.originator_id, "job_id": e.job_id}),
@@ -212,7 +223,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     ],
     Job.JobPaused: lambda e, _: [
         _job(e, status=JOB_PAUSED),
-        Update(QUEUE, {"job_id": e.originator_id}, {"job_open": is_open(JOB_PAUSED)}),
+        QueueChange({"job_id": e.originator_id}, {"job_open": is_open(JOB_PAUSED)}, e.timestamp),
     ],
     Job.JobResumed: _job_resumed,
     Job.JobProgressed: lambda e, _: [
@@ -230,7 +241,9 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Stage.StageAdded: _stage_added,
     Stage.StageReleased: lambda e, _: [
         _stage(e, status=STAGE_PENDING),
-        Update(QUEUE, {"stage_id": e.originator_id}, {"stage_open": is_open(STAGE_PENDING)}),
+        QueueChange(
+            {"stage_id": e.originator_id}, {"stage_open": is_open(STAGE_PENDING)}, e.timestamp
+        ),
     ],
     Stage.StageStarted: lambda e, _: [_stage(e, status=STAGE_IN_PROGRESS, start_time=e.timestamp)],
     Stage.StageCompleted: _ended(_stage, "stage_id", StageStatus.COMPLETED),

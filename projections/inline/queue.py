@@ -8,13 +8,15 @@ paused, waiting, or ended). The queue row keeps the two answers
 (`stage_open`, `job_open`), set when the task is queued and changed by the events that move its
 stage or job in or out of OPEN; a claim takes the first row with both, by job priority then
 queue order (`seq`, the log position that queued it), among the rows whose not-before time
-(`not_before`: a delayed task's, a retry's due time) is unset or has come.
+(`not_before`: a delayed task's, a retry's due time) is unset or has come and whose expiry
+(`expires_at`, below) is unset or still ahead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Final, Protocol, cast
 
 from jobnik.domain.statuses import JOB_DEQUEUEABLE, STAGE_DEQUEUEABLE
 
@@ -35,11 +37,12 @@ def queue_row(
     stage: Mapping[str, Any],
     job: Mapping[str, Any],
     seq: int,
-    not_before: Any = None,
+    time: datetime,
+    not_before: datetime | None = None,
 ) -> dict[str, Any]:
-    """The queue row of task `task_id`, queued at log position `seq` (not dequeued before
-    `not_before`), from its stage's and its job's rows."""
-    return {
+    """The queue row of task `task_id`, queued at log position `seq` at `time` (not dequeued
+    before `not_before`), from its stage's and its job's rows."""
+    row = {
         "task_id": task_id,
         "job_id": stage["job_id"],
         "stage_id": stage["id"],
@@ -49,7 +52,69 @@ def queue_row(
         "stage_open": is_open(stage["status"]),
         "job_open": is_open(job["status"]),
         "not_before": not_before,
+        "expire_seconds": stage.get("schedule_to_start_seconds"),
+        "expires_at": None,
     }
+    row["expires_at"] = expiry(row, {}, time, restart=True)
+    return row
+
+
+# -- expiry: a stage's schedule-to-start limit ----------------------------------------------------
+# A queued task of a stage with a limit (`expire_seconds`) may wait that long to be dequeued,
+# counted from the latest of: when it was queued, when its not-before time comes, and when its
+# stage and job last became open for dequeue (a task of a later stage starts counting when its
+# stage is released; a paused job's tasks start again when it resumes). `expires_at` holds the
+# result while the task can be dequeued, NULL otherwise (or without a limit): the claim skips a
+# row past it, the sweeper fails it (cause "expired"). Worked out here, once, for the in-memory
+# rows, and by `queue_change` in SQL: whole seconds added to a time, exact in both backends.
+
+
+def expiry(
+    row: Mapping[str, Any], values: Mapping[str, Any], time: datetime, *, restart: bool = False
+) -> datetime | None:
+    """The expiry of queue `row` once `values` are set on it at `time`: unchanged while it stays
+    open (unless `restart`, or its not-before time changes), else counted from `time`."""
+    new = {**row, **values}
+    if not (new["stage_open"] and new["job_open"]) or new["expire_seconds"] is None:
+        return None
+    if not restart and "not_before" not in values and row["stage_open"] and row["job_open"]:
+        return cast(datetime | None, row["expires_at"])
+    start = max(time, new["not_before"] or time)
+    return start + timedelta(seconds=new["expire_seconds"])
+
+
+class TimeSql(Protocol):
+    """A backend's SQL for times (store/dialect.py)."""
+
+    def greatest(self, a: str, b: str) -> str:
+        """The later of two times."""
+        ...
+
+    def later_by(self, time: str, seconds: str) -> str:
+        """`time` plus a whole number of `seconds`."""
+        ...
+
+
+def enqueued_expiry(sql: TimeSql) -> str:
+    """The expiry of a task queued open, in the enqueue statement (sql/queries.<backend>.sql:
+    `v.time`, `v.not_before`, the stage row `s`), as `expiry` works it out."""
+    start = sql.greatest("v.time", "COALESCE(v.not_before, v.time)")
+    return sql.later_by(start, "s.schedule_to_start_seconds")
+
+
+def queue_change(cols: Sequence[str], key: str, sql: TimeSql) -> str:
+    """The SQL of a `QueueChange` setting `cols` on the rows whose `key` is `%(k_<key>)s`, at
+    `%(t)s`, as `expiry` works it out (`%(name)s` parameters)."""
+    new = {c: f"%(v_{c})s" if c in cols else c for c in ("stage_open", "job_open", "not_before")}
+    keep = "FALSE" if "not_before" in cols else "stage_open AND job_open"
+    start = sql.greatest("%(t)s", f"COALESCE({new['not_before']}, %(t)s)")
+    sets = ", ".join(f"{c} = %(v_{c})s" for c in cols)
+    return (
+        f"UPDATE queue_v1 SET {sets}, expires_at = CASE "
+        f"WHEN NOT ({new['stage_open']} AND {new['job_open']}) OR expire_seconds IS NULL THEN NULL "
+        f"WHEN {keep} THEN expires_at ELSE {sql.later_by(start, 'expire_seconds')} END "
+        f"WHERE {key} = %(k_{key})s"
+    )
 
 
 # The next dequeueable tasks of a stage type (`%(v)s`) at `%(now)s`: two probes, each one index
@@ -62,12 +127,13 @@ def queue_row(
 # locked until the claim's transaction ends), empty on SQLite.
 _READY: Final = (
     "SELECT task_id, priority_rank, seq FROM queue_v1 WHERE stage_type = %(v)s AND stage_open "
-    "AND job_open AND not_before IS NULL ORDER BY priority_rank, seq LIMIT {n}{lock}"
+    "AND job_open AND not_before IS NULL AND (expires_at IS NULL OR expires_at > %(now)s) "
+    "ORDER BY priority_rank, seq LIMIT {n}{lock}"
 )
 _DUE: Final = (
     "SELECT task_id, priority_rank, seq FROM queue_v1 WHERE stage_type = %(v)s AND stage_open "
     "AND job_open AND not_before IS NOT NULL AND not_before <= %(now)s "
-    "ORDER BY not_before, seq LIMIT {n}{lock}"
+    "AND (expires_at IS NULL OR expires_at > %(now)s) ORDER BY not_before, seq LIMIT {n}{lock}"
 )
 
 

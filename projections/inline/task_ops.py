@@ -8,7 +8,16 @@ from typing import Any, Final
 
 from jobnik.domain.statuses import TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.projections.inline.ops import Add, Delete, Enqueue, Insert, Op, Update, own_row
+from jobnik.projections.inline.ops import (
+    Add,
+    Delete,
+    Enqueue,
+    Insert,
+    Op,
+    QueueChange,
+    Update,
+    own_row,
+)
 from jobnik.projections.inline.tables import LOGS, QUEUE, SUMMARIES, TASKS
 
 # A stage summary's counter by task status (snake_case here, camelCase on the wire).
@@ -73,7 +82,7 @@ def _task_created(e: Task.TaskCreated, position: int) -> list[Op]:
             },
         ),
         _summary(e, pending=1, total=1),
-        Enqueue(e.originator_id, e.stage_id, position, e.not_before),
+        Enqueue(e.originator_id, e.stage_id, position, e.timestamp, e.not_before),
     ]
 
 
@@ -104,7 +113,7 @@ def _task_retried(e: Task.TaskRetried, position: int) -> list[Op]:
             not_before=e.not_before,
         ),
         _summary(e, in_progress=-1, retried=1),
-        Enqueue(e.originator_id, e.stage_id, position, e.not_before),
+        Enqueue(e.originator_id, e.stage_id, position, e.timestamp, e.not_before),
     ]
 
 
@@ -120,7 +129,7 @@ def _task_returned(e: Task.TaskReturned, position: int) -> list[Op]:
     return [
         _task(e, status=TASK_PENDING, lease_expires_at=None, not_before=None),
         _summary(e, in_progress=-1, pending=1),
-        Enqueue(e.originator_id, e.stage_id, position),
+        Enqueue(e.originator_id, e.stage_id, position, e.timestamp),
     ]
 
 
@@ -138,7 +147,7 @@ def _task_redispatched(e: Task.TaskRedispatched, position: int) -> list[Op]:
     return [
         _task(e, status=TaskStatus.PENDING.value, delegated_at=None, not_before=None),
         _summary(e, delegated=-1, pending=1),
-        Enqueue(e.originator_id, e.stage_id, position),
+        Enqueue(e.originator_id, e.stage_id, position, e.timestamp),
     ]
 
 
@@ -169,14 +178,28 @@ def _task_rerun(e: Task.TaskRerun, position: int) -> list[Op]:
             not_before=None,
         ),
         _summary(e, **{_SUMMARY_OF[e.previous]: -1, "pending": 1}),
-        Enqueue(e.originator_id, e.stage_id, position),
+        Enqueue(e.originator_id, e.stage_id, position, e.timestamp),
     ]
 
 
 def _task_rescheduled(e: Task.TaskRescheduled, _: int) -> list[Op]:
     return [
         _task(e, not_before=e.not_before),
-        Update(QUEUE, {"task_id": e.originator_id}, {"not_before": e.not_before}),
+        QueueChange({"task_id": e.originator_id}, {"not_before": e.not_before}, e.timestamp),
+    ]
+
+
+def _task_failed(e: Task.TaskFailed, _: int) -> list[Op]:
+    """Failed for good: from IN_PROGRESS, or (expired) from the queue, which it leaves."""
+    row = _task(
+        e, status=TASK_FAILED, attempts=e.attempts, end_time=e.timestamp, lease_expires_at=None
+    )
+    if e.previous is None:
+        return [row, _summary(e, in_progress=-1, failed=1)]
+    return [
+        row,
+        _summary(e, **{_SUMMARY_OF[e.previous]: -1, "failed": 1}),
+        Delete(QUEUE, {"task_id": e.originator_id}),
     ]
 
 
@@ -197,16 +220,7 @@ TASK_PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Task.TaskChildEnded: lambda e, _: [_task(e)],
     Task.TaskRedispatched: _task_redispatched,
     Task.TaskRetried: _task_retried,
-    Task.TaskFailed: lambda e, _: [
-        _task(
-            e,
-            status=TASK_FAILED,
-            attempts=e.attempts,
-            end_time=e.timestamp,
-            lease_expires_at=None,
-        ),
-        _summary(e, in_progress=-1, failed=1),
-    ],
+    Task.TaskFailed: _task_failed,
     Task.TaskAborted: _task_aborted,
     Task.TaskRerun: _task_rerun,
     Task.TaskUserMetadataReplaced: lambda e, _: [_task(e, user_metadata=e.user_metadata)],

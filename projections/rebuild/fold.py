@@ -36,7 +36,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from jobnik.projections.inline.ops import Add, Delete, Enqueue, IndexEvent, Insert, Op, Update
+from jobnik.projections.inline.ops import (
+    Add,
+    Delete,
+    Enqueue,
+    IndexEvent,
+    Insert,
+    Op,
+    QueueChange,
+    Update,
+)
 from jobnik.projections.inline.queue import queue_row
 from jobnik.projections.inline.tables import JOBS, QUEUE, STAGES
 from jobnik.projections.rebuild.rowstate import (
@@ -78,6 +87,7 @@ class Fold:
             Update: self._update_op,
             Add: self._add_op,
             Delete: self._delete_op,
+            QueueChange: self._queue_change,
         }
 
     # -- the fold ------------------------------------------------------------------------------
@@ -109,6 +119,10 @@ class Fold:
 
     def _enqueue(self, op: Enqueue) -> None:
         self._insert(QUEUE, self._enqueued(op))
+
+    @staticmethod
+    def _queue_change(op: QueueChange) -> None:
+        raise Barrier  # (rare: a stage or job opening or closing, a task rescheduled)
 
     def _insert_op(self, op: Insert) -> None:
         self._insert(op.table, dict(op.row))
@@ -261,13 +275,13 @@ class Fold:
         job = self._known(JOBS, stage["job_id"])
         if job is None:
             return None
-        return queue_row(op.task_id, stage, job, op.seq, op.not_before)
+        return queue_row(op.task_id, stage, job, op.seq, op.time, op.not_before)
 
     def forget(self, op: Op) -> None:
         """After `op` ran as SQL: drop what memory holds that the statement may have changed."""
         if isinstance(op, IndexEvent):
             return
-        table = QUEUE if isinstance(op, Enqueue) else op.table
+        table = QUEUE if isinstance(op, Enqueue | QueueChange) else op.table
         rows = self.rows.get(table, {})
         if isinstance(op, Enqueue):
             rows.pop(memo(op.task_id), None)

@@ -49,6 +49,9 @@ def refresh(cur: Cursor, projections: Sequence[CatchUpProjection], position: int
 
 
 def plant(cur: Cursor, projection: CatchUpProjection, shadows: Sequence[str]) -> None:
-    """Fill the empty `shadows` of `projection`'s tables (in its tables' order) with its seed."""
+    """Fill the empty `shadows` of `projection`'s tables (in its tables' order) with its seed,
+    column by name: a seed copied before a new version added a column (with its default) fills
+    the columns it has."""
     for table, shadow in zip(projection.tables, shadows, strict=True):
-        cur.execute(f"INSERT INTO {shadow} SELECT * FROM {seed_of(table)}")
+        cols = ", ".join(cur.columns(seed_of(table)))
+        cur.execute(f"INSERT INTO {shadow} ({cols}) SELECT {cols} FROM {seed_of(table)}")

@@ -37,6 +37,11 @@ class Cursor:
         self.raw.execute(sql, params)
         return [dict(r) for r in self.raw.fetchall()]
 
+    def columns(self, table: str) -> list[str]:
+        """The names of `table`'s columns, in its order."""
+        self.raw.execute(f"SELECT * FROM {table} LIMIT 0")
+        return [d[0] for d in self.raw.description]
+
     def later(self, work: Callable[[Cursor], Any]) -> None:
         """`work(self)`, in order with this cursor's statements (here: now; a rebuild's page
         writer runs it later, on its thread)."""

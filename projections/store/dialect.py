@@ -51,6 +51,14 @@ class Dialect:
         """A statement written with `%(name)s` parameters, in this backend's style."""
         return template
 
+    def greatest(self, a: str, b: str) -> str:
+        """The larger of two values (neither NULL)."""
+        return f"GREATEST({a}, {b})"
+
+    def later_by(self, time: str, seconds: str) -> str:
+        """The time `seconds` (a whole number) after `time`."""
+        return f"({time}) + ({seconds}) * INTERVAL '1 second'"
+
     def pipeline(self, raw: Any) -> AbstractContextManager[Any]:
         """Statements on `raw` sent without waiting for each answer, where the driver can."""
         return cast(AbstractContextManager[Any], raw.connection.pipeline())
@@ -118,6 +126,18 @@ class SQLiteDialect(Dialect):
 
     def params(self, template: str) -> str:
         return queries.sqlite_params(template)
+
+    def greatest(self, a: str, b: str) -> str:
+        return f"MAX({a}, {b})"
+
+    def later_by(self, time: str, seconds: str) -> str:
+        # Times are TEXT, 'YYYY-MM-DDTHH:MM:SS.ffffff+00:00' (`dump`): whole seconds are added
+        # to the first 19 characters and the fraction and offset kept, so that the sum is exact
+        # to the microsecond, as PostgreSQL's and Python's are (strftime keeps milliseconds).
+        return (
+            f"strftime('%%Y-%%m-%%dT%%H:%%M:%%S', substr({time}, 1, 19), "
+            f"'+' || ({seconds}) || ' seconds') || substr({time}, 20)"
+        )
 
     def pipeline(self, raw: Any) -> AbstractContextManager[Any]:
         return nullcontext()

@@ -10,8 +10,18 @@ from typing import Any, Final, Protocol
 
 from eventsourcing.domain import DomainEventProtocol
 
-from jobnik.projections.inline.ops import Add, Delete, Enqueue, IndexEvent, Insert, Op, Update
+from jobnik.projections.inline.ops import (
+    Add,
+    Delete,
+    Enqueue,
+    IndexEvent,
+    Insert,
+    Op,
+    QueueChange,
+    Update,
+)
 from jobnik.projections.inline.project import project
+from jobnik.projections.inline.queue import enqueued_expiry, queue_change
 from jobnik.projections.store.dialect import Dialect
 
 
@@ -54,7 +64,9 @@ class OpExecutor:
             return f"DELETE FROM {table} WHERE {where}"
         if kind is IndexEvent:
             return self.d.sql("file_event")
-        return self.d.sql("enqueue")  # Enqueue
+        if kind is QueueChange:
+            return self.d.params(queue_change(cols, keys[0], self.d))
+        return self.d.sql("enqueue", expiry=self.d.params(enqueued_expiry(self.d)))  # Enqueue
 
     def statement(self, op: Op) -> tuple[str, dict[str, Any]]:
         d = self.d
@@ -70,8 +82,14 @@ class OpExecutor:
                 "task_id": d.dump("task_id", op.task_id),
                 "stage_id": d.dump("stage_id", op.stage_id),
                 "seq": op.seq,
+                "time": d.dump("time", op.time),
                 "not_before": d.dump("not_before", op.not_before),
             }
+        if isinstance(op, QueueChange):
+            params = d.dump_row(op.key, "k_")
+            params.update(d.dump_row(op.values, "v_"))
+            params["t"] = d.dump("time", op.time)
+            return self.sql(QueueChange, "queue_v1", tuple(op.key), tuple(op.values)), params
         keys = tuple(op.key)
         params = d.dump_row(op.key, "k_")
         if isinstance(op, Update):

@@ -274,6 +274,10 @@ class SqlSession:
             for r in rows
         ]
 
+    def expired_queued(self, now: datetime, limit: int) -> list[Task]:
+        rows = self._rows("expired_queued", now=self.d.dump("expires_at", now), limit=int(limit))
+        return [cast(Task, self._remember(task_from_row(r))) for r in rows]
+
     def expired_leases(self, now: datetime, limit: int) -> list[Task]:
         rows = self._rows(
             "expired_leases", now=self.d.dump("lease_expires_at", now), limit=int(limit)

@@ -52,6 +52,8 @@ STATE_OR_MEANING: Final = frozenset(
         "INVALID_NOT_BEFORE",
         "INVALID_RETRY_POLICY",
         "INVALID_DEADLINE",
+        "INVALID_SCHEDULE_TO_START",
+        "DELEGATION_REFUSED",
         "TASK_NOT_QUEUED",
         "STAGE_IN_FINITE_STATE",
     }

@@ -31,8 +31,8 @@ from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
-from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, Update
-from jobnik.projections.inline.queue import queue_row
+from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, QueueChange, Update
+from jobnik.projections.inline.queue import expiry, queue_row
 from jobnik.projections.inline.rows import (
     job_from_row,
     limit_from_row,
@@ -94,6 +94,9 @@ class Tables:
         elif isinstance(op, Update):
             for row in self.where(op.table, op.key):
                 row.update(copy.deepcopy(dict(op.values)))
+        elif isinstance(op, QueueChange):  # as inline/queue.py's SQL does
+            for row in self.where(QUEUE, op.key):
+                row.update(op.values, expires_at=expiry(row, op.values, op.time))
         elif isinstance(op, Add):
             for row in self.where(op.table, op.key):
                 for column, delta in op.deltas.items():
@@ -109,7 +112,8 @@ class Tables:
             stage = self.one(STAGES, id=op.stage_id)
             job = self.one(JOBS, id=stage["job_id"])
             assert not self.where(QUEUE, {"task_id": op.task_id}), "task enqueued twice"
-            self.rows[QUEUE].append(queue_row(op.task_id, stage, job, op.seq, op.not_before))
+            row = queue_row(op.task_id, stage, job, op.seq, op.time, op.not_before)
+            self.rows[QUEUE].append(row)
 
     def copy(self) -> Tables:
         """A copy to write on: rows are copied, values are only ever replaced, never mutated."""
@@ -134,11 +138,15 @@ class Tables:
     ) -> list[UUID]:
         """Task ids in dequeue order, as the claim's SQL (inline/queue.py) takes `count` (None:
         all): the first of the ready tasks (priority, then enqueue position) and of the delayed
-        ones due at `now` (due time, then enqueue position), merged by priority then position."""
+        ones due at `now` (due time, then enqueue position), merged by priority then position;
+        none whose expiry has come."""
         rows = [
             r
             for r in self.rows[QUEUE]
-            if r["stage_open"] and r["job_open"] and stage_type in (None, r["stage_type"])
+            if r["stage_open"]
+            and r["job_open"]
+            and stage_type in (None, r["stage_type"])
+            and (r["expires_at"] is None or now is None or r["expires_at"] > now)
         ]
         ready = sorted(
             (r for r in rows if r["not_before"] is None),
@@ -311,6 +319,12 @@ class MemorySession:
         ]
         found.sort(key=lambda f: f[0])
         return [(job_id, stage_id) for _, job_id, stage_id in found[:limit]]
+
+    def expired_queued(self, now: datetime, limit: int) -> list[Task]:
+        rows = [r for r in self.tables.rows[QUEUE] if r["expires_at"] and r["expires_at"] <= now]
+        rows.sort(key=lambda r: r["expires_at"])
+        tasks = [self.tables.one(TASKS, id=r["task_id"]) for r in rows[:limit]]
+        return [cast(Task, self._remember(r, task_from_row)) for r in tasks]
 
     def expired_leases(self, now: datetime, limit: int) -> list[Task]:
         rows = [

@@ -113,15 +113,17 @@ SELECT pg_advisory_unlock(%(key)s);
 -- event it inserted.
 
 -- name: enqueue
--- Queue a task: its priority and whether it can be dequeued come from its stage and job rows.
+-- Queue a task: its priority, whether it can be dequeued and its schedule-to-start limit come
+-- from its stage and job rows; its expiry as inline/queue.py's `expiry` works it out.
 -- VALUES: a batch of tasks becomes one statement.
 INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, seq, stage_open,
-    job_open, not_before)
+    job_open, not_before, expire_seconds, expires_at)
 SELECT v.task_id, s.job_id, s.id, s.type, j.priority_rank, jobnik_position(v.seq),
     s.status IN {open},
-    j.status IN {open}, v.not_before
-FROM (VALUES (%(task_id)s::uuid, %(stage_id)s::uuid, %(seq)s::bigint,
-    %(not_before)s::timestamptz)) AS v(task_id, stage_id, seq, not_before)
+    j.status IN {open}, v.not_before, s.schedule_to_start_seconds,
+    CASE WHEN s.status IN {open} AND j.status IN {open} THEN {expiry} END
+FROM (VALUES (%(task_id)s::uuid, %(stage_id)s::uuid, %(seq)s::bigint, %(time)s::timestamptz,
+    %(not_before)s::timestamptz)) AS v(task_id, stage_id, seq, time, not_before)
 JOIN stages_v1 s ON s.id = v.stage_id JOIN jobs_v1 j ON j.id = s.job_id;
 
 -- name: file_event

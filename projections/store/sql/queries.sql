@@ -71,6 +71,13 @@ SELECT job_id, stage_id FROM (
         AND deadline < %(now)s
 ) d ORDER BY deadline LIMIT %(limit)s;
 
+-- name: expired_queued
+-- Queued tasks whose schedule-to-start limit ran out by %(now)s, earliest first (a probe of
+-- queue_v1_expiry: a row has an expiry only while it can be dequeued).
+SELECT t.* FROM (SELECT task_id, expires_at FROM queue_v1
+    WHERE expires_at IS NOT NULL AND expires_at <= %(now)s ORDER BY expires_at LIMIT %(limit)s) q
+JOIN tasks_v1 t ON t.id = q.task_id ORDER BY q.expires_at;
+
 -- name: expired_leases
 SELECT * FROM tasks_v1 WHERE status = 'IN_PROGRESS' AND lease_expires_at < %(now)s
     ORDER BY lease_expires_at LIMIT %(limit)s;

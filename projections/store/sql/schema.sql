@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS jobs_v1 (
     finish_time {time},
     not_before {time},
     retry_policy {json},
-    deadline {time}
+    deadline {time},
+    schedule_to_start_seconds INTEGER
 );
 CREATE INDEX IF NOT EXISTS jobs_v1_name ON jobs_v1 (name);
 CREATE INDEX IF NOT EXISTS jobs_v1_creation_time ON jobs_v1 (creation_time);
@@ -59,6 +60,7 @@ CREATE TABLE IF NOT EXISTS stages_v1 (
     not_before {time},
     retry_policy {json},
     deadline {time},
+    schedule_to_start_seconds INTEGER,
     UNIQUE (job_id, stage_order)
 );
 CREATE INDEX IF NOT EXISTS stages_v1_type ON stages_v1 (type);
@@ -127,7 +129,9 @@ CREATE TABLE IF NOT EXISTS queue_v1 (
     seq BIGINT NOT NULL,
     stage_open {bool} NOT NULL,
     job_open {bool} NOT NULL,
-    not_before {time}
+    not_before {time},
+    expire_seconds INTEGER,
+    expires_at {time}
 );
 -- The claim's two probes (inline/queue.py): tasks ready now, and delayed ones by due time.
 CREATE INDEX IF NOT EXISTS queue_v1_next ON queue_v1 (stage_type, priority_rank, seq)
@@ -137,6 +141,9 @@ CREATE INDEX IF NOT EXISTS queue_v1_due ON queue_v1 (stage_type, not_before, seq
 CREATE INDEX IF NOT EXISTS queue_v1_oldest ON queue_v1 (stage_type, seq)
     WHERE stage_open AND job_open AND not_before IS NULL;
 CREATE INDEX IF NOT EXISTS queue_v1_job ON queue_v1 (job_id);
+-- The sweeper's probe for queued tasks past their schedule-to-start limit (queries.sql:
+-- expired_queued); a row has an expiry only while it can be dequeued.
+CREATE INDEX IF NOT EXISTS queue_v1_expiry ON queue_v1 (expires_at) WHERE expires_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS queue_v1_stage ON queue_v1 (stage_id);
 
 -- The task log: a row per append (its lines as a JSON array), keyed by its event's position.

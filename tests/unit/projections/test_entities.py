@@ -19,7 +19,15 @@ from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
-from jobnik.projections.inline.ops import Add, Delete, Enqueue, IndexEvent, Insert, Update
+from jobnik.projections.inline.ops import (
+    Add,
+    Delete,
+    Enqueue,
+    IndexEvent,
+    Insert,
+    QueueChange,
+    Update,
+)
 from jobnik.projections.inline.project import PROJECT, project
 from jobnik.projections.inline.rows import summary_from_row
 from jobnik.projections.inline.tables import (
@@ -134,6 +142,7 @@ def test_job_created_inserts_a_pending_job_row() -> None:
                 "not_before": None,
                 "retry_policy": None,
                 "deadline": None,
+                "schedule_to_start_seconds": None,
             },
         )
     ]
@@ -170,7 +179,7 @@ def test_job_paused_closes_its_tasks_in_the_queue() -> None:
 
     assert entity_ops(event, POSITION) == [
         Update(JOBS, {"id": job.id}, stamp(event, status="PAUSED")),
-        Update(QUEUE, {"job_id": job.id}, {"job_open": False}),
+        QueueChange({"job_id": job.id}, {"job_open": False}, event.timestamp),
     ]
 
 
@@ -182,7 +191,7 @@ def test_job_resumed_reopens_its_tasks_in_the_queue(started: bool, status: str) 
 
     assert entity_ops(event, POSITION) == [
         Update(JOBS, {"id": job.id}, stamp(event, status=status)),
-        Update(QUEUE, {"job_id": job.id}, {"job_open": True}),
+        QueueChange({"job_id": job.id}, {"job_open": True}, event.timestamp),
     ]
 
 
@@ -228,7 +237,7 @@ def test_a_failed_job_closes_its_queued_tasks_for_a_rerun() -> None:
 
     assert entity_ops(event, POSITION) == [
         Update(JOBS, {"id": job.id}, stamp(event, status="FAILED", end_time=at(5))),
-        Update(QUEUE, {"job_id": job.id}, {"job_open": False}),
+        QueueChange({"job_id": job.id}, {"job_open": False}, event.timestamp),
     ]
 
 
@@ -304,6 +313,7 @@ def test_stage_added_inserts_the_stage_and_an_empty_summary() -> None:
                 "not_before": None,
                 "retry_policy": None,
                 "deadline": None,
+                "schedule_to_start_seconds": None,
             },
         ),
         Insert(SUMMARIES, {"stage_id": stage.id, "job_id": stage.job_id}),
@@ -317,7 +327,7 @@ def test_stage_released_opens_its_tasks_in_the_queue() -> None:
 
     assert entity_ops(event, POSITION) == [
         Update(STAGES, {"id": stage.id}, stamp(event, status="PENDING")),
-        Update(QUEUE, {"stage_id": stage.id}, {"stage_open": True}),
+        QueueChange({"stage_id": stage.id}, {"stage_open": True}, event.timestamp),
     ]
 
 
@@ -357,7 +367,7 @@ def test_a_failed_stage_closes_its_queued_tasks_for_a_rerun() -> None:
 
     assert entity_ops(event, POSITION) == [
         Update(STAGES, {"id": stage.id}, stamp(event, status="FAILED", end_time=at(5))),
-        Update(QUEUE, {"stage_id": stage.id}, {"stage_open": False}),
+        QueueChange({"stage_id": stage.id}, {"stage_open": False}, event.timestamp),
     ]
 
 
@@ -396,7 +406,7 @@ def test_a_reopened_job_runs_again_and_opens_its_queued_tasks(status: JobStatus,
                 deadline=None,
             ),
         ),
-        Update(QUEUE, {"job_id": job.id}, {"job_open": True}),
+        QueueChange({"job_id": job.id}, {"job_open": True}, event.timestamp),
     ]
 
 
@@ -410,7 +420,7 @@ def test_a_reopened_stage_runs_or_waits_for_its_turn(runs: bool, status: str, op
 
     assert entity_ops(event, POSITION) == [
         Update(STAGES, {"id": stage.id}, stamp(event, status=status, end_time=None, deadline=None)),
-        Update(QUEUE, {"stage_id": stage.id}, {"stage_open": open_}),
+        QueueChange({"stage_id": stage.id}, {"stage_open": open_}, event.timestamp),
     ]
 
 
@@ -442,7 +452,7 @@ def test_a_rerun_task_is_queued_again_with_a_fresh_budget(status: TaskStatus, co
             ),
         ),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {counter: -1, "pending": 1}),
-        Enqueue(task.id, task.stage_id, POSITION),
+        Enqueue(task.id, task.stage_id, POSITION, event.timestamp),
     ]
 
 
@@ -495,7 +505,7 @@ def test_task_created_inserts_counts_and_enqueues_at_its_log_position() -> None:
             },
         ),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {"pending": 1, "total": 1}),
-        Enqueue(task.id, task.stage_id, POSITION),
+        Enqueue(task.id, task.stage_id, POSITION, event.timestamp),
     ]
 
 
@@ -557,7 +567,7 @@ def test_task_retried_goes_back_to_the_end_of_the_queue() -> None:
             stamp(event, status="RETRIED", attempts=1, lease_expires_at=None, not_before=None),
         ),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {"in_progress": -1, "retried": 1}),
-        Enqueue(task.id, task.stage_id, POSITION),
+        Enqueue(task.id, task.stage_id, POSITION, event.timestamp),
     ]
 
 
@@ -624,7 +634,7 @@ def test_task_returned_goes_back_to_pending_and_to_the_end_of_the_queue() -> Non
             stamp(event, status="PENDING", lease_expires_at=None, not_before=None),
         ),
         Add(SUMMARIES, {"stage_id": task.stage_id}, {"in_progress": -1, "pending": 1}),
-        Enqueue(task.id, task.stage_id, POSITION),
+        Enqueue(task.id, task.stage_id, POSITION, event.timestamp),
     ]
 
 
@@ -862,7 +872,7 @@ def test_consecutive_events_of_one_type_and_distinct_aggregates_share_a_batch() 
 
     assert runs == [[project(e, p) for e, p in zip(events, ids, strict=True)]]
     assert [ops[2] for ops in runs[0]] == [
-        Enqueue(t.id, stage_id, p) for t, p in zip(tasks, ids, strict=True)
+        Enqueue(t.id, stage_id, p, e.timestamp) for t, p, e in zip(tasks, ids, events, strict=True)
     ]
     assert [ops[-1] for ops in runs[0]] == [
         IndexEvent(t.id, p) for t, p in zip(tasks, ids, strict=True)
