@@ -433,6 +433,12 @@ class BackfillTooLarge(InvalidRequest):
     code = "BACKFILL_TOO_LARGE"
 
 
+class TooManyLimits(JobnikError):
+    """as many stage types as allowed have a limit in force: remove one first"""
+
+    code = "TOO_MANY_LIMITS"
+
+
 class LimitNotFound(NotFound):
     """no such limit is set for this stage type"""
 

@@ -7,8 +7,14 @@ from collections.abc import Callable
 from datetime import datetime
 
 from jobnik.domain.commands import command
-from jobnik.domain.errors import LimitNotFound
-from jobnik.domain.limits import StageTypeLimits, check_limit, check_rate, limit_id
+from jobnik.domain.errors import LimitNotFound, TooManyLimits
+from jobnik.domain.limits import (
+    MAX_LIMITED_TYPES,
+    StageTypeLimits,
+    check_limit,
+    check_rate,
+    limit_id,
+)
 from jobnik.domain.ports import Session, Store
 from jobnik.domain.principals import Actor, Principal
 
@@ -21,11 +27,19 @@ class LimitCommands:
         self.clock = clock
 
     def _limits(self, s: Session, stage_type: str, now: datetime, by: Principal) -> StageTypeLimits:
-        """The stage type's limits, made when it has none yet."""
+        """The stage type's limits, made when it has none yet; TooManyLimits when it has none
+        in force and MAX_LIMITED_TYPES other types have."""
         try:
-            return s.limit(limit_id(stage_type))
+            limits = s.limit(limit_id(stage_type))
         except LimitNotFound:
-            return StageTypeLimits.create(stage_type, now=now, actor=by)
+            limits = StageTypeLimits.create(stage_type, now=now, actor=by)
+        in_force = limits.max_in_progress is not None or limits.rate_starts is not None
+        if not in_force and s.limited_types_besides(stage_type) >= MAX_LIMITED_TYPES:
+            raise TooManyLimits(
+                f"{MAX_LIMITED_TYPES} stage types have a limit: remove one before limiting "
+                f"'{stage_type}'"
+            )
+        return limits
 
     @command
     def set(

@@ -25,6 +25,9 @@ _NAMESPACE: Final = UUID("5d0c7f5e-8a1b-4f56-9c1e-3b7f4a2d9e61")
 MAX_IN_PROGRESS: Final = 1_000_000  # the highest concurrency limit, and rate, one may set
 MAX_INTERVAL: Final = 366 * 24 * 3600  # a rate's longest interval, in seconds
 STAGE_TYPE_MAX: Final = 50  # as a stage's type (api/schemas.py: StageType)
+# How many stage types may have a limit in force at once: each is a row every claim of its type,
+# every scrape of the metrics and every page of GET /v1/limits reads.
+MAX_LIMITED_TYPES: Final = 1_000
 
 
 def limit_id(stage_type: str) -> UUID:

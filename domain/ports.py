@@ -71,6 +71,10 @@ class Session(Protocol):
         """Schedules not paused with a nominal time due at `now`, or a buffered fire."""
         ...
 
+    def limited_types_besides(self, stage_type: str) -> int:
+        """How many stage types other than `stage_type` have a limit in force."""
+        ...
+
     def limit(self, limit_id: UUID) -> StageTypeLimits:
         """A stage type's concurrency limit (removed ones too), read under the writer lock when
         the session writes; LimitNotFound when none was ever set."""

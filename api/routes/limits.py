@@ -14,7 +14,7 @@ from jobnik.api.operator_schemas import MALFORMED, REASON_MAX, REASON_TEXT
 from jobnik.api.pages import PageDep
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import Message
-from jobnik.domain.errors import InvalidLimit, LimitNotFound
+from jobnik.domain.errors import InvalidLimit, LimitNotFound, TooManyLimits
 from jobnik.domain.limit_commands import LimitCommands
 from jobnik.domain.limits import STAGE_TYPE_MAX
 from jobnik.domain.principals import Permission
@@ -72,7 +72,7 @@ def get_limit(views: LimitViewsDep, stage_type: StageTypePath) -> LimitOut:
 
 @router.put(
     "/limits/{stageType}",
-    responses=error_answers(MALFORMED, InvalidLimit),
+    responses=error_answers(MALFORMED, InvalidLimit, TooManyLimits),
     openapi_extra=needs(P.OPERATE),
 )
 def set_limit(
@@ -110,7 +110,7 @@ def remove_limit(
 
 @router.put(
     "/limits/{stageType}/rate",
-    responses=error_answers(MALFORMED, InvalidLimit),
+    responses=error_answers(MALFORMED, InvalidLimit, TooManyLimits),
     openapi_extra=needs(P.OPERATE),
 )
 def set_rate(

@@ -145,6 +145,9 @@ class SqlSession:
         )
         return UUID(str(rows[0]["job_id"])) if rows else None
 
+    def limited_types_besides(self, stage_type: str) -> int:
+        return int(self._rows("limited_types_besides", t=stage_type)[0]["n"])
+
     def retention_names_besides(self, name: str) -> int:
         return int(self._rows("retention_names_besides", n=name)[0]["n"])
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from jobnik.domain import limit_commands
 from jobnik.domain.limits import limit_id
 
 from .conftest import Api, Json
@@ -75,6 +76,24 @@ def test_the_limits_are_listed_a_page_at_a_time(api: Api) -> None:
     assert len(api.http.get("/v1/limits", params={"page_size": 1}).json()["items"]) == 1
     for r in (api.http.get("/v1/limits/render"), api.http.delete("/v1/limits/render")):
         assert (r.status_code, r.json()["code"]) == (404, "LIMIT_NOT_FOUND")
+
+
+def test_a_limit_on_one_type_more_than_the_bound_is_refused_and_changes_stay_allowed(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limit_commands, "MAX_LIMITED_TYPES", 2)
+    set_limit(api, "t1", 1)
+    r = api.http.put("/v1/limits/t2/rate", json={"starts": 5, "intervalSeconds": 60})
+    assert r.status_code == 200, r.text
+    with api.nothing_written():
+        refused = api.http.put("/v1/limits/t3", json={"maxInProgress": 1})
+        refused_rate = api.http.put("/v1/limits/t3/rate", json={"starts": 5, "intervalSeconds": 9})
+    for answer in (refused, refused_rate):
+        assert (answer.status_code, answer.json()["code"]) == (409, "TOO_MANY_LIMITS")
+    assert set_limit(api, "t1", 3)["maxInProgress"] == 3  # a type that has one may change it
+    assert set_limit(api, "t2", 2)["maxInProgress"] == 2  # or add the other kind
+    api.http.delete("/v1/limits/t1")
+    assert set_limit(api, "t3", 1)["maxInProgress"] == 1  # room again
 
 
 @pytest.mark.parametrize(

@@ -220,6 +220,14 @@ class MemorySession:
         row = self.tables.maybe(SCHEDULES, name=name)
         return row["id"] if row else None
 
+    def limited_types_besides(self, stage_type: str) -> int:
+        return sum(
+            1
+            for r in self.tables.rows[LIMITS]
+            if r["stage_type"] != stage_type
+            and (r["max_in_progress"] is not None or r["rate_starts"] is not None)
+        )
+
     def retention_names_besides(self, name: str) -> int:
         return sum(1 for r in self.tables.rows[RETENTION] if r["name"] != name)
 

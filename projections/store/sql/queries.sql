@@ -226,6 +226,11 @@ FROM stage_type_limits_v1 l
 WHERE (l.max_in_progress IS NOT NULL OR l.rate_starts IS NOT NULL) AND {where}
 ORDER BY l.stage_type LIMIT %(limit)s OFFSET %(offset)s;
 
+-- name: limited_types_besides
+-- The stage types with a limit in force, one aside (their number is bounded).
+SELECT count(*) AS n FROM stage_type_limits_v1
+WHERE (max_in_progress IS NOT NULL OR rate_starts IS NOT NULL) AND stage_type <> %(t)s;
+
 -- name: count_limits
 SELECT count(*) AS n FROM stage_type_limits_v1 l
 WHERE l.max_in_progress IS NOT NULL OR l.rate_starts IS NOT NULL;
