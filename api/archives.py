@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final
 from uuid import UUID
+
+from pydantic.alias_generators import to_camel
 
 from jobnik.api.pages import render_event
 from jobnik.api.settings import Settings
-from jobnik.domain.archives import ArchiveFile
+from jobnik.domain.application import Jobnik
+from jobnik.domain.archives import ArchiveErasure, ArchiveFile
 from jobnik.domain.errors import ArchiveUnreachable, JobNotFound
 from jobnik.domain.principals import Actor, Principal
 from jobnik.projections.catchup.registry import CATCH_UP
@@ -33,6 +37,7 @@ from jobnik.projections.rebuild.archiving import commit
 from jobnik.projections.rebuild.bluegreen import RebuildBusy, rebuild_lock
 from jobnik.projections.store import archive_files
 from jobnik.projections.store.base import SqlStore
+from jobnik.projections.store.eventlog import USER_DATA
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +134,30 @@ class Archiver:
             ended_at=c.ended_at,
         )
 
+    def erase(self, job_id: UUID, *, by: Principal, reason: str) -> None:
+        """Erase archived job `job_id`'s user data: its archive is written again, to its own
+        file, without them (each event's skeleton kept, as a live job's erasure keeps it), and
+        an `ArchiveErased` event (who, why) moves its record to the new file in the transaction
+        that drops the idempotency answers naming the job; then the old file goes. A crash
+        before the commit leaves the record on the old file (the new one is written again next
+        time); after it, a second erasure removes an old file left behind. JobNotFound when it
+        has no archive, ArchiveUnreachable when its file cannot be read here."""
+        found = self.record(job_id)
+        if found is None:
+            raise JobNotFound
+        if self.directory is None:
+            raise _unreachable(found, "no archive directory is configured here")
+        new = archive_files.location(job_id, erased=True)
+        checksum = archive_files.write(self.directory, new, erased(self.lines(job_id)))
+        erasure = ArchiveErasure.record(
+            job_id, new, checksum, now=self.clock(), actor=by, reason=reason
+        )
+        with self.store.session(write=True) as s:
+            s.erase_user_data(job_id)  # (its events left the log: the answers that name it)
+            s.save(erasure)
+        for old in {found.file.location, archive_files.location(job_id)} - {new}:
+            (self.directory / old).unlink(missing_ok=True)
+
     # -- reads ---------------------------------------------------------------------------------
 
     def record(self, job_id: UUID) -> Record | None:
@@ -186,6 +215,33 @@ class Archiver:
                     f"holds {count} events up to position {last}, the record "
                     f"{f.events} up to {f.last_position}",
                 )
+
+
+# An erased event's user data in an archive line (EventOut: camelCase payload fields), as the
+# live log's erasure empties them.
+ERASED: Final = {to_camel(k): v for k, v in USER_DATA.items()}
+
+
+def erased(lines: Iterable[str]) -> Iterator[str]:
+    """Archive `lines` with every event's user data emptied."""
+    for line in lines:
+        event = json.loads(line)
+        payload = event.get("payload") or {}
+        payload.update({k: v for k, v in ERASED.items() if k in payload})
+        yield json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+
+
+def erase_job(
+    jobnik: Jobnik, archiver: Archiver, job_id: UUID, *, by: Principal, reason: str
+) -> None:
+    """Erase an ended job's user data: from the live log and read models, or, once it was
+    archived, from its archive (`Archiver.erase`)."""
+    try:
+        jobnik.erase_job(job_id, by=by, reason=reason)
+    except JobNotFound:
+        if archiver.record(job_id) is None:
+            raise
+        archiver.erase(job_id, by=by, reason=reason)
 
 
 def catch_up_all(store: SqlStore) -> None:

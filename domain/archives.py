@@ -6,7 +6,8 @@ is never loaded again, so setting a period needs no read of the previous one, an
 keeps the latest change per name (inline/archives.py). An archived job's record (`Archive`, one
 per job, its id derived from the job's) is appended in the transaction that removes the job's
 events: its inline projection removes the job's rows from the read models, so a rebuild, which
-no longer sees the removed events, ends with the same rows.
+no longer sees the removed events, ends with the same rows. Erasing an archived job's user data
+rewrites its archive file and records the new one (`ArchiveErasure`).
 """
 
 from __future__ import annotations
@@ -124,6 +125,45 @@ class Archive(Entity):
             reason=None,
             **cause(actor),
             **asdict(file),
+        )
+
+
+class ArchiveErasure(Entity):
+    """An operator's erasure of an archived job's user data: its archive file was written again
+    without them (`location`, `checksum`: the new file's). Never loaded again, as a retention
+    change; the archive record follows it (inline/archives.py)."""
+
+    if TYPE_CHECKING:
+        job_id: UUID
+
+    class ArchiveErased(Entity.Created):
+        job_id: UUID
+        location: str
+        checksum: str
+
+        def apply(self, erasure: ArchiveErasure) -> None:
+            erasure.job_id = self.job_id
+
+    @classmethod
+    def record(
+        cls,
+        job_id: UUID,
+        location: str,
+        checksum: str,
+        *,
+        now: datetime,
+        actor: Principal,
+        reason: str,
+    ) -> ArchiveErasure:
+        return cls._create(
+            cls.ArchiveErased,
+            id=uuid4(),
+            timestamp=now,
+            reason=reason,
+            **cause(actor),
+            job_id=job_id,
+            location=location,
+            checksum=checksum,
         )
 
 

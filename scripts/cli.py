@@ -99,15 +99,18 @@ def jobs_erase(
     reason: Annotated[str, typer.Option(help="why (recorded on the JobErased event)")],
 ) -> None:
     """Erase an ended job's user data (data, user metadata, results, log lines of the job, its
-    stages and its tasks) from the log and the read models; its events' skeleton stays."""
+    stages and its tasks) from the log and the read models, or from its archive once it was
+    archived (JOBNIK_ARCHIVE_DIR); its events' skeleton stays."""
+    from jobnik.api.archives import erase_job
     from jobnik.domain.application import Jobnik
+    from jobnik.scripts.archive_cli import open_archiver
     from jobnik.scripts.tokens_cli import cli_principal
 
-    store = open_store()
+    archiver = open_archiver()
     try:
-        Jobnik(store).erase_job(job_id, by=cli_principal(), reason=reason)
+        erase_job(Jobnik(archiver.store), archiver, job_id, by=cli_principal(), reason=reason)
     finally:
-        store.close()
+        archiver.store.close()
     typer.echo(f"job {job_id} erased")
 
 

@@ -7,6 +7,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 
+from jobnik.api import archives
 from jobnik.api.archive_schemas import EraseJob
 from jobnik.api.bodies import GatedRoute
 from jobnik.api.deps import (
@@ -33,6 +34,7 @@ from jobnik.api.operator_schemas import (
 )
 from jobnik.api.pages import PagingDep, answer, page_schema, render_one
 from jobnik.api.permissions import PrincipalDep, authorize, needs
+from jobnik.api.routes.archives import ArchiverDep
 from jobnik.api.schemas import (
     CreateJob,
     CreateStage,
@@ -46,6 +48,7 @@ from jobnik.api.schemas import (
 from jobnik.domain.application import NewJob, NewStage
 from jobnik.domain.delays import parse_not_before
 from jobnik.domain.errors import (
+    ArchiveUnreachable,
     IllegalJobTransition,
     JobInFiniteState,
     JobNotEnded,
@@ -191,16 +194,19 @@ def delete_job(
 
 @router.post(
     "/jobs/{jobId}/erase",
-    responses=error_answers(MALFORMED, NO_JOB, JobNotEnded),
+    responses=error_answers(MALFORMED, NO_JOB, JobNotEnded, ArchiveUnreachable),
     openapi_extra=needs(P.OPERATE),
 )
-def erase_job(jobnik: JobnikDep, job_id: JobId, body: EraseJob, by: PrincipalDep) -> Message:
+def erase_job(
+    jobnik: JobnikDep, archiver: ArchiverDep, job_id: JobId, body: EraseJob, by: PrincipalDep
+) -> Message:
     """jobnik: erase an ended job's user data (the data, user metadata, results and log lines
     of the job, its stages and its tasks) from the log and every read model, keeping its
-    events' types, times, statuses and actors; a JobErased event records who and why. No later
-    read, stream, export, archive or rebuild returns the erased values. 409 JOB_NOT_ENDED while
-    the job runs."""
-    jobnik.erase_job(job_id, by=by, reason=body.reason)
+    events' types, times, statuses and actors; a JobErased event records who and why. An
+    archived job's archive is written again without them (an ArchiveErased event records who
+    and why; 410 ARCHIVED when its file cannot be read here). No later read, stream, export,
+    archive or rebuild returns the erased values. 409 JOB_NOT_ENDED while the job runs."""
+    archives.erase_job(jobnik, archiver, job_id, by=by, reason=body.reason)
     return Message(code="JOB_ERASED")
 
 

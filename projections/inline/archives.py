@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from jobnik.domain.archives import Archive, RetentionChange
-from jobnik.projections.inline.ops import Delete, Insert, Op
+from jobnik.domain.archives import Archive, ArchiveErasure, RetentionChange
+from jobnik.projections.inline.ops import Delete, Insert, Op, Update
 from jobnik.projections.inline.tables import (
     ARCHIVES,
     ENTITY_JOBS,
@@ -80,4 +80,8 @@ def _job_archived(e: Any, _: int) -> list[Op]:
 ARCHIVE_PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     RetentionChange.RetentionSet: _retention_set,
     Archive.JobArchived: _job_archived,
+    # (its file now: the one written without the job's user data)
+    ArchiveErasure.ArchiveErased: lambda e, _: [
+        Update(ARCHIVES, {"job_id": e.job_id}, {"location": e.location, "checksum": e.checksum})
+    ],
 }

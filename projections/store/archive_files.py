@@ -35,10 +35,11 @@ def writable_directory(path: str) -> None:
         raise ValueError(f"{path} is not writable ({exc.strerror})") from None
 
 
-def location(job_id: UUID) -> str:
-    """Where job `job_id`'s archive is, relative to the archive directory."""
+def location(job_id: UUID, *, erased: bool = False) -> str:
+    """Where job `job_id`'s archive is, relative to the archive directory (`erased`: the one
+    written again without its user data)."""
     text = str(job_id)
-    return f"{text[:2]}/{text}{SUFFIX}"
+    return f"{text[:2]}/{text}{'.erased' if erased else ''}{SUFFIX}"
 
 
 def checksum(path: Path) -> str:

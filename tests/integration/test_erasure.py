@@ -122,3 +122,57 @@ def test_the_command_line_erases_with_a_reason(client: TestClient, env: dict[str
         True,
         "asked",
     )
+
+
+def archive_ended(client: TestClient) -> list[Any]:
+    """Archive, as if a day had passed, every ended job (a period of an hour for their name)."""
+    client.put("/v1/retention/private", json={"periodSeconds": 3600, "reason": "test"})
+    archiver = client.app.state.archiver  # type: ignore[attr-defined]
+    archiver.clock = lambda: datetime.now(UTC) + timedelta(days=1)
+    return list(archiver.run().archived)
+
+
+def test_an_archived_jobs_archive_is_written_again_without_its_user_data(
+    client: TestClient, env: dict[str, str]
+) -> None:
+    job_id = job_with_secrets(client)
+    assert [str(j) for j in archive_ended(client)] == [job_id]
+    before = client.get(f"/v1/archives/{job_id}").json()
+    skeleton = [
+        (e["type"], e["actor"], e["time"])
+        for e in client.get(f"/v1/jobs/{job_id}/history", params={"limit": 1000}).json()["items"]
+    ]
+    assert SECRET in client.get(f"/v1/jobs/{job_id}/history", params={"limit": 1000}).text
+
+    r = client.post(f"/v1/jobs/{job_id}/erase", json={"reason": "a data subject asked"})
+
+    assert (r.status_code, r.json()["code"]) == (200, "JOB_ERASED"), r.text
+    after = client.get(f"/v1/archives/{job_id}").json()
+    assert after["location"] != before["location"]
+    assert after["checksum"] != before["checksum"]
+    assert after["events"] == before["events"]
+    directory = Path(env["JOBNIK_ARCHIVE_DIR"])
+    assert not (directory / before["location"]).exists()
+    archived = client.get(f"/v1/jobs/{job_id}/history", params={"limit": 1000})
+    assert SECRET not in archived.text
+    assert [(e["type"], e["actor"], e["time"]) for e in archived.json()["items"]] == skeleton
+    result = CliRunner().invoke(cli, ["archive", "verify"], env=env)
+    assert result.exit_code == 0, result.output
+    feed = client.get("/v1/events", params={"limit": 1000}).json()["items"]
+    [erased] = [e for e in feed if e["type"] == "ArchiveErased"]
+    assert erased["reason"] == "a data subject asked"
+    assert verify(client.app.state.store) == []  # type: ignore[attr-defined]
+
+
+def test_the_command_line_erases_an_archived_job_and_an_unknown_one_is_404(
+    client: TestClient, env: dict[str, str]
+) -> None:
+    job_id = job_with_secrets(client)
+    archive_ended(client)
+
+    result = CliRunner().invoke(cli, ["jobs", "erase", job_id, "--reason", "asked"], env=env)
+
+    assert result.exit_code == 0, result.output
+    assert SECRET not in client.get(f"/v1/jobs/{job_id}/history", params={"limit": 1000}).text
+    unknown = client.post(f"/v1/jobs/{UUID(int=7)}/erase", json={"reason": "x"})
+    assert (unknown.status_code, unknown.json()["code"]) == (404, "JOB_NOT_FOUND")

@@ -8,7 +8,7 @@ import pytest
 from eventsourcing.domain import Aggregate
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
-from jobnik.domain.archives import Archive, ArchiveFile, RetentionChange
+from jobnik.domain.archives import Archive, ArchiveErasure, ArchiveFile, RetentionChange
 from jobnik.domain.errors import JobNotEnded, TaskNotRerunnable
 from jobnik.domain.jobs import Job
 from jobnik.domain.limits import StageTypeLimits
@@ -88,7 +88,17 @@ def _event_classes(aggregate: type) -> list[type]:
     ]
 
 
-AGGREGATES = (Job, Stage, Task, Token, Schedule, StageTypeLimits, RetentionChange, Archive)
+AGGREGATES = (
+    Job,
+    Stage,
+    Task,
+    Token,
+    Schedule,
+    StageTypeLimits,
+    RetentionChange,
+    Archive,
+    ArchiveErasure,
+)
 DOMAIN_EVENTS = [cls for agg in AGGREGATES for cls in _event_classes(agg)]
 
 
