@@ -284,6 +284,13 @@ class QueueMetrics(Collector):
                 labels=["stage_type", "cause"],
             ),
             CounterMetricFamily(
+                "jobnik_ended_failed",
+                "Jobs and stages that ended FAILED, by what (job or stage) and cause: task (a task "
+                "failed for good), stage (a job's stage failed), deadline (its deadline passed), "
+                "expired (a task of it expired in the queue)",
+                labels=["of", "cause"],
+            ),
+            CounterMetricFamily(
                 "jobnik_events_appended",
                 "Events appended to the log, by event type (as far as the catch-up runner has "
                 "read)",
@@ -324,6 +331,7 @@ class QueueMetrics(Collector):
             expired,
             retries,
             failures,
+            ended_failed,
             events,
             lag_events,
             lag_seconds,
@@ -345,6 +353,8 @@ class QueueMetrics(Collector):
             _fill(
                 family, ((row[c], v) for q, row in pairs for c in counters if (v := q.counters[c]))
             )
+        for (of, cause), n in sorted(self.views.failures().items()):
+            ended_failed.add_metric([of, cause], n)
         for name, n in sorted(self.views.events_appended().items()):
             events.add_metric([name], n)
         for lag in self.views.lags(now):

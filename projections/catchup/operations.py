@@ -38,12 +38,13 @@ from jobnik.domain.tokens import Token
 from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Replay, Sql
 from jobnik.projections.store.cursor import Cursor
 
-TYPES, EVENTS, STAGES, JOBS, LEASES = (
+TYPES, EVENTS, STAGES, JOBS, LEASES, FAILURES = (
     "operations_v1_types",
     "operations_v1_events",
     "operations_v1_stages",
     "operations_v1_jobs",
     "operations_v1_leases",
+    "operations_v1_failures",
 )
 COUNTERS: Final = (
     "dequeues",
@@ -95,6 +96,9 @@ class Changes:
     job_open: dict[UUID, bool] = field(default_factory=dict)
     stage_seen: dict[UUID, datetime] = field(default_factory=dict)
     leases: dict[UUID, dict[str, Any]] = field(default_factory=dict)  # by task id
+    # Jobs and stages FAILED, by ("job" or "stage", cause: "task" for a failed task, else the
+    # event's, "deadline" or "expired"; a job failed by its stage's failure: "stage").
+    failures: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def count(self, stage_id: UUID, counter: str) -> None:
         self.counters.setdefault(stage_id, Counter())[counter] += 1
@@ -151,10 +155,17 @@ def _stage_added(c: Changes, e: Any) -> None:
     }
 
 
+def _job_failed(c: Changes, e: Any) -> None:
+    c.job_open[e.originator_id] = False
+    c.failures["job", e.cause or "stage"] += 1
+
+
 STEP: Final[dict[type, Callable[[Changes, Any], None]]] = {
     Job.JobCreated: _job_created,
     Job.JobReopened: lambda c, e: c.job_open.__setitem__(e.originator_id, True),
     **{t: (lambda c, e: c.job_open.__setitem__(e.originator_id, False)) for t in CLOSING},
+    Job.JobFailed: _job_failed,
+    Stage.StageFailed: lambda c, e: c.failures.update([("stage", e.cause or "task")]),
     Stage.StageAdded: _stage_added,
     Task.TaskDequeued: _dequeued,
     Task.TaskRetried: _retried,
@@ -197,6 +208,10 @@ ADD_EVENTS: Final = (
     "ON CONFLICT (event_type) DO UPDATE "
     "SET appended = operations_v1_events.appended + EXCLUDED.appended"
 )
+ADD_FAILURES: Final = (
+    "INSERT INTO operations_v1_failures (subject, cause, n) VALUES (%(subject)s, %(cause)s, %(n)s) "
+    "ON CONFLICT (subject, cause) DO UPDATE SET n = operations_v1_failures.n + EXCLUDED.n"
+)
 INSERT_JOB: Final = (
     "INSERT INTO operations_v1_jobs (job_id, open, last_event_at) "
     "VALUES (%(job_id)s, %(open)s, %(last_event_at)s)"
@@ -219,14 +234,15 @@ class Operations(CatchUpProjection):
     """Counters and times per stage type, events by type, jobs' latest events, expired leases."""
 
     name = "operations"
-    version = 2  # 2: failed_expired
-    tables = (TYPES, EVENTS, STAGES, JOBS, LEASES)
+    version = 2  # 2: failed_expired, jobs and stages failed by cause
+    tables = (TYPES, EVENTS, STAGES, JOBS, LEASES, FAILURES)
     keys = {
         TYPES: ("stage_type",),
         EVENTS: ("event_type",),
         STAGES: ("stage_id",),
         JOBS: ("job_id",),
         LEASES: ("task_id",),
+        FAILURES: ("subject", "cause"),
     }
     events = ALL_EVENTS
     per_job = True  # rows of one job, stage or task; totals shared between jobs: `Totals`
@@ -257,6 +273,12 @@ class Operations(CatchUpProjection):
         stage_id {{uuid}} NOT NULL,
         expiries INTEGER NOT NULL,
         last_expired_at {{time}} NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS operations_v1_failures (
+        subject TEXT NOT NULL,
+        cause TEXT NOT NULL,
+        n BIGINT NOT NULL,
+        PRIMARY KEY (subject, cause)
     )
     """
 
@@ -326,7 +348,12 @@ def _totals(c: Changes) -> list[tuple[str, Rows]]:
             ],
         ),
         (ADD_EVENTS, [{"event_type": k, "n": n} for k, n in sorted(c.events.items())]),
+        (ADD_FAILURES, _failure_rows(c.failures)),
     ]
+
+
+def _failure_rows(failures: Counter[tuple[str, str]]) -> Rows:
+    return [{"subject": s, "cause": c, "n": n} for (s, c), n in sorted(failures.items())]
 
 
 ADD_TYPE_TOTALS: Final = ADD_TOTALS.format(type="%(stage_type)s")
@@ -351,6 +378,7 @@ class Totals:
         self.counters: dict[str, Counter[str]] = {}  # by stage type
         self.dequeued_at: dict[str, datetime] = {}  # by stage type
         self.events: Counter[str] = Counter()
+        self.failures: Counter[tuple[str, str]] = Counter()
         self.types: OrderedDict[UUID, str] = OrderedDict()  # stage id → type, latest added
 
     def __call__(self, cur: Cursor, batch: Batch, prepared: Any) -> None:
@@ -365,6 +393,7 @@ class Totals:
         while len(self.types) > KNOWN_STAGES:
             self.types.popitem(last=False)
         self.events.update(c.events)
+        self.failures.update(c.failures)
         for stage, counts in c.counters.items():
             t = self._type(cur, stage)
             if t is not None:  # (no stage row: the statement by stage id changes nothing)
@@ -391,4 +420,5 @@ class Totals:
             ],
         )
         run(ADD_EVENTS, [{"event_type": k, "n": n} for k, n in sorted(self.events.items())])
-        self.counters, self.dequeued_at, self.events = {}, {}, Counter()
+        run(ADD_FAILURES, _failure_rows(self.failures))
+        self.counters, self.dequeued_at, self.events, self.failures = {}, {}, Counter(), Counter()

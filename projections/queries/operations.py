@@ -180,6 +180,13 @@ class OperationsViews:
             rows = cur.raw_all(self.d.sql("events_by_type"))
         return {r["event_type"]: int(r["appended"]) for r in rows}
 
+    def failures(self) -> dict[tuple[str, str], int]:
+        """Jobs and stages FAILED by ("job" or "stage", cause), as far as the operations
+        projection has read."""
+        with self.store.cursor(write=False) as cur:
+            rows = cur.raw_all(self.d.sql("failures_by_cause"))
+        return {(r["subject"], r["cause"]): int(r["n"]) for r in rows}
+
     def lags(self, now: datetime) -> list[Lag]:
         """Each catch-up projection's lag behind the log's head."""
         out = []

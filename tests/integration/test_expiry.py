@@ -71,12 +71,14 @@ def test_the_sweeper_expires_once_and_the_counters_count_it_apart(store: SqlStor
     app = Jobnik(store, clock=clock)
     job = app.create_job(NewJob(name="expiring", data={}))
     stage = app.add_stage(job.id, NewStage(type="exp-c", data={}, schedule_to_start_seconds=30))
+    late = app.create_job(NewJob(name="late", data={}, deadline=at(20)))
     tasks = app.add_tasks(stage.id, [NewTask(data={}) for _ in range(3)])
     started = app.dequeue("exp-c")
     clock.now = at(30)
 
     assert app.expire_queued() == 2
     assert app.expire_queued() == 0
+    assert app.expire_deadlines() == 1
 
     with store.session(write=False) as s:
         statuses = sorted(s.task(t.id).status for t in tasks)
@@ -91,4 +93,10 @@ def test_the_sweeper_expires_once_and_the_counters_count_it_apart(store: SqlStor
     [queue] = [q for q in OperationsViews(store).queues(clock.now) if q.stage_type == "exp-c"]
     assert queue.counters["failed_expired"] == 2
     assert queue.counters["failed_error"] == 0
+    assert OperationsViews(store).failures() == {
+        ("stage", "expired"): 1,  # the first expiry fails the stage, the second only its task
+        ("job", "expired"): 1,
+        ("job", "deadline"): 1,
+    }
+    assert late.id != job.id
     assert verify(store) == []

@@ -125,6 +125,9 @@ SELECT * FROM operations_v1_types;
 -- name: events_by_type
 SELECT event_type, appended FROM operations_v1_events;
 
+-- name: failures_by_cause
+SELECT subject, cause, n FROM operations_v1_failures;
+
 -- name: stuck_leases
 -- Unfinished tasks whose lease expired more than %(n)s times.
 SELECT l.task_id, l.expiries, l.last_expired_at AS since, s.job_id, s.stage_id, s.stage_type
