@@ -19,8 +19,9 @@ from jobnik.api.cookies import clear_token_cookie, same_origin, set_token_cookie
 from jobnik.api.deps import AuditDep, ViewsDep
 from jobnik.api.permissions import authorize, needs
 from jobnik.api.routes.activity import ActivityDep, NowDep
+from jobnik.api.routes.archives import ArchiverDep
 from jobnik.api.routes.catchup import CatchUpDep
-from jobnik.domain.errors import Forbidden, InvalidRequest, Unauthenticated
+from jobnik.domain.errors import Forbidden, InvalidRequest, JobNotFound, Unauthenticated
 from jobnik.domain.principals import Permission
 from jobnik.projections.queries.lookup import Lookup
 from jobnik.projections.queries.timetravel import AsOf
@@ -51,6 +52,7 @@ def job(
     catchup: CatchUpDep,
     activity: ActivityDep,
     now: NowDep,
+    archiver: ArchiverDep,
     job_id: UUID,
     stage: UUID | None = None,
     task: UUID | None = None,
@@ -58,11 +60,17 @@ def job(
     as_of: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Response:
     """A job; as it was at an event with `as_of` (a log position or a time); `stage`: the
-    stage whose tasks it shows; `task`: that task alone."""
+    stage whose tasks it shows; `task`: that task alone. An archived job: its archive record
+    on the retention page."""
     at = AsOf.parse(as_of) if as_of else None
-    context = pages.job_page(
-        views, audit, catchup, activity, job_id, stage, page_number, at, now, task
-    )
+    try:
+        context = pages.job_page(
+            views, audit, catchup, activity, job_id, stage, page_number, at, now, task
+        )
+    except JobNotFound:
+        if archiver.record(job_id) is None:
+            raise
+        return RedirectResponse(f"/ui/retention?job={job_id}", status_code=303)
     return page(request, "job.html", **context)
 
 

@@ -124,6 +124,13 @@ def record(store: SqlStore, job_id: UUID) -> Record | None:
     return _record(row) if row is not None else None
 
 
+def recent(store: SqlStore, limit: int) -> list[Record]:
+    """The `limit` jobs archived last, the last first (a probe of archives_v1_archived_at)."""
+    with store.cursor(write=False) as cur:
+        rows = cur.all(f"SELECT * FROM archives_v1 ORDER BY archived_at DESC LIMIT {int(limit)}")
+    return [_record(r) for r in rows]
+
+
 def records(store: SqlStore, page: int = 500) -> Iterator[Record]:
     """Every archive record, by job id; read page by page."""
     after: UUID | None = None

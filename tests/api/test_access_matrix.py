@@ -59,6 +59,7 @@ def _requests(t: Targets) -> dict[str, Request]:
         "delete_schedule": ("DELETE", schedule, None),
         "schedules": ("GET", "/ui/schedules", None),
         "schedule": ("GET", f"/ui/schedules/{t.schedule}", None),
+        "retention_page": ("GET", "/ui/retention", None),
         "list_limits": ("GET", "/v1/limits", None),
         "get_limit": ("GET", "/v1/limits/matrix", None),
         "set_limit": ("PUT", "/v1/limits/matrix", {"maxInProgress": 2}),

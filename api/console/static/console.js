@@ -91,6 +91,8 @@ function ask(button) {
   document.getElementById("confirm-text").textContent =
     button.dataset.confirm.replace("{n}", String(selected().length));
   document.getElementById("confirm-priority").hidden = !button.dataset.priority;
+  document.getElementById("confirm-period").hidden = !button.dataset.period;
+  if (button.dataset.period) document.getElementById("confirm-period-value").value = button.dataset.period;
   document.getElementById("confirm-error").textContent = "";
   document.getElementById("confirm-reason").value = "";
   dialog.showModal();
@@ -100,12 +102,15 @@ function ask(button) {
 function request(button, reason) {
   const init = { method: button.dataset.method, headers: { ...HEADERS }, credentials: "same-origin" };
   let url = button.dataset.url;
+  // (a name typed on the page completes the URL: a retention period for a new job name)
+  if (button.dataset.nameFrom) url += encodeURIComponent(document.querySelector(button.dataset.nameFrom).value.trim());
   if (init.method === "DELETE") {
     url += "?reason=" + encodeURIComponent(reason);
   } else {
     const body = JSON.parse(button.dataset.body || "{}");
     body.reason = reason;
     if (button.dataset.priority) body.priority = document.getElementById("confirm-priority-value").value;
+    if (button.dataset.period) body.periodSeconds = Math.round(Number(document.getElementById("confirm-period-value").value) * 86400);
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }

@@ -286,6 +286,8 @@ CREATE TABLE IF NOT EXISTS archives_v1 (
     archived_by TEXT NOT NULL,
     archived_at {time} NOT NULL
 );
+-- The console's archives archived last (queries/archives.py: recent).
+CREATE INDEX IF NOT EXISTS archives_v1_archived_at ON archives_v1 (archived_at);
 CREATE TABLE IF NOT EXISTS archive_seeds_v1 (
     projection TEXT PRIMARY KEY,
     position BIGINT NOT NULL

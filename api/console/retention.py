@@ -1,0 +1,52 @@
+"""/ui/retention: how long ended jobs stay in the live log (the server's default and each job
+name's own period, changed from the page with a reason, operators only) and where archived jobs
+went (the jobs archived last, and one job's archive record by id)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Query, Request
+from starlette.responses import Response
+
+from jobnik.api.console.render import page
+from jobnik.api.permissions import authorize, needs
+from jobnik.api.routes.archives import ArchiverDep
+from jobnik.domain.principals import Permission
+from jobnik.projections.queries.archives import recent, retention
+
+READ = needs(Permission.READ)
+router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(authorize)])
+RECENT = 50  # archives shown, the last first
+DAY = 86_400
+
+
+@router.get("/retention", openapi_extra=READ)
+def retention_page(
+    request: Request,
+    archiver: ArchiverDep,
+    job: Annotated[str | None, Query(max_length=64)] = None,
+) -> Response:
+    """The retention policy, the jobs archived last, and `job`'s archive record if asked."""
+    asked, found = (job or "").strip(), None
+    problem = None
+    if asked:
+        try:
+            found = archiver.record(UUID(asked))
+        except ValueError:
+            problem = f"'{asked}' is not a job id (a UUID)."
+        else:
+            problem = None if found else f"Job {asked} is not archived."
+    return page(
+        request,
+        "retention.html",
+        default_seconds=archiver.default_seconds,
+        directory=archiver.directory,
+        names=retention(archiver.store),
+        archives=recent(archiver.store, RECENT),
+        asked=asked,
+        found=found,
+        problem=problem,
+        day=DAY,
+    )
