@@ -60,6 +60,13 @@ class StageTemplateIn(ApiModel):
         description="the stage's tasks are not dequeued before this many seconds after the run "
         "starts (none: at once)",
     )
+    schedule_to_start_seconds: Annotated[int, Field(ge=1, le=int(MAX_DELAY_SECONDS))] | None = (
+        Field(
+            default=None,
+            description="a task of the stage not dequeued within this many seconds (counted from "
+            "when it could first be) expires: it fails, cause `expired`, with its stage and job",
+        )
+    )
 
 
 class JobTemplateIn(ApiModel):
@@ -90,6 +97,7 @@ class JobTemplateIn(ApiModel):
                     s.user_metadata,
                     tuple(TaskTemplate(t.data, t.user_metadata, t.max_attempts) for t in s.tasks),
                     s.delay_seconds,
+                    s.schedule_to_start_seconds,
                 )
                 for s in self.stages
             ),

@@ -300,7 +300,13 @@ class ScheduleCommands:
             stages = [StageTemplate(template.hook, {})]
         for st in stages:
             held = None if st.delay_seconds is None else now + timedelta(seconds=st.delay_seconds)
-            new_stage = NewStage(st.type, st.data, st.user_metadata, not_before=held)
+            new_stage = NewStage(
+                st.type,
+                st.data,
+                st.user_metadata,
+                not_before=held,
+                schedule_to_start_seconds=st.schedule_to_start_seconds,
+            )
             stage = self.jobs.add_stage(job.id, new_stage, by=by)
             new = [NewTask(t.data, t.user_metadata, t.max_attempts) for t in st.tasks]
             if template.hook is not None:

@@ -27,7 +27,7 @@ from uuid import UUID, uuid4
 from croniter import CroniterError
 
 from jobnik.domain.base import Entity, cause
-from jobnik.domain.delays import MAX_DELAY_SECONDS
+from jobnik.domain.delays import MAX_DELAY_SECONDS, check_schedule_to_start
 from jobnik.domain.errors import InvalidJobTemplate, InvalidRequest, UnknownPolicy
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import JobMode, Priority
@@ -95,6 +95,7 @@ class StageTemplate:
     user_metadata: dict[str, Any] = field(default_factory=dict)
     tasks: tuple[TaskTemplate, ...] = ()
     delay_seconds: int | None = None  # its tasks wait this long after the run starts
+    schedule_to_start_seconds: int | None = None  # a task not dequeued within it expires
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ class JobTemplate:
                 raise InvalidJobTemplate(
                     f"a stage's delaySeconds is 1 to {MAX_DELAY_SECONDS:g}, not {s.delay_seconds}"
                 )
+            check_schedule_to_start(s.schedule_to_start_seconds)
         if (tasks := sum(len(s.tasks) for s in self.stages)) > MAX_TEMPLATE_TASKS:
             raise InvalidJobTemplate(
                 f"a schedule's job holds at most {MAX_TEMPLATE_TASKS} tasks in all, not {tasks}: "
@@ -146,6 +148,11 @@ class JobTemplate:
                         for t in s.tasks
                     ],
                     **({"delaySeconds": s.delay_seconds} if s.delay_seconds is not None else {}),
+                    **(
+                        {"scheduleToStartSeconds": s.schedule_to_start_seconds}
+                        if s.schedule_to_start_seconds is not None
+                        else {}
+                    ),
                 }
                 for s in self.stages
             ],
@@ -169,6 +176,7 @@ class JobTemplate:
                         for t in s["tasks"]
                     ),
                     s.get("delaySeconds"),
+                    s.get("scheduleToStartSeconds"),
                 )
                 for s in value["stages"]
             ),

@@ -220,7 +220,8 @@ class Producer:
     ) -> Schedule:
         """A schedule running `job` (a template: `name`, `data`, `priority`, `userMetadata`,
         and `stages` with their `tasks` and an optional `delaySeconds` that holds a stage's tasks
-        back after the run starts, or a `hook` stage type) at each time of `cron` in
+        back after the run starts and `scheduleToStartSeconds` after which a task not started
+        expires, or a `hook` stage type) at each time of `cron` in
         `timezone`, or every `interval_seconds`. Policies: overlap skip (default), bufferOne,
         allowAll, cancelPrevious; catch-up latest (default) or all."""
         body: dict[str, Any] = {"name": name, "job": dict(job), "timezone": timezone}

@@ -289,3 +289,22 @@ def test_a_template_stage_held_back_waits_its_delay_after_the_run_starts(api: Ap
     api.dequeue_nothing("publish")
     at(api, t0 + timedelta(seconds=600))
     api.dequeue("publish")
+
+
+def test_a_template_stage_gives_each_runs_stage_its_schedule_to_start_limit(api: Api) -> None:
+    job = {
+        "name": "nightly",
+        "stages": [{"type": "render", "tasks": [{}], "scheduleToStartSeconds": 7200}],
+    }
+    made = create(api, {**HOURLY, "job": job})
+    assert made["job"]["stages"][0]["scheduleToStartSeconds"] == 7200
+    stages = [{**job["stages"][0], "scheduleToStartSeconds": 0}]
+    refused = api.http.post(
+        "/v1/schedules", json={**HOURLY, "name": "other", "job": {**job, "stages": stages}}
+    )
+    assert refused.status_code == 400, refused.text
+
+    run = api.http.post(f"/v1/schedules/{made['id']}/trigger").json()
+
+    [stage] = api.http.get(f"/v1/jobs/{run['jobId']}/stages").json()
+    assert stage["scheduleToStartSeconds"] == 7200
