@@ -21,7 +21,6 @@ from pydantic import (
     Field,
     PlainValidator,
     SerializerFunctionWrapHandler,
-    StrictInt,
     TypeAdapter,
     WithJsonSchema,
     model_serializer,
@@ -32,7 +31,7 @@ from pydantic_core import PydanticCustomError
 
 from jobnik.api.readable import if_asked
 from jobnik.api.settings import Settings
-from jobnik.domain.delays import RetryPolicy, parse_instant, parse_not_before
+from jobnik.domain.delays import MAX_DELAY_SECONDS, RetryPolicy, parse_instant, parse_not_before
 from jobnik.domain.errors import InvalidDeadline, InvalidRequest, TooManyLogLines
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
@@ -212,8 +211,10 @@ class Delayable(Traced):
         "now; else 400 INVALID_DEADLINE), it fails with cause `deadline`, by `system`, and what "
         "it holds is aborted",
     )
-    schedule_to_start_seconds: StrictInt | None = Field(
+    schedule_to_start_seconds: int | None = Field(
         default=None,
+        # (documented bounds; the domain checks them, answering 400 INVALID_SCHEDULE_TO_START)
+        json_schema_extra={"minimum": 1, "maximum": int(MAX_DELAY_SECONDS)},
         description="jobnik: a queued task not dequeued within this many seconds (1 to "
         "10,000,000; else 400 INVALID_SCHEDULE_TO_START) fails with cause `expired`, by "
         "`system`, without retry, failing its stage and job; counted from when it is queued, "

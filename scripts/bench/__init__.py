@@ -55,6 +55,9 @@ Figures (`--only NAME,...`; all by default), per backend:
   backoff  Every task fails once and is retried (scripts/bench/backoff.py): the engine lifecycle,
            4 threads, with a retry policy of a millisecond's wait against without one (retried at
            once), alternated in one database. tasks/s; goal: at least 80 %.
+  limits   A stage type with a concurrency limit and a rate that never bind
+           (scripts/bench/limited.py): the engine lifecycle, 4 threads, against a type without
+           limits, alternated in one database. tasks/s; goal: at least 90 % (within noise).
   retention  Rounds of jobs created, completed and archived past their retention period
            (scripts/bench/retention.py): the live database's size after the last round against
            after the first (goal: at most 1.10x; every event counted in the archives), and the
@@ -75,7 +78,8 @@ Usage:
 --tasks N sets the task count of the engine, HTTP and hot-stage runs (full: 20,000, 5,000 and
 20,000; the full sizes of every figure take the better part of an hour).
 Each figure lives in a module of this package named for it (engine, http_lifecycle, batch, cpu,
-observe, volume for bulk and depth, scrape, cardinality, rebuild, console, backoff, retention);
+observe, volume for bulk and depth, scrape, cardinality, rebuild, console, backoff, limited for
+limits, retention);
 context, report, floor, processes, worker and databases are what they share.
 Every figure but depth, scrape, cardinality, rebuild and retention runs in one fresh database per
 backend (PostgreSQL: bench_suite_<pid>, dropped afterwards), each with its own stage types and floor
@@ -103,7 +107,7 @@ from jobnik.scripts.bench.volume import fig_bulk, fig_depth, fig_rebuild
 
 NAMES = (
     "engine", "http", "batch", "plain", "cpu", "observe", "bulk", "depth", "scrape", "rebuild",
-    "hot", "console", "cardinality", "backoff", "retention",
+    "hot", "console", "cardinality", "backoff", "limits", "retention",
 )  # fmt: skip
 PG_URL = "postgresql://postgres@127.0.0.1:5432"
 
@@ -144,6 +148,12 @@ def fig_backoff(ctx: Ctx) -> None:
     backoff(ctx)
 
 
+def fig_limits(ctx: Ctx) -> None:
+    from jobnik.scripts.bench.limited import fig_limits as limits
+
+    limits(ctx)
+
+
 def fig_retention(ctx: Ctx) -> None:
     from jobnik.scripts.bench.retention import fig_retention as retention
 
@@ -177,6 +187,7 @@ FIGURES: dict[str, Callable[[Ctx], None]] = {
     "console": fig_console,
     "cardinality": fig_cardinality,
     "backoff": fig_backoff,
+    "limits": fig_limits,
     "retention": fig_retention,
 }
 

@@ -75,6 +75,20 @@ class Ctx:
     def goal(self, name: str, met: bool, detail: str) -> None:
         self.goals.append(Goal(name, self.backend, met, detail))
 
+    def share(
+        self, name: str, rates: dict[bool, list[float]], floor_name: str, note: str, goal: float
+    ) -> None:
+        """An A/B figure of tasks/s: the best run with the feature on (`rates[True]`) beside the
+        best without, and the goal that it keeps at least `goal` of it."""
+        f = self.add(
+            name, max(rates[True]), max(rates[False]), "tasks/s", floor_name=floor_name, note=note
+        )
+        self.goal(
+            f"{name.split(',')[-1].strip()} >= {goal:.0%} of without",
+            (f.ratio or 0) >= goal,
+            f"{f.ratio:.0%} of {floor_name}",
+        )
+
     @contextmanager
     def database(self, label: str) -> Iterator[str]:
         """The backend's database (figures use distinct stage types and floor tables)."""

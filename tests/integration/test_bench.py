@@ -7,7 +7,7 @@ from jobnik.scripts.bench import run_suite
 from jobnik.scripts.bench.context import TINY
 from jobnik.scripts.bench.report import Figure, Goal
 
-IN_DATABASE = ["engine", "http", "bulk", "hot", "backoff"]
+IN_DATABASE = ["engine", "http", "bulk", "hot", "backoff", "limits"]
 OWN_DATABASES = [
     "depth",
     "scrape",
@@ -56,9 +56,11 @@ def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: s
         else:
             assert f.value > 0, f
             assert f.floor > 0, f
-    assert len(goals) == 11  # one per goal of the issue
+    assert len(goals) == 12  # one per goal of the issue
     backoff = next(f for f in figures if f.name.endswith("with backoff"))
     assert "without a retry policy" in backoff.floor_name
+    limited = next(f for f in figures if "never bind" in f.name)
+    assert limited.floor_name == "the same stage type without limits"
     http = next(f for f in figures if f.name.startswith("HTTP lifecycle"))
     assert f"{2 if backend == 'postgres' else 1} uvicorn processes" in http.note
 
