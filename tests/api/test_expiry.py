@@ -176,3 +176,16 @@ def test_the_sdk_sets_the_limit_on_a_job_and_a_stage(api: Api) -> None:
     assert api.job(job.id)["scheduleToStartSeconds"] == 600
     assert api.stage(stage.id)["scheduleToStartSeconds"] == 45
     assert api.stage(inherited.id)["scheduleToStartSeconds"] == 600
+
+
+def test_the_console_shows_the_limits_and_deadlines_of_a_job_and_its_stages(
+    api: Api, clock: Clock
+) -> None:
+    job = api.create_job(scheduleToStartSeconds=900, deadline=clock.at(3600))
+    api.add_stage(job["id"], scheduleToStartSeconds=60, deadline=clock.at(1800))
+
+    page = api.http.get(f"/ui/jobs/{job['id']}").text
+
+    assert "900 s (its stages' default)" in page
+    assert "tasks expire if not started within 60 s" in page
+    assert "deadline 2030-01-01 12:30:00" in page
