@@ -1,13 +1,18 @@
 """An archive run's transaction: ended jobs' events leave the log, their archive records enter
-it, and the catch-up projections' seeds move to where the log then starts to matter.
+it, and the catch-up projections' seeds move, when they must, to where the log then starts to
+matter.
 
 The caller wrote and synced each job's archive file first. Here, in one write transaction under
-the writer lock: every catch-up projection is brought to the log's head (so each has folded the
-events about to go), each job's events are checked to be the ones its file holds (a rerun since,
-or an archive by another run, and the job is left alone), removed, and its `JobArchived` record
-appended (its inline projection removes the job's read-model rows); then the seeds are copied
-(seeds.py). A crash before the commit leaves every job fully live (its file is written again by
-the next run); after it, fully archived.
+the writer lock: each job's events are checked to be the ones its file holds (a rerun since, or
+an archive by another run, and the job is left alone), removed, and its `JobArchived` record
+appended (its inline projection removes the job's read-model rows). A seed (seeds.py) holds what
+every event before its position contributed, and every catch-up projection has folded those
+events; so jobs whose events all lie before the seeds' position leave the log as they are. Only
+when a job's last event is at or after it is every catch-up projection first brought to the
+log's head (so each has folded the events about to go) and the seeds copied again, of the head:
+with jobs archived a retention period after they end, about once a period, not once a batch. A
+crash before the commit leaves every job fully live (its file is written again by the next run);
+after it, fully archived.
 """
 
 from __future__ import annotations
@@ -45,9 +50,13 @@ def commit(
     with store.session(write=True) as s:
         s.lock()
         cur = s.cur
+        seeded = seeds.positions(cur)
+        at = min(seeded.get(p.name, 0) for p in CATCH_UP)  # (a projection never seeded: 0)
+        reseed = any(w.last_position >= at for w in written)
         head = store.log_head(cur)
-        for projection in CATCH_UP:
-            catch_up_in(store, cur, projection, head)
+        if reseed:
+            for projection in CATCH_UP:
+                catch_up_in(store, cur, projection, head)
         for w in written:
             if extent(cur, w.job_id) != (w.events, w.last_position):
                 continue
@@ -60,6 +69,6 @@ def commit(
             )
             s.save(Archive.record(w, now=now, actor=actor))
             done.append(w.job_id)
-        if done:
+        if done and reseed:
             seeds.refresh(cur, CATCH_UP, head)
     return done

@@ -211,6 +211,33 @@ def test_archiving_changes_no_read_model_that_spans_jobs_nor_does_a_rebuild_afte
     assert rebuilt == before
 
 
+def test_batches_whose_jobs_lie_before_the_seed_copy_no_seed_and_a_rebuild_is_still_exact(
+    store: SqlStore, engine: Jobnik, clock: Clock, tmp_path: Path
+) -> None:
+    archiver = Archiver(store, tmp_path / "archive", 7 * DAY, batch=1, clock=clock)
+    for name in ("a", "b", "a"):
+        ended_job(engine, name)
+    clock.advance(8 * DAY)
+    ended_job(engine, "b")  # (live: not due)
+    settle(store)
+    with store.cursor(write=False) as cur:
+        assert seeds.positions(cur) == {}
+
+    positions = []
+    while archiver.run().archived:
+        with store.cursor(write=False) as cur:
+            positions.append(set(seeds.positions(cur).values()))
+        ended_job(engine, "c")  # events after the seed, which the next batches leave to the log
+    settle(store)
+    live = spanning(store)
+
+    assert len(positions) == 3
+    assert positions[0] == positions[1] == positions[2]  # copied once, by the first batch
+    assert verify(store) == []
+    rebuild(store)
+    assert spanning(store) == live
+
+
 def test_a_run_interrupted_after_its_files_leaves_every_job_live_and_a_rerun_archives_it_once(
     store: SqlStore,
     engine: Jobnik,
