@@ -19,6 +19,7 @@ from jobnik.projections.queries.archives import recent, retention
 READ = needs(Permission.READ)
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(authorize)])
 RECENT = 50  # archives shown, the last first
+NAMES_PAGE = 100  # job names with a period of their own shown a page (at most 1,000 exist)
 DAY = 86_400
 
 
@@ -27,8 +28,10 @@ def retention_page(
     request: Request,
     archiver: ArchiverDep,
     job: Annotated[str | None, Query(max_length=64)] = None,
+    page_number: Annotated[int, Query(alias="page", ge=1, le=10**9)] = 1,
 ) -> Response:
-    """The retention policy, the jobs archived last, and `job`'s archive record if asked."""
+    """The retention policy (the names' own periods a page at a time), the jobs archived
+    last, and `job`'s archive record if asked."""
     asked, found = (job or "").strip(), None
     problem = None
     if asked:
@@ -38,12 +41,18 @@ def retention_page(
             problem = f"'{asked}' is not a job id (a UUID)."
         else:
             problem = None if found else f"Job {asked} is not archived."
+    names = retention(archiver.store)
+    pages = max(1, -(-len(names) // NAMES_PAGE))
+    start = (page_number - 1) * NAMES_PAGE
     return page(
         request,
         "retention.html",
         default_seconds=archiver.default_seconds,
         directory=archiver.directory,
-        names=retention(archiver.store),
+        names=names[start : start + NAMES_PAGE],
+        total=len(names),
+        page=page_number,
+        pages=pages,
         archives=recent(archiver.store, RECENT),
         asked=asked,
         found=found,
