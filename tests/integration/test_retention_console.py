@@ -44,15 +44,19 @@ def test_an_archived_job_is_found_by_id_and_its_page_sends_there(client: TestCli
     record = client.get(f"/v1/archives/{job['id']}").json()
 
     moved = client.get(f"/ui/jobs/{job['id']}", follow_redirects=False)
+    history = client.get(f"/ui/jobs/{job['id']}/history", follow_redirects=False)
     found = client.get(f"/ui/retention?job={job['id']}").text
 
     assert (moved.status_code, moved.headers["location"]) == (303, f"/ui/retention?job={job['id']}")
+    assert (history.status_code, history.headers["location"]) == (303, moved.headers["location"])
+    assert client.get(f"/v1/jobs/{job['id']}/history").json()["items"]  # (the record's link)
     assert record["checksum"] in found
     assert record["location"] in found
     assert "is not a job id" in client.get("/ui/retention?job=nonsense").text
     other = "00000000-0000-0000-0000-000000000007"
     assert f"Job {other} is not archived." in client.get(f"/ui/retention?job={other}").text
     assert client.get(f"/ui/jobs/{other}").status_code == 404
+    assert client.get(f"/ui/jobs/{other}/history").status_code == 404
 
 
 def test_the_jobs_archived_last_are_paged_the_last_first_up_to_a_cap(
