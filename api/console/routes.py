@@ -76,10 +76,22 @@ def job(
 
 @router.get("/jobs/{job_id}/history", openapi_extra=READ)
 def history(
-    request: Request, views: ViewsDep, audit: AuditDep, job_id: UUID, after: Page | None = None
+    request: Request,
+    views: ViewsDep,
+    audit: AuditDep,
+    archiver: ArchiverDep,
+    job_id: UUID,
+    after: Page | None = None,
 ) -> Response:
-    """The job's events, oldest first, a hundred a page."""
-    return page(request, "history.html", **pages.history_page(audit, views, job_id, after or 0))
+    """The job's events, oldest first, a hundred a page. An archived job: its archive record on
+    the retention page (which links its history read from the archive)."""
+    try:
+        context = pages.history_page(audit, views, job_id, after or 0)
+    except JobNotFound:
+        if archiver.record(job_id) is None:
+            raise
+        return RedirectResponse(f"/ui/retention?job={job_id}", status_code=303)
+    return page(request, "history.html", **context)
 
 
 @router.get("/queues", openapi_extra=READ)

@@ -124,10 +124,14 @@ def record(store: SqlStore, job_id: UUID) -> Record | None:
     return _record(row) if row is not None else None
 
 
-def recent(store: SqlStore, limit: int) -> list[Record]:
-    """The `limit` jobs archived last, the last first (a probe of archives_v1_archived_at)."""
+def recent(store: SqlStore, limit: int, skip: int = 0) -> list[Record]:
+    """The `limit` jobs archived last after the `skip` archived later still, the last first (a
+    probe of archives_v1_archived_at; callers cap `skip`)."""
     with store.cursor(write=False) as cur:
-        rows = cur.all(f"SELECT * FROM archives_v1 ORDER BY archived_at DESC LIMIT {int(limit)}")
+        rows = cur.all(
+            "SELECT * FROM archives_v1 ORDER BY archived_at DESC, job_id DESC "
+            f"LIMIT {int(limit)} OFFSET {int(skip)}"
+        )
     return [_record(r) for r in rows]
 
 

@@ -8,8 +8,11 @@ import re
 from pathlib import Path
 
 import httpx
+import pytest
 from fastapi.testclient import TestClient
 from playwright.sync_api import Page, expect
+
+from jobnik.api.console import retention
 
 from .conftest import SpawnServer
 from .test_archive_api import archive_all, archive_env, client
@@ -41,15 +44,39 @@ def test_an_archived_job_is_found_by_id_and_its_page_sends_there(client: TestCli
     record = client.get(f"/v1/archives/{job['id']}").json()
 
     moved = client.get(f"/ui/jobs/{job['id']}", follow_redirects=False)
+    history = client.get(f"/ui/jobs/{job['id']}/history", follow_redirects=False)
     found = client.get(f"/ui/retention?job={job['id']}").text
 
     assert (moved.status_code, moved.headers["location"]) == (303, f"/ui/retention?job={job['id']}")
+    assert (history.status_code, history.headers["location"]) == (303, moved.headers["location"])
+    assert client.get(f"/v1/jobs/{job['id']}/history").json()["items"]  # (the record's link)
     assert record["checksum"] in found
     assert record["location"] in found
     assert "is not a job id" in client.get("/ui/retention?job=nonsense").text
     other = "00000000-0000-0000-0000-000000000007"
     assert f"Job {other} is not archived." in client.get(f"/ui/retention?job={other}").text
     assert client.get(f"/ui/jobs/{other}").status_code == 404
+    assert client.get(f"/ui/jobs/{other}/history").status_code == 404
+
+
+def test_the_jobs_archived_last_are_paged_the_last_first_up_to_a_cap(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(retention, "RECENT", 1)
+    monkeypatch.setattr(retention, "ARCHIVE_PAGES", 2)
+    jobs = [run_job(client, "tiles")["id"] for _ in range(3)]
+    archive_all(client)
+    shown = [
+        re.findall(r'<tr data-job="([^"]+)">', client.get(f"/ui/retention?archived={n}").text)
+        for n in (1, 2)
+    ]
+    last = client.get("/ui/retention?archived=2").text
+
+    assert len({j for page in shown for j in page}) == 2
+    assert all(len(page) == 1 and page[0] in jobs for page in shown)
+    assert 'href="?archived=2">Older' in client.get("/ui/retention").text
+    assert "Older" not in last  # (the cap: no third page, though a third job is archived)
+    assert client.get("/ui/retention?archived=21").status_code == 400
 
 
 def test_an_operator_gives_a_name_a_period_and_takes_it_back_from_the_page(
