@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TypeVar
 from uuid import UUID
 
-from jobnik.domain.errors import JobNotFound
+from jobnik.domain.errors import ArchiveUnreachable, JobNotFound
 from jobnik.projections.catchup import last_status, run_stats, tracking
 from jobnik.projections.catchup.runner import wait_for
 from jobnik.projections.store.base import SqlStore
@@ -58,8 +58,21 @@ class CatchUpViews:
     def job_statistics(
         self, job_id: UUID, min_position: int | None = None
     ) -> run_stats.JobStatistics:
-        """The job's run statistics (also after it was deleted); JobNotFound when unknown."""
+        """The job's run statistics (also after it was deleted); JobNotFound when unknown,
+        ArchiveUnreachable (410 ARCHIVED) once it was archived: its rows left with its events,
+        its history is its archive's."""
         found = self._read("run_stats", min_position, lambda cur: run_stats.read(cur, job_id))
         if found is None:
+            with self.store.cursor(write=False) as cur:
+                archived = cur.one(
+                    f"SELECT location FROM archives_v1 WHERE job_id = {cur.dialect.param('j')}",
+                    {"j": cur.dialect.dump("job_id", job_id)},
+                )
+            if archived is not None:
+                raise ArchiveUnreachable(
+                    f"job {job_id} was archived to {archived['location']}: its run statistics "
+                    "left the live database with it; its history is "
+                    f"GET /v1/jobs/{job_id}/history"
+                )
             raise JobNotFound
         return found
