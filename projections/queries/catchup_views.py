@@ -61,18 +61,22 @@ class CatchUpViews:
         """The job's run statistics (also after it was deleted); JobNotFound when unknown,
         ArchiveUnreachable (410 ARCHIVED) once it was archived: its rows left with its events,
         its history is its archive's."""
-        found = self._read("run_stats", min_position, lambda cur: run_stats.read(cur, job_id))
+        found = self._read("run_stats", min_position, lambda cur: _statistics(cur, job_id))
+        if isinstance(found, str):
+            raise ArchiveUnreachable(
+                f"job {job_id} was archived to {found}: its run statistics left the live "
+                f"database with it; its history is GET /v1/jobs/{job_id}/history"
+            )
         if found is None:
-            with self.store.cursor(write=False) as cur:
-                archived = cur.one(
-                    f"SELECT location FROM archives_v1 WHERE job_id = {cur.dialect.param('j')}",
-                    {"j": cur.dialect.dump("job_id", job_id)},
-                )
-            if archived is not None:
-                raise ArchiveUnreachable(
-                    f"job {job_id} was archived to {archived['location']}: its run statistics "
-                    "left the live database with it; its history is "
-                    f"GET /v1/jobs/{job_id}/history"
-                )
             raise JobNotFound
         return found
+
+
+def _statistics(cur: Cursor, job_id: UUID) -> run_stats.JobStatistics | str | None:
+    """The job's run statistics; its archive's location once it is archived (the archive
+    record is inline: the answer does not wait for the projection to remove the rows)."""
+    archived = cur.one(
+        f"SELECT location FROM archives_v1 WHERE job_id = {cur.dialect.param('j')}",
+        {"j": cur.dialect.dump("job_id", job_id)},
+    )
+    return str(archived["location"]) if archived else run_stats.read(cur, job_id)
