@@ -14,11 +14,12 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from jobnik.api.deps import ViewsDep, reject_unknown_query
+from jobnik.api.errors import error_answers
 from jobnik.api.history_schemas import JobDefinitionOut, JobRunOut, JobStatisticsOut
 from jobnik.api.permissions import authorize, needs
 from jobnik.api.schemas import INT64_MAX
 from jobnik.api.waiters import Waiters
-from jobnik.domain.errors import JobNotFound
+from jobnik.domain.errors import ArchiveUnreachable, JobNotFound
 from jobnik.domain.principals import Permission
 from jobnik.domain.runs import run_state
 from jobnik.projections.catchup.last_status import LastStatus
@@ -68,14 +69,21 @@ async def get_job_definition(
     return JobDefinitionOut.of(await run_in_threadpool(catchup.job_definition, name))
 
 
-@router.get("/jobs/{jobId}/statistics", openapi_extra=needs(P.READ))
+@router.get(
+    "/jobs/{jobId}/statistics",
+    openapi_extra=needs(P.READ),
+    responses=error_answers(
+        JobNotFound, (ArchiveUnreachable, "the job was archived: its history is its archive's")
+    ),
+)
 async def get_job_statistics(
     catchup: CatchUpDep,
     waiters: WaitersDep,
     job_id: Annotated[UUID, Path(alias="jobId")],
     min_position: MinPosition = None,
 ) -> JobStatisticsOut:
-    """The job's task counters, per stage and in all; kept after the job is deleted."""
+    """The job's task counters, per stage and in all; kept after the job is deleted, until it
+    is archived."""
     await waiters.wait(RunStats.name, min_position)
     return JobStatisticsOut.of(await run_in_threadpool(catchup.job_statistics, job_id))
 

@@ -76,6 +76,12 @@ class CatchUpProjection(ABC):
         them when it ends (the empty batch)."""
         return batch_by_batch(self, sql)
 
+    def forget_archived(self, cur: Cursor, sql: Sql) -> None:
+        """Remove from the tables `sql` names the rows of jobs already archived that this
+        projection removes on their `JobArchived` (a seed copied by an older version may hold
+        them); by default it removes none on it."""
+        return None
+
     def prepare(self, batch: Batch) -> Any:
         """The pure part of `apply` (no database), which a rebuild runs on another thread;
         None: `apply` does it all."""

@@ -22,7 +22,9 @@ latest task outcome (completed, retried, failed or aborted). The job's start_tim
 its end_time its COMPLETED/FAILED/ABORTED. After the job ends:
 created == successful + retried* + failed* + expired + canceled + obsolete (+ tasks still
 IN_PROGRESS).
-The rows stay when the job is deleted (`deleted` becomes true): they are history. A rerun
+The rows stay when the job is deleted (`deleted` becomes true): they are history, until the job
+is archived: its `JobArchived` removes them (the live database stays bounded by its live jobs;
+the job's history is then its archive's, api/archives.py). A rerun
 (JobReopened) takes the job back out of its end: status again, no end_time, no obsolete tasks
 (they are queued for it again), and the invariant holds again once it ends again.
 
@@ -39,6 +41,7 @@ from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
 
+from jobnik.domain.archives import Archive
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import EXPIRED, FATAL, JOB_FINAL, TIMEOUT, JobStatus, TaskStatus
@@ -47,6 +50,7 @@ from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql
 from jobnik.projections.store.cursor import Cursor
 
 JOBS, STAGES = "run_stats_v1_jobs", "run_stats_v1_stages"
+ARCHIVES: Final = "archives_v1"  # (inline: one row per archived job)
 COUNTERS: Final = (
     "created",
     "successful",
@@ -77,6 +81,7 @@ class Changes:
     job_sets: dict[UUID, dict[str, Any]] = field(default_factory=dict)
     stage_adds: dict[UUID, Counter[str]] = field(default_factory=dict)
     stage_sets: dict[UUID, dict[str, Any]] = field(default_factory=dict)
+    archived: set[UUID] = field(default_factory=set)  # jobs whose rows go (after the rest)
 
     def add(self, stage_id: UUID, deltas: Mapping[str, int]) -> None:
         counts = self.stage_adds.get(stage_id)
@@ -170,6 +175,7 @@ STEP: Final[dict[type, Callable[[Changes, Any], None]]] = {
     Stage.StageStarted: lambda c, e: c.set_stage(e.originator_id, start_time=e.timestamp),
     Task.TaskCreated: lambda c, e: c.add(e.stage_id, CREATED),
     Task.TaskRerun: lambda c, e: c.add(e.stage_id, CREATED),
+    Archive.JobArchived: lambda c, e: c.archived.add(e.job_id),
     Task.TaskDequeued: lambda c, e: c.add(e.stage_id, DEQUEUED),
     Task.TaskReturned: lambda c, e: c.add(e.stage_id, RETURNED),
     Task.TaskCompleted: lambda c, e: c.ended(e.stage_id, SUCCESSFUL, e.timestamp),
@@ -205,6 +211,7 @@ EVENTS: Final = (
     Task.TaskFailed,
     Task.TaskAborted,
     Task.TaskRerun,
+    Archive.JobArchived,
 )
 
 INSERT_JOB: Final = (
@@ -229,7 +236,7 @@ class RunStats(CatchUpProjection):
     """Run counters and times per job and per stage."""
 
     name = "run_stats"
-    version = 3  # 2: reruns (JobReopened, TaskRerun); 3: expired tasks
+    version = 4  # 2: reruns (JobReopened, TaskRerun); 3: expired tasks; 4: archived jobs leave
     per_job = True  # rows per job and per stage, written by that job's events alone
     tables = (JOBS, STAGES)
     keys = {JOBS: ("job_id",), STAGES: ("stage_id",)}
@@ -283,6 +290,16 @@ class RunStats(CatchUpProjection):
                 assignments = ", ".join(f"{col} = %({col})s" for col in cols)
                 statement = f"UPDATE {table} SET {assignments} WHERE {key} = %({key})s"
                 cur.executemany(sql(statement), rows)
+        if c.archived:
+            gone = [{"job_id": d.dump("job_id", j)} for j in sorted(c.archived, key=str)]
+            for table in (STAGES, JOBS):
+                cur.executemany(sql(f"DELETE FROM {table} WHERE job_id = %(job_id)s"), gone)
+
+    def forget_archived(self, cur: Cursor, sql: Sql) -> None:
+        # (the jobs archived before the seed a rebuild starts from, which an older version of
+        # this projection copied into it)
+        for table in (STAGES, JOBS):
+            cur.execute(sql(f"DELETE FROM {table} WHERE job_id IN (SELECT job_id FROM {ARCHIVES})"))
 
 
 # -- reads ----------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TypeVar
 from uuid import UUID
 
-from jobnik.domain.errors import JobNotFound
+from jobnik.domain.errors import ArchiveUnreachable, JobNotFound
 from jobnik.projections.catchup import last_status, run_stats, tracking
 from jobnik.projections.catchup.runner import wait_for
 from jobnik.projections.store.base import SqlStore
@@ -58,8 +58,25 @@ class CatchUpViews:
     def job_statistics(
         self, job_id: UUID, min_position: int | None = None
     ) -> run_stats.JobStatistics:
-        """The job's run statistics (also after it was deleted); JobNotFound when unknown."""
-        found = self._read("run_stats", min_position, lambda cur: run_stats.read(cur, job_id))
+        """The job's run statistics (also after it was deleted); JobNotFound when unknown,
+        ArchiveUnreachable (410 ARCHIVED) once it was archived: its rows left with its events,
+        its history is its archive's."""
+        found = self._read("run_stats", min_position, lambda cur: _statistics(cur, job_id))
+        if isinstance(found, str):
+            raise ArchiveUnreachable(
+                f"job {job_id} was archived to {found}: its run statistics left the live "
+                f"database with it; its history is GET /v1/jobs/{job_id}/history"
+            )
         if found is None:
             raise JobNotFound
         return found
+
+
+def _statistics(cur: Cursor, job_id: UUID) -> run_stats.JobStatistics | str | None:
+    """The job's run statistics; its archive's location once it is archived (the archive
+    record is inline: the answer does not wait for the projection to remove the rows)."""
+    archived = cur.one(
+        f"SELECT location FROM archives_v1 WHERE job_id = {cur.dialect.param('j')}",
+        {"j": cur.dialect.dump("job_id", job_id)},
+    )
+    return str(archived["location"]) if archived else run_stats.read(cur, job_id)

@@ -14,10 +14,11 @@ archived) it starts from empty tables at position 0, as before.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Final
 
-from jobnik.projections.catchup.projection import CatchUpProjection
+from jobnik.projections.catchup.projection import CatchUpProjection, Sql
 from jobnik.projections.store.cursor import Cursor
 
 SEEDS: Final = "archive_seeds_v1"
@@ -55,3 +56,11 @@ def plant(cur: Cursor, projection: CatchUpProjection, shadows: Sequence[str]) ->
     for table, shadow in zip(projection.tables, shadows, strict=True):
         cols = ", ".join(cur.columns(seed_of(table)))
         cur.execute(f"INSERT INTO {shadow} ({cols}) SELECT {cols} FROM {seed_of(table)}")
+    renamed = dict(zip(projection.tables, shadows, strict=True))
+    projection.forget_archived(cur, Sql(cur.dialect, lambda text: _rename(text, renamed)))
+
+
+def _rename(text: str, names: dict[str, str]) -> str:
+    for table, shadow in names.items():
+        text = re.sub(rf"\b{table}\b", shadow, text)
+    return text

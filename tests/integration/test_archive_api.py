@@ -63,7 +63,8 @@ def test_an_archived_jobs_history_answers_from_its_archive_as_before(
     record = client.get(f"/v1/archives/{job['id']}").json()
     assert (record["events"], record["archivedBy"]) == (len(before["items"]), "system")
     statistics = client.get(f"/v1/jobs/{job['id']}/statistics")
-    assert statistics.status_code == 200, statistics.text
+    assert (statistics.status_code, statistics.json()["code"]) == (410, "ARCHIVED")
+    assert f"/v1/jobs/{job['id']}/history" in statistics.json()["message"]
 
 
 def test_an_archive_that_cannot_be_read_answers_410_archived_naming_it(
