@@ -19,8 +19,6 @@ from jobnik.domain.errors import (
 )
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import (
-    DEADLINE,
-    EXPIRED,
     JOB_FINAL,
     JOB_RERUNNABLE,
     JOB_TRANSITIONS,
@@ -396,13 +394,13 @@ class Job(Entity):
         )
         return self.next_phase(now, actor)
 
-    def deadline_passed(self, stage_id: UUID | None, now: datetime) -> None:
-        """Its deadline, or stage `stage_id`'s, passed before it ended: it fails (cause
-        "deadline"); the command aborts what it held, as an abort does."""
+    def time_ran_out(self, stage_id: UUID | None, now: datetime, cause: str, reason: str) -> None:
+        """Its deadline, or stage `stage_id`'s, passed before it ended (`cause` "deadline"; the
+        command aborts what it held, as an abort does), or a queued task of that stage expired
+        (cause "expired"): it fails from whatever open status it is in, by `system`."""
         if self.is_final:
             return
-        reason = "its deadline passed" if stage_id is None else "a stage's deadline passed"
-        self._emit(self.JobFailed, now, Actor.SYSTEM, reason, stage_id=stage_id, cause=DEADLINE)
+        self._emit(self.JobFailed, now, Actor.SYSTEM, reason, stage_id=stage_id, cause=cause)
 
     def stage_failed(self, stage_id: UUID, now: datetime, actor: Principal) -> None:
         """A stage failed: the job fails."""
@@ -410,20 +408,6 @@ class Job(Entity):
             return
         self._check(S.FAILED)
         self._emit(self.JobFailed, now, actor, "a stage failed", stage_id=stage_id)
-
-    def task_expired(self, stage_id: UUID, now: datetime) -> None:
-        """Stage `stage_id` failed because a queued task of it expired: the job fails (cause
-        "expired") from whatever open status it is in, as at a deadline."""
-        if self.is_final:
-            return
-        self._emit(
-            self.JobFailed,
-            now,
-            Actor.SYSTEM,
-            "a task expired before it started",
-            stage_id=stage_id,
-            cause=EXPIRED,
-        )
 
     def reopen(
         self,

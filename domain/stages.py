@@ -18,7 +18,7 @@ from jobnik.domain.errors import (
     StageInFiniteState,
 )
 from jobnik.domain.principals import Actor, Principal
-from jobnik.domain.statuses import DEADLINE, EXPIRED, STAGE_FINAL, STAGE_TRANSITIONS
+from jobnik.domain.statuses import STAGE_FINAL, STAGE_TRANSITIONS
 from jobnik.domain.statuses import StageStatus as S
 
 
@@ -211,19 +211,24 @@ class Stage(Entity):
             schedule_to_start_seconds=schedule_to_start_seconds,
         )
 
-    def deadline_passed(self, now: datetime) -> None:
-        """The stage's deadline passed before it ended: it fails (cause "deadline")."""
+    def time_ran_out(
+        self, now: datetime, cause: str, reason: str, task_id: UUID | None = None
+    ) -> bool:
+        """Its deadline passed (`cause` "deadline"), or queued task `task_id` expired (cause
+        "expired"), before it ended: it fails from whatever open status it is in (a stage none
+        of whose tasks started is still PENDING), by `system`. True if it failed."""
         if self.is_final:
-            return
+            return False
         self._emit(
             self.StageFailed,
             now,
             Actor.SYSTEM,
-            "its deadline passed",
+            reason,
             job_id=self.job_id,
-            task_id=None,
-            cause=DEADLINE,
+            task_id=task_id,
+            cause=cause,
         )
+        return True
 
     def reschedule(
         self, not_before: datetime | None, now: datetime, actor: Principal, reason: str
@@ -334,23 +339,6 @@ class Stage(Entity):
         self._check(S.FAILED)
         self._emit(
             self.StageFailed, now, actor, "a task failed", job_id=self.job_id, task_id=task_id
-        )
-        return True
-
-    def task_expired(self, task_id: UUID, now: datetime) -> bool:
-        """Queued task `task_id` expired: the stage fails (cause "expired") from whatever open
-        status it is in (a stage none of whose tasks started is still PENDING), unless it has
-        ended. True if it failed."""
-        if self.is_final:
-            return False
-        self._emit(
-            self.StageFailed,
-            now,
-            Actor.SYSTEM,
-            "a task expired before it started",
-            job_id=self.job_id,
-            task_id=task_id,
-            cause=EXPIRED,
         )
         return True
 

@@ -9,7 +9,7 @@ from jobnik.domain.commands import command
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Session
 from jobnik.domain.principals import Actor
-from jobnik.domain.statuses import TIMEOUT, JobStatus
+from jobnik.domain.statuses import DEADLINE, EXPIRED, TIMEOUT, JobStatus
 from jobnik.domain.tasks import Task
 from jobnik.domain.work import WorkCommands
 
@@ -53,9 +53,10 @@ class SweepCommands(WorkCommands):
                     s.save(stage)
                     continue
                 if stage is not None:
-                    stage.deadline_passed(now)
+                    stage.time_ran_out(now, DEADLINE, "its deadline passed")
                     s.save(stage)
-                job.deadline_passed(stage_id, now)
+                passed = "its deadline passed" if stage_id is None else "a stage's deadline passed"
+                job.time_ran_out(stage_id, now, DEADLINE, passed)
                 self._abort_contents(s, job, now, "its job's deadline passed")
                 self._job_ended(s, job, now)
         return len(missed)
@@ -78,8 +79,9 @@ class SweepCommands(WorkCommands):
             for task in expired:
                 s.save(task)
                 stage, job = s.stage(task.stage_id), s.job(task.job_id)
-                if stage.task_expired(task.id, now):
-                    job.task_expired(stage.id, now)
+                reason = "a task expired before it started"
+                if stage.time_ran_out(now, EXPIRED, reason, task.id):
+                    job.time_ran_out(stage.id, now, EXPIRED, reason)
                     s.save(stage, job)
                     self._job_ended(s, job, now)
         return len(expired)

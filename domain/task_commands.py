@@ -29,6 +29,7 @@ from jobnik.domain.statuses import (
     EXPIRED,
     FATAL,
     TASK_FINAL,
+    TASK_QUEUED,
     TASK_TRANSITIONS,
 )
 from jobnik.domain.statuses import TaskStatus as S
@@ -264,7 +265,7 @@ class TaskCommands:
     ) -> bool:
         """Bring a queued task forward or postpone it (None: dequeueable at once); False when
         it already has that time (nothing recorded). TaskNotQueued unless PENDING or RETRIED."""
-        if self.status not in (S.PENDING, S.RETRIED):
+        if self.status not in TASK_QUEUED:
             raise TaskNotQueued(f"task {self.id} is {self.status}: it is not waiting in the queue")
         if not_before == self.not_before:
             return False
@@ -283,7 +284,7 @@ class TaskCommands:
         """A queued task (PENDING or RETRIED) that was not dequeued within its stage's
         schedule-to-start limit fails for good, cause "expired", by `system`: no attempt was
         spent and none is made. False (nothing recorded) when it is no longer queued."""
-        if self.status not in (S.PENDING, S.RETRIED):
+        if self.status not in TASK_QUEUED:
             return False
         self._emit(
             self.TaskFailed,
