@@ -62,23 +62,13 @@ class Sweeper:
     def _sweep(self, did: Callable[[int], None]) -> int:
         if not self.lock.acquire():
             return 0
-        total, limit = 0, 200
-        while not self._stop.is_set():
-            n = self.jobnik.sweep(limit)
-            total += n
-            if n < limit:
-                break
+        total = self._until_done(self.jobnik.sweep)
         if total:
             log.info("leases swept", extra={"action": "leases_swept", "tasks": total})
         self.swept += total
         if missed := self.jobnik.expire_deadlines():
             log.info("deadlines passed", extra={"action": "deadlines_passed", "missed": missed})
-        expired = 0
-        while not self._stop.is_set() and (n := self.jobnik.expire_queued(limit)):
-            expired += n
-            if n < limit:
-                break
-        if expired:
+        if expired := self._until_done(self.jobnik.expire_queued):
             log.info("queued tasks expired", extra={"action": "tasks_expired", "tasks": expired})
         steps = self._fire_schedules(self.schedules) if self.schedules is not None else 0
         purged = 0
@@ -91,6 +81,17 @@ class Sweeper:
             self._archived_at = time.monotonic()
             archived = self.archive()
         did(total + steps + purged + missed + expired + archived)
+        return total
+
+    def _until_done(self, command: Callable[[int], int], limit: int = 200) -> int:
+        """Run `command` (taking at most `limit` a time) until a run takes fewer, or the sweeper
+        stops; how many it took in all."""
+        total = 0
+        while not self._stop.is_set():
+            n = command(limit)
+            total += n
+            if n < limit:
+                break
         return total
 
     def _fire_schedules(self, schedules: ScheduleCommands) -> int:
