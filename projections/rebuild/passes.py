@@ -125,7 +125,7 @@ class Pass:
                         continue
                     cur.execute(s.rename(statement))
                 if s.seeded and isinstance(s.projection, CatchUpProjection):
-                    seeds.plant(cur, s.projection, [s.rename(t) for t in s.projection.tables])
+                    seeds.plant(cur, s.projection, s.rename)
 
     def settle(self) -> None:
         """Shadows fit to be swapped in: every index built. (A verify's shadows are compared

@@ -14,8 +14,7 @@ archived) it starts from empty tables at position 0, as before.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from jobnik.projections.catchup.projection import CatchUpProjection, Sql
@@ -49,18 +48,11 @@ def refresh(cur: Cursor, projections: Sequence[CatchUpProjection], position: int
         )
 
 
-def plant(cur: Cursor, projection: CatchUpProjection, shadows: Sequence[str]) -> None:
-    """Fill the empty `shadows` of `projection`'s tables (in its tables' order) with its seed,
-    column by name: a seed copied before a new version added a column (with its default) fills
-    the columns it has."""
-    for table, shadow in zip(projection.tables, shadows, strict=True):
+def plant(cur: Cursor, projection: CatchUpProjection, rename: Callable[[str], str]) -> None:
+    """Fill the empty shadows of `projection`'s tables (`rename`: SQL naming the live tables
+    made to name them) with its seed, column by name: a seed copied before a new version added a
+    column (with its default) fills the columns it has."""
+    for table in projection.tables:
         cols = ", ".join(cur.columns(seed_of(table)))
-        cur.execute(f"INSERT INTO {shadow} ({cols}) SELECT {cols} FROM {seed_of(table)}")
-    renamed = dict(zip(projection.tables, shadows, strict=True))
-    projection.forget_archived(cur, Sql(cur.dialect, lambda text: _rename(text, renamed)))
-
-
-def _rename(text: str, names: dict[str, str]) -> str:
-    for table, shadow in names.items():
-        text = re.sub(rf"\b{table}\b", shadow, text)
-    return text
+        cur.execute(f"INSERT INTO {rename(table)} ({cols}) SELECT {cols} FROM {seed_of(table)}")
+    projection.forget_archived(cur, Sql(cur.dialect, rename))
