@@ -12,6 +12,7 @@ from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
+from jobnik.projections.inline.limits import FUNCTIONS
 from jobnik.projections.store import queries
 from jobnik.projections.store.schema import (
     BOOL_COLUMNS,
@@ -53,7 +54,7 @@ class Dialect:
 
     def greatest(self, a: str, b: str) -> str:
         """The larger of two values (neither NULL)."""
-        return f"GREATEST({a}, {b})"
+        return f"{FUNCTIONS[self.name]['greatest']}({a}, {b})"
 
     def later_by(self, time: str, seconds: str) -> str:
         """The time `seconds` (a whole number) after `time`."""
@@ -126,9 +127,6 @@ class SQLiteDialect(Dialect):
 
     def params(self, template: str) -> str:
         return queries.sqlite_params(template)
-
-    def greatest(self, a: str, b: str) -> str:
-        return f"MAX({a}, {b})"
 
     def later_by(self, time: str, seconds: str) -> str:
         # Times are TEXT, 'YYYY-MM-DDTHH:MM:SS.ffffff+00:00' (`dump`): whole seconds are added
