@@ -114,14 +114,20 @@ def _record(row: dict[str, Any]) -> Record:
     return Record(file, row["archived_by"], row["archived_at"])
 
 
+def record_in(cur: Cursor, job_id: UUID) -> Record | None:
+    """Job `job_id`'s archive record, read in `cur`'s transaction; None when it is not
+    archived."""
+    row = cur.one(
+        f"SELECT * FROM archives_v1 WHERE job_id = {cur.dialect.param('j')}",
+        {"j": cur.dialect.dump("job_id", job_id)},
+    )
+    return _record(row) if row is not None else None
+
+
 def record(store: SqlStore, job_id: UUID) -> Record | None:
     """Job `job_id`'s archive record; None when it is not archived."""
     with store.cursor(write=False) as cur:
-        row = cur.one(
-            f"SELECT * FROM archives_v1 WHERE job_id = {cur.dialect.param('j')}",
-            {"j": cur.dialect.dump("job_id", job_id)},
-        )
-    return _record(row) if row is not None else None
+        return record_in(cur, job_id)
 
 
 def recent(store: SqlStore, limit: int, skip: int = 0) -> list[Record]:
