@@ -75,9 +75,10 @@ def test_a_lookup_of_an_unknown_or_malformed_job_id_says_so(secured: Secured) ->
     other = uuid4()
 
     assert "is not a job id" in secured.call(reader, "GET", "/ui/retention?job=nonsense").text
-    assert f"Job {other} is not archived." in secured.call(
-        reader, "GET", f"/ui/retention?job={other}"
-    ).text
+    assert (
+        f"Job {other} is not archived."
+        in secured.call(reader, "GET", f"/ui/retention?job={other}").text
+    )
     assert secured.call(reader, "GET", f"/ui/jobs/{other}").status_code == 404
     too_long = secured.call(reader, "GET", "/ui/retention?job=" + "x" * 65)
     assert too_long.status_code // 100 == 4
