@@ -4,6 +4,7 @@ limits in force with their use."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal, cast
 
 from pydantic import Field
 
@@ -37,6 +38,19 @@ class RateBody(ApiModel):
     reason: Reason | None = None
 
 
+QueueOrder = Literal["fifo", "fair"]
+
+
+class OrderBody(ApiModel):
+    """The queue order to set."""
+
+    order: QueueOrder = Field(
+        description="fifo: first in, first out (the default); fair: the jobs of one priority "
+        "take turns, one task of each, then the next of each"
+    )
+    reason: Reason | None = None
+
+
 class RateOut(OutModel):
     """A rate limit: `starts` per `intervalSeconds`, and the whole tokens in its bucket now."""
 
@@ -47,14 +61,15 @@ class RateOut(OutModel):
 
 class LimitOut(OutModel):
     """A stage type's limits: its concurrency limit (absent: none) and its use now (tasks
-    IN_PROGRESS), its rate (absent: none), the room a dequeue has now, and who changed them
-    last, why and when."""
+    IN_PROGRESS), its rate (absent: none), the room a dequeue has now, its queue order, and who
+    changed them last, why and when."""
 
     stage_type: str
     max_in_progress: int | None = None
     in_progress: int
     rate: RateOut | None = None
     room: int
+    order: QueueOrder
     updated_by: str
     reason: str | None = None
     creation_time: datetime
@@ -80,6 +95,7 @@ class LimitOut(OutModel):
             in_progress=v.in_progress,
             rate=rate,
             room=v.room,
+            order=cast(QueueOrder, v.queue_order),
             updated_by=v.updated_by,
             reason=v.reason,
             creation_time=v.creation_time,

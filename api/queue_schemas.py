@@ -5,11 +5,12 @@ Fields without a value answer `null` (these shapes keep every key)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Literal, cast
 from uuid import UUID
 
 from pydantic import Field
 
+from jobnik.api.limit_schemas import QueueOrder
 from jobnik.api.schemas import ApiModel
 from jobnik.projections.queries.limits import LimitView
 from jobnik.projections.queries.operations import Queue, Stuck
@@ -27,7 +28,7 @@ class QueueOut(ApiModel):
     """One stage type's tasks: queued (PENDING or RETRIED), in progress, completed, failed; the
     oldest task a dequeue could take now and how long it has waited; the last dequeue; its
     concurrency limit (null: none) and the queued tasks waiting on it; the queued tasks waiting
-    for their time."""
+    for their time; its queue order."""
 
     stage_type: str
     queued: int
@@ -47,6 +48,11 @@ class QueueOut(ApiModel):
         default=0,
         description="queued tasks waiting for their not-before time (a delay, a retry's backoff)",
     )
+    order: QueueOrder = Field(
+        default="fifo",
+        description="the order its queued tasks are dequeued in after job priority: fifo, or "
+        "fair (the jobs of one priority take turns)",
+    )
 
     @classmethod
     def of(cls, q: Queue, now: datetime, limit: LimitView | None = None) -> QueueOut:
@@ -65,6 +71,7 @@ class QueueOut(ApiModel):
             max_in_progress=limit.max_in_progress if limit is not None else None,
             held_back=limit.held_back if limit is not None else 0,
             delayed=q.delayed,
+            order=cast(QueueOrder, limit.queue_order) if limit is not None else "fifo",
         )
 
 

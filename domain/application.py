@@ -21,6 +21,7 @@ from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.sweeps import SweepCommands
 from jobnik.domain.tasks import Task
+from jobnik.domain.turns import Turns, release_shift
 from jobnik.domain.work import NO_TRACE
 
 __all__ = ["NO_TRACE", "Jobnik", "NewJob", "NewStage", "NewTask", "utcnow"]
@@ -240,7 +241,7 @@ class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, To
         with self._write() as s:
             stage = s.stage(stage_id)
             previous = self._normal_before(s, s.job(stage.job_id), stage.order)
-            stage.release(previous, self.clock(), by)
+            stage.release(previous, self.clock(), by, shift=release_shift(s.queue_turns(stage.id)))
             s.save(stage)
         return stage
 
@@ -270,6 +271,7 @@ class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, To
             if not stage.completion:  # completion stages take tasks until the job ends
                 job.check_not_finishing()
             policy = self.retry_policy_of(stage, job)
+            turns = Turns(s)
             tasks = [
                 Task.create(
                     stage_id=stage.id,
@@ -284,6 +286,7 @@ class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, To
                     actor=by,
                     not_before=latest(n.not_before, stage.not_before, job.not_before),
                     retry_policy=policy,
+                    turn=turns.take(stage.id),
                 )
                 for n in new
             ]

@@ -12,6 +12,7 @@ from jobnik.domain.limits import (
     MAX_LIMITED_TYPES,
     StageTypeLimits,
     check_limit,
+    check_order,
     check_rate,
     limit_id,
 )
@@ -33,8 +34,7 @@ class LimitCommands:
             limits = s.limit(limit_id(stage_type))
         except LimitNotFound:
             limits = StageTypeLimits.create(stage_type, now=now, actor=by)
-        in_force = limits.max_in_progress is not None or limits.rate_starts is not None
-        if not in_force and s.limited_types_besides(stage_type) >= MAX_LIMITED_TYPES:
+        if not limits.in_force and s.limited_types_besides(stage_type) >= MAX_LIMITED_TYPES:
             raise TooManyLimits(
                 f"{MAX_LIMITED_TYPES} stage types have a limit: remove one before limiting "
                 f"'{stage_type}'"
@@ -102,5 +102,25 @@ class LimitCommands:
         with self.store.session(write=True) as s:
             limits = s.limit(limit_id(stage_type))
             limits.remove_rate(self.clock(), by, reason)
+            s.save(limits)
+        return limits
+
+    @command
+    def set_order(
+        self,
+        stage_type: str,
+        order: str,
+        *,
+        by: Principal = Actor.API,
+        reason: str | None = None,
+    ) -> StageTypeLimits:
+        """Take `stage_type`'s queued tasks in `order` from now on: "fifo", first in, first out
+        (the default), or "fair", turns between the jobs of one priority (domain/turns.py).
+        Tasks queued before keep their turns. Setting the order it has changes nothing."""
+        check_order(stage_type, order)
+        now = self.clock()
+        with self.store.session(write=True) as s:
+            limits = self._limits(s, stage_type, now, by)
+            limits.set_order(order, now, by, reason)
             s.save(limits)
         return limits

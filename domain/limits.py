@@ -3,7 +3,8 @@ worker and server process.
 
 - a concurrency limit: at most `max_in_progress` tasks of the type IN_PROGRESS at once;
 - a rate limit: at most `rate_starts` task starts per `rate_interval_seconds`, a token bucket
-  that holds `rate_starts` tokens and refills at that rate (projections/store: the buckets).
+  that holds `rate_starts` tokens and refills at that rate (projections/store: the buckets);
+- its queue order: first in, first out, or fair turns between jobs (domain/turns.py).
 
 One aggregate per stage type, its id derived from the type (`limit_id`), so setting a type's
 limits twice at once cannot make two. An operator sets, changes and removes each, every change
@@ -20,6 +21,7 @@ from uuid import UUID, uuid5
 from jobnik.domain.base import Entity, cause
 from jobnik.domain.errors import InvalidLimit, LimitNotFound
 from jobnik.domain.principals import Principal
+from jobnik.domain.turns import FIFO, QUEUE_ORDERS
 
 _NAMESPACE: Final = UUID("5d0c7f5e-8a1b-4f56-9c1e-3b7f4a2d9e61")
 MAX_IN_PROGRESS: Final = 1_000_000  # the highest concurrency limit, and rate, one may set
@@ -55,6 +57,14 @@ def check_limit(stage_type: str, max_in_progress: int) -> None:
         )
 
 
+def check_order(stage_type: str, order: str) -> None:
+    """InvalidLimit unless `order` is a queue order and the stage type is 1 to STAGE_TYPE_MAX
+    characters."""
+    check_stage_type(stage_type)
+    if order not in QUEUE_ORDERS:
+        raise InvalidLimit(f"order must be one of {', '.join(QUEUE_ORDERS)}, not {order!r}")
+
+
 def check_rate(stage_type: str, starts: int, interval_seconds: int) -> None:
     """InvalidLimit unless `starts` is 1 to MAX_IN_PROGRESS and `interval_seconds` 1 to
     MAX_INTERVAL (a zero interval is no rate)."""
@@ -66,13 +76,24 @@ def check_rate(stage_type: str, starts: int, interval_seconds: int) -> None:
 
 
 class StageTypeLimits(Entity):
-    """A stage type's concurrency and rate limits (None: not set, or removed)."""
+    """A stage type's concurrency and rate limits (None: not set, or removed) and its queue
+    order."""
 
     if TYPE_CHECKING:  # set by the events' apply()
         stage_type: str
         max_in_progress: int | None
         rate_starts: int | None
         rate_interval_seconds: int | None
+        queue_order: str
+
+    @property
+    def in_force(self) -> bool:
+        """Whether anything here holds the type's claims to other than the default."""
+        return (
+            self.max_in_progress is not None
+            or self.rate_starts is not None
+            or self.queue_order != FIFO
+        )
 
     class LimitsCreated(Entity.Created):
         """The stage type's first limit; the event setting it follows."""
@@ -82,6 +103,7 @@ class StageTypeLimits(Entity):
         def apply(self, limits: StageTypeLimits) -> None:
             limits.stage_type, limits.max_in_progress = self.stage_type, None
             limits.rate_starts = limits.rate_interval_seconds = None
+            limits.queue_order = FIFO
 
     class ConcurrencyLimitSet(Entity.Event):
         """At most `max_in_progress` tasks of the type in progress at once, from now on."""
@@ -113,6 +135,15 @@ class StageTypeLimits(Entity):
 
         def apply(self, limits: StageTypeLimits) -> None:
             limits.rate_starts = limits.rate_interval_seconds = None
+
+    class QueueOrderSet(Entity.Event):
+        """The type's queued tasks are taken in `order` (fifo or fair) from now on."""
+
+        stage_type: str
+        order: str
+
+        def apply(self, limits: StageTypeLimits) -> None:
+            limits.queue_order = self.order
 
     @classmethod
     def create(cls, stage_type: str, *, now: datetime, actor: Principal) -> StageTypeLimits:
@@ -177,3 +208,11 @@ class StageTypeLimits(Entity):
         if self.rate_starts is None:
             raise LimitNotFound(f"stage type '{self.stage_type}' has no rate limit")
         self._emit(self.RateLimitRemoved, now, actor, reason, stage_type=self.stage_type)
+
+    def set_order(self, order: str, now: datetime, actor: Principal, reason: str | None) -> bool:
+        """False (no event) when the type's queue already has this order."""
+        check_order(self.stage_type, order)
+        if self.queue_order == order:
+            return False
+        self._emit(self.QueueOrderSet, now, actor, reason, stage_type=self.stage_type, order=order)
+        return True

@@ -16,6 +16,7 @@ from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
+from jobnik.domain.turns import QueueTurns
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,10 @@ class Session(Protocol):
     def claim_batch(self, stage_type: str, count: int, now: datetime) -> list[Task]:
         """Up to `count` next eligible tasks of `stage_type`, in `claim`'s order, locked; no
         more than its concurrency limit has room for."""
+        ...
+
+    def queue_turns(self, stage_id: UUID) -> QueueTurns:
+        """What the turns of the stage's tasks queued now depend on (domain/turns.py)."""
         ...
 
     def summary(self, stage_id: UUID) -> Summary: ...

@@ -59,6 +59,7 @@ from jobnik.domain.statuses import (
     TaskStatus,
 )
 from jobnik.domain.tasks import Task
+from jobnik.domain.turns import Turns
 from jobnik.domain.work import WorkCommands
 
 
@@ -234,10 +235,11 @@ class RerunCommands(WorkCommands):
         waiting = [st for st in reopened if st.status == StageStatus.CREATED]
         running = [t for st in waiting for t in s.tasks_in(st.id, {TaskStatus.IN_PROGRESS})]
         tasks = tasks + [t for t in running if t.id not in rerun]
+        turns = Turns(s)
         for task in tasks:
             if task.status == TaskStatus.IN_PROGRESS:
                 task.abort(now, Actor.SYSTEM, _ended_attempt(task, aborted))
-            task.rerun(now, by, reason)
+            task.rerun(now, by, reason, turn=turns.take(task.stage_id))
         s.save(job, *reopened)
         if start is not None and start.completion and completing:
             self._after_phase(s, job, "completing", now)  # it runs, or completes if empty

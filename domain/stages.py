@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -95,10 +95,12 @@ class Stage(Entity):
             stage.not_before = self.not_before
 
     class StageReleased(Entity.Event):
-        """CREATED/WAITING → PENDING, by a user or because the previous stage completed."""
+        """CREATED/WAITING → PENDING, by a user or because the previous stage completed; its
+        queued tasks' turns move by `turn_shift` (domain/turns.py)."""
 
         job_id: UUID
         previous: str
+        turn_shift: int = field(default=0, kw_only=True)
 
         def apply(self, stage: Stage) -> None:
             stage.status = S.PENDING
@@ -272,8 +274,11 @@ class Stage(Entity):
         if self.status == S.IN_PROGRESS:
             raise AddTasksNotAllowed
 
-    def release(self, previous_stage: Stage | None, now: datetime, actor: Principal) -> None:
-        """A user's PUT PENDING, checked in the order Jobnik's manager checks it."""
+    def release(
+        self, previous_stage: Stage | None, now: datetime, actor: Principal, *, shift: int = 0
+    ) -> None:
+        """A user's PUT PENDING, checked in the order Jobnik's manager checks it; its queued
+        tasks' turns move by `shift`."""
         if self.status == S.PENDING:
             return
         if self.completion:
@@ -288,12 +293,15 @@ class Stage(Entity):
             "released by user",
             job_id=self.job_id,
             previous=self.status,
+            turn_shift=shift,
         )
 
-    def release_after_previous(self, now: datetime, actor: Principal) -> None:
-        """The previous stage completed: a CREATED stage becomes PENDING; WAITING stays (R6.1).
-
-        Completion stages wait for the completion phase instead."""
+    def release_after_previous(
+        self, now: datetime, actor: Principal, shift: Callable[[], int] = lambda: 0
+    ) -> None:
+        """The previous stage completed: a CREATED stage becomes PENDING, its queued tasks'
+        turns moved by `shift()`; WAITING stays. Completion stages wait for the completion
+        phase instead."""
         if self.status == S.CREATED and not self.completion:
             self._emit(
                 self.StageReleased,
@@ -302,10 +310,14 @@ class Stage(Entity):
                 "previous stage completed",
                 job_id=self.job_id,
                 previous=self.status,
+                turn_shift=shift(),
             )
 
-    def release_for_completion(self, now: datetime, actor: Principal) -> None:
-        """The job's completion phase began: a held completion stage becomes PENDING."""
+    def release_for_completion(
+        self, now: datetime, actor: Principal, shift: Callable[[], int] = lambda: 0
+    ) -> None:
+        """The job's completion phase began: a held completion stage becomes PENDING, its
+        queued tasks' turns moved by `shift()`."""
         if self.completion and self.status == S.CREATED:
             self._emit(
                 self.StageReleased,
@@ -314,6 +326,7 @@ class Stage(Entity):
                 "completion phase",
                 job_id=self.job_id,
                 previous=self.status,
+                turn_shift=shift(),
             )
 
     def start(self, now: datetime, actor: Principal) -> bool:

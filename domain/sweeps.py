@@ -11,6 +11,7 @@ from jobnik.domain.ports import Session
 from jobnik.domain.principals import Actor
 from jobnik.domain.statuses import DEADLINE, EXPIRED, TIMEOUT, JobStatus
 from jobnik.domain.tasks import Task
+from jobnik.domain.turns import Turns
 from jobnik.domain.work import WorkCommands
 
 
@@ -24,9 +25,13 @@ class SweepCommands(WorkCommands):
         now = self.clock()
         with self._write() as s:
             stale = s.stale_delegations(now - stale_after, limit)
+            turns = Turns(s)
             for task in stale:
                 task.redispatch(
-                    now, Actor.SYSTEM, "safety net: every child job had ended, not re-dispatched"
+                    now,
+                    Actor.SYSTEM,
+                    "safety net: every child job had ended, not re-dispatched",
+                    turn=turns.take(task.stage_id),
                 )
             s.save(*stale)
         return stale
@@ -121,13 +126,15 @@ class SweepCommands(WorkCommands):
             # (the jobs whose last attempt timed out: they may fail)
             s.hold_queue(*{t.job_id for t in seen if t.attempts + 1 >= t.max_attempts})
             expired = s.expired_leases(now, limit)
+            turns = Turns(s)
             for task in expired:
                 stage, job = s.stage(task.stage_id), s.job(task.job_id)
                 if job.status == JobStatus.ABORTED:
                     task.abort(now, Actor.SYSTEM, "lease expired after the job was aborted")
                     s.save(task)
                     continue
-                task.fail(now, Actor.SYSTEM, "lease expired", cause=TIMEOUT)
+                turn = turns.take(task.stage_id)
+                task.fail(now, Actor.SYSTEM, "lease expired", cause=TIMEOUT, turn=turn)
                 s.save(task)
                 self._cascade(s, task, stage, job, now)
         return len(expired)

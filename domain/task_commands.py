@@ -216,22 +216,39 @@ class TaskCommands:
             open_children=open_children,
         )
 
-    def redispatch(self, now: datetime, actor: Principal, reason: str) -> None:
-        """DELEGATED → PENDING: back in the queue; the handler sees its children's outcomes."""
+    def redispatch(self, now: datetime, actor: Principal, reason: str, *, turn: int = 0) -> None:
+        """DELEGATED → PENDING: back in the queue at `turn` (domain/turns.py); the handler sees
+        its children's outcomes."""
         self._check(S.PENDING)
         self._emit(
-            self.TaskRedispatched, now, actor, reason, stage_id=self.stage_id, job_id=self.job_id
+            self.TaskRedispatched,
+            now,
+            actor,
+            reason,
+            stage_id=self.stage_id,
+            job_id=self.job_id,
+            turn=turn,
         )
 
     def fail(
-        self, now: datetime, actor: Principal, reason: str | None = None, *, cause: str = ERROR
+        self,
+        now: datetime,
+        actor: Principal,
+        reason: str | None = None,
+        *,
+        cause: str = ERROR,
+        turn: int = 0,
     ) -> None:
-        """RETRIED while attempts remain, else FAILED; fatal fails at once."""
+        """RETRIED (queued again at `turn`) while attempts remain, else FAILED; fatal fails at
+        once."""
         attempts = self.attempts + 1
         retry = cause != FATAL and attempts < self.max_attempts
         self._check(S.RETRIED if retry else S.FAILED)
         policy = RetryPolicy.from_dict(self.retry_policy) if retry else None
-        due = {"not_before": None if policy is None else policy.due(attempts, self.id, now)}
+        due = {
+            "not_before": None if policy is None else policy.due(attempts, self.id, now),
+            "turn": turn,
+        }
         self._emit(
             self.TaskRetried if retry else self.TaskFailed,
             now,
@@ -253,12 +270,14 @@ class TaskCommands:
         *,
         fatal: bool = False,
         result: dict[str, Any] | None = None,
+        turn: int = 0,
     ) -> None:
-        """A worker's PUT status: COMPLETED or FAILED (fatal: without retry)."""
+        """A worker's PUT status: COMPLETED or FAILED (fatal: without retry; a retry is queued
+        at `turn`)."""
         if S(status) == S.COMPLETED:
             self.complete(now, actor, result)
         else:
-            self.fail(now, actor, reason, cause=FATAL if fatal else ERROR)
+            self.fail(now, actor, reason, cause=FATAL if fatal else ERROR, turn=turn)
 
     def reschedule(
         self, not_before: datetime | None, now: datetime, actor: Principal, reason: str
@@ -299,13 +318,20 @@ class TaskCommands:
         )
         return True
 
-    def give_back(self, now: datetime, actor: Principal, reason: str) -> None:
-        """IN_PROGRESS → PENDING: the worker returns it unfinished; no attempt is spent."""
+    def give_back(self, now: datetime, actor: Principal, reason: str, *, turn: int = 0) -> None:
+        """IN_PROGRESS → PENDING: the worker returns it unfinished, queued again at `turn`; no
+        attempt is spent."""
         if self.status != S.IN_PROGRESS:
             raise IllegalTaskTransition.between(self.status, S.PENDING)
         self._check(S.PENDING)
         self._emit(
-            self.TaskReturned, now, actor, reason, stage_id=self.stage_id, attempt=self.attempt
+            self.TaskReturned,
+            now,
+            actor,
+            reason,
+            stage_id=self.stage_id,
+            attempt=self.attempt,
+            turn=turn,
         )
 
     def abort(
@@ -324,9 +350,9 @@ class TaskCommands:
             reported=str(reported) if reported else None,
         )
 
-    def rerun(self, now: datetime, actor: Principal, reason: str | None) -> None:
-        """A final task (COMPLETED, FAILED, ABORTED) → PENDING; which ones a command reruns is
-        the command's choice (domain/reruns.py)."""
+    def rerun(self, now: datetime, actor: Principal, reason: str | None, *, turn: int = 0) -> None:
+        """A final task (COMPLETED, FAILED, ABORTED) → PENDING, queued at `turn`; which ones a
+        command reruns is the command's choice (domain/reruns.py)."""
         if not self.is_final:
             raise TaskNotRerunnable(f"task {self.id} is {self.status}: it has not ended")
         self._emit(
@@ -337,6 +363,7 @@ class TaskCommands:
             stage_id=self.stage_id,
             job_id=self.job_id,
             previous=self.status,
+            turn=turn,
         )
 
     def append_log(

@@ -34,6 +34,7 @@ class Task(TaskCommands, Entity):
         # retries. Keyword fields with defaults: events stored without them load with None.
         not_before: datetime | None = field(default=None, kw_only=True)
         retry_policy: dict[str, float] | None = field(default=None, kw_only=True)
+        turn: int = field(default=0, kw_only=True)  # its place in the queue (domain/turns.py)
 
         def apply(self, task: Task) -> None:
             task.not_before, task.retry_policy = self.not_before, self.retry_policy
@@ -133,6 +134,7 @@ class Task(TaskCommands, Entity):
 
         stage_id: UUID
         job_id: UUID
+        turn: int = field(default=0, kw_only=True)  # its place in the queue again
 
         def apply(self, task: Task) -> None:
             task.status, task.delegated_at, task.not_before = S.PENDING, None, None
@@ -148,6 +150,7 @@ class Task(TaskCommands, Entity):
         attempts: int
         cause: str
         not_before: datetime | None = field(default=None, kw_only=True)
+        turn: int = field(default=0, kw_only=True)  # its place in the queue again
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -185,6 +188,7 @@ class Task(TaskCommands, Entity):
 
         stage_id: UUID
         attempt: int
+        turn: int = field(default=0, kw_only=True)  # its place in the queue again
 
         def apply(self, task: Task) -> None:
             task.status, task.lease_expires_at, task.not_before = S.PENDING, None, None
@@ -217,6 +221,7 @@ class Task(TaskCommands, Entity):
         stage_id: UUID
         job_id: UUID
         previous: str
+        turn: int = field(default=0, kw_only=True)  # its place in the queue again
 
         def apply(self, task: Task) -> None:
             task.status, task.attempts, task.end_time = S.PENDING, 0, None
@@ -268,6 +273,7 @@ class Task(TaskCommands, Entity):
         id: UUID | None = None,
         not_before: datetime | None = None,
         retry_policy: RetryPolicy | None = None,
+        turn: int = 0,
     ) -> Task:
         return cls._create(
             cls.TaskCreated,
@@ -285,4 +291,5 @@ class Task(TaskCommands, Entity):
             tracestate=tracestate,
             not_before=not_before,
             retry_policy=None if retry_policy is None else retry_policy.to_dict(),
+            turn=turn,
         )

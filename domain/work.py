@@ -31,6 +31,7 @@ from jobnik.domain.statuses import (
     TaskStatus,
 )
 from jobnik.domain.tasks import Task
+from jobnik.domain.turns import Turns, release_shift
 
 NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"
 
@@ -220,10 +221,14 @@ class WorkCommands:
             self._delegate(s, task, now, by)
             return
         failure = stage.failure_in(result) if status == TaskStatus.COMPLETED else None
+        # (a retry is queued again: its turn read only then)
+        turn = Turns(s).take(task.stage_id) if failure or status != TaskStatus.COMPLETED else 0
         if failure is not None:  # a failure pattern matched the result
-            task.fail(now, Actor.SYSTEM, failure)
+            task.fail(now, Actor.SYSTEM, failure, turn=turn)
         else:
-            task.report(status, now, by, report.reason, fatal=report.fatal, result=result)
+            task.report(
+                status, now, by, report.reason, fatal=report.fatal, result=result, turn=turn
+            )
         if task.status == TaskStatus.FAILED:
             s.hold_queue(job.id)  # the stage and the job may fail: their tasks leave the queue
         if later is not None:
@@ -243,7 +248,12 @@ class WorkCommands:
         open_children = sum(1 for c in children if not c.is_final)
         task.delegate(open_children, now, by)
         if open_children == 0:
-            task.redispatch(now, Actor.SYSTEM, "every child job had ended already")
+            task.redispatch(
+                now,
+                Actor.SYSTEM,
+                "every child job had ended already",
+                turn=Turns(s).take(task.stage_id),
+            )
         s.save(task)
 
     def _cascade(self, s: Session, task: Task, stage: Stage, job: Job, now: datetime) -> None:
@@ -263,7 +273,7 @@ class WorkCommands:
         """Release the next normal stage, count the stage on the job, and move its phase."""
         following = None if stage.completion else self._normal_after(s, job, stage.order)
         if following is not None:
-            following.release_after_previous(now, Actor.SYSTEM)
+            following.release_after_previous(now, Actor.SYSTEM, _shift(s, following))
         phase = job.stage_completed(stage.id, now, Actor.SYSTEM)
         s.save(*([following] if following else []), job)
         if stage.completion and phase is None:
@@ -278,7 +288,8 @@ class WorkCommands:
             for stage in s.stages_of(job.id):
                 if not stage.completion or stage.status == StageStatus.COMPLETED:
                     continue
-                stage.release_for_completion(now, Actor.SYSTEM)  # (only a held one)
+                # (only a held one)
+                stage.release_for_completion(now, Actor.SYSTEM, _shift(s, stage))
                 if stage.status != StageStatus.PENDING or s.summary(stage.id).total:
                     s.save(stage)
                     return
@@ -302,7 +313,9 @@ class WorkCommands:
         open_children = sum(1 for c in s.children_of(parent.id) if not c.is_final)
         parent.child_ended(job.id, job.status, open_children, now)
         if open_children == 0:
-            parent.redispatch(now, Actor.SYSTEM, "every child job ended")
+            parent.redispatch(
+                now, Actor.SYSTEM, "every child job ended", turn=Turns(s).take(parent.stage_id)
+            )
         s.save(parent)
 
     @staticmethod
@@ -358,7 +371,7 @@ class WorkCommands:
             elif s.job(task.job_id).status == JobStatus.ABORTED:
                 task.abort(now, by, f"handed back after the job was aborted: {reason}")
             else:
-                task.give_back(now, by, reason)
+                task.give_back(now, by, reason, turn=Turns(s).take(task.stage_id))
             s.save(task)
         if refused is not None:
             raise refused
@@ -392,3 +405,8 @@ class WorkCommands:
         if refused is not None:
             raise refused
         return task
+
+
+def _shift(s: Session, stage: Stage) -> Callable[[], int]:
+    """How far the stage's queued tasks move if it is released now (read only then)."""
+    return lambda: release_shift(s.queue_turns(stage.id))

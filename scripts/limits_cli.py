@@ -1,5 +1,5 @@
-"""`jobnik limits list | set | remove | rate | unrate`: the stage types' concurrency limits and
-rate limits.
+"""`jobnik limits list | set | remove | rate | unrate | order`: the stage types' concurrency
+limits, rate limits and queue orders.
 
 A client of the API (JOBNIK_API_URL, token from JOBNIK_TOKEN), like `jobnik schedules`: the same
 permissions as the HTTP routes (an operator's to change), and each change an event naming the
@@ -23,7 +23,7 @@ T = TypeVar("T")
 
 limits = typer.Typer(
     help="Limits per stage type: at most N tasks in progress at once, at most N starts per "
-    "interval.",
+    "interval, and the queue's order (fifo, or fair turns between jobs).",
     no_args_is_help=True,
     rich_markup_mode="markdown",
 )
@@ -36,6 +36,8 @@ def _limits(v: Limit) -> str:
     parts = [] if v.max_in_progress is None else [f"{v.in_progress}/{v.max_in_progress}"]
     if v.rate_starts is not None:
         parts.append(f"{v.rate_starts} per {v.rate_interval_seconds} s ({v.rate_tokens} left)")
+    if v.order != "fifo":
+        parts.append(v.order)
     return "  ".join(parts)
 
 
@@ -105,3 +107,19 @@ def unrate(
     """Remove a stage type's rate limit."""
     _call(api_url, token, lambda p: p.remove_rate(stage_type, reason=reason))
     typer.echo(f"{stage_type}: no rate limit")
+
+
+@limits.command("order")
+def order(
+    stage_type: StageType,
+    queue_order: Annotated[
+        str, typer.Argument(metavar="ORDER", help="fifo (first in, first out) or fair")
+    ],
+    reason: Reason = None,
+    api_url: ApiUrl = DEFAULT_URL,
+    token: Token = None,
+) -> None:
+    """Set the order a stage type's tasks are dequeued in after priority: fifo, first in, first
+    out (the default), or fair, the jobs of one priority taking turns."""
+    v = _call(api_url, token, lambda p: p.set_order(stage_type, queue_order, reason=reason))
+    typer.echo(f"{v.stage_type}  order {v.order}")

@@ -316,8 +316,8 @@ class ScheduleRun:
 class Limit:
     """A stage type's limits: at most `max_in_progress` of its tasks in progress at once (None:
     no such limit), at most `rate_starts` starts per `rate_interval_seconds` (None: no rate) with
-    `rate_tokens` left now; `in_progress` now, the `room` a dequeue has; who changed them last
-    and why."""
+    `rate_tokens` left now; `in_progress` now, the `room` a dequeue has; its queue `order`
+    ("fifo" or "fair"); who changed them last and why."""
 
     stage_type: str
     max_in_progress: int | None
@@ -328,6 +328,7 @@ class Limit:
     rate_starts: int | None = None
     rate_interval_seconds: int | None = None
     rate_tokens: int | None = None
+    order: str = "fifo"
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Limit:
@@ -342,4 +343,5 @@ class Limit:
             rate_starts=rate.get("starts"),
             rate_interval_seconds=rate.get("intervalSeconds"),
             rate_tokens=rate.get("tokens"),
+            order=body.get("order", "fifo"),
         )

@@ -294,10 +294,10 @@ class Producer:
         params = {"reason": reason} if reason is not None else None
         self.client.request("DELETE", f"/v1/schedules/{schedule_id}", params=params)
 
-    # -- concurrency limits (an operator's) ---------------------------------------------------
+    # -- limits and queue orders (an operator's) ----------------------------------------------
 
     def limits(self) -> list[Limit]:
-        """The concurrency limits in force, by stage type."""
+        """The stage types with a limit or a fair queue order, by stage type."""
         return [Limit.from_json(b) for b in self._every("/v1/limits", {})]
 
     def limit(self, stage_type: str) -> Limit:
@@ -324,6 +324,13 @@ class Producer:
 
     def remove_rate(self, stage_type: str, *, reason: str | None = None) -> None:
         self._remove(f"/v1/limits/{quote(stage_type, safe='')}/rate", reason)
+
+    def set_order(self, stage_type: str, order: str, *, reason: str | None = None) -> Limit:
+        """Dequeue `stage_type`'s tasks in `order` after priority: "fifo" (first in, first out,
+        the default) or "fair" (the jobs of one priority take turns)."""
+        body = _with_reason({"order": order}, reason)
+        path = f"/v1/limits/{quote(stage_type, safe='')}/order"
+        return Limit.from_json(self.client.put(path, body))
 
     def _remove(self, path: str, reason: str | None) -> None:
         params = {"reason": reason} if reason is not None else None

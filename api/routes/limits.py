@@ -1,5 +1,5 @@
-"""/v1/limits: the stage types' concurrency limits and rate limits. Operators set, change and
-remove them; readers read them, each with its use now."""
+"""/v1/limits: the stage types' concurrency limits, rate limits and queue orders. Operators set,
+change and remove them; readers read them, each with its use now."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 
 from jobnik.api.deps import reject_unknown_query
 from jobnik.api.errors import error_answers
-from jobnik.api.limit_schemas import LimitBody, LimitOut, LimitsOut, RateBody
+from jobnik.api.limit_schemas import LimitBody, LimitOut, LimitsOut, OrderBody, RateBody
 from jobnik.api.operator_schemas import MALFORMED, REASON_MAX, REASON_TEXT
 from jobnik.api.pages import PageDep
 from jobnik.api.permissions import PrincipalDep, authorize, needs
@@ -145,3 +145,24 @@ def remove_rate(
     stays)."""
     limits.remove_rate(stage_type, by=by, reason=reason)
     return Message(code="RATE_LIMIT_REMOVED_SUCCESSFULLY")
+
+
+@router.put(
+    "/limits/{stageType}/order",
+    responses=error_answers(MALFORMED, InvalidLimit, TooManyLimits),
+    openapi_extra=needs(P.OPERATE),
+)
+def set_order(
+    limits: LimitsDep,
+    views: LimitViewsDep,
+    stage_type: StageTypePath,
+    body: OrderBody,
+    by: PrincipalDep,
+) -> LimitOut:
+    """jobnik: the order the stage type's queued tasks are dequeued in, after job priority:
+    `fifo`, first in, first out (the default, as Jobnik's manager), or `fair`, turns between
+    the jobs of one priority: each job's tasks take consecutive turns from the head of the
+    queue, so a small job queued behind a large one runs alongside it instead of after it. Tasks
+    queued before the change keep their turns; `reason` is recorded on the event."""
+    limits.set_order(stage_type, body.order, by=by, reason=body.reason)
+    return LimitOut.of(views.get(stage_type))

@@ -1,6 +1,6 @@
 """The stage types' limits read model: `stage_type_limits_v1`, one row per stage type whose limits
-were ever set (`max_in_progress`, `rate_starts` NULL when not set, or removed). The claim reads it:
-`room`, the most tasks a claim may take."""
+were ever set (`max_in_progress`, `rate_starts` NULL when not set, or removed; `queue_order`).
+The claim reads it: `room`, the most tasks a claim may take."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from jobnik.domain.limits import StageTypeLimits
+from jobnik.domain.turns import FIFO
 from jobnik.projections.inline.ops import Insert, Op, own_row
 from jobnik.projections.inline.tables import LIMITS
 
@@ -25,6 +26,7 @@ def _created(e: Any, _: int) -> list[Op]:  # (LimitsCreated: mypy misses `actor`
                 "max_in_progress": None,
                 "rate_starts": None,
                 "rate_interval_seconds": None,
+                "queue_order": FIFO,
                 "updated_by": e.actor,
                 "reason": e.reason,
                 "creation_time": e.timestamp,
@@ -46,7 +48,15 @@ LIMIT_PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
         e, rate_starts=e.starts, rate_interval_seconds=e.interval_seconds
     ),
     L.RateLimitRemoved: lambda e, _: _changed(e, rate_starts=None, rate_interval_seconds=None),
+    L.QueueOrderSet: lambda e, _: _changed(e, queue_order=e.order),
 }
+
+
+# A limits row `l` with something in force (domain/limits.py: StageTypeLimits.in_force): these
+# are the types GET /v1/limits lists, and at most MAX_LIMITED_TYPES of them.
+IN_FORCE: Final = (
+    f"(l.max_in_progress IS NOT NULL OR l.rate_starts IS NOT NULL OR l.queue_order <> '{FIFO}')"
+)
 
 
 # The SQL functions the claim's room needs, in each backend's spelling: the database's clock in

@@ -52,6 +52,7 @@ class Enqueue:
     seq: int
     time: datetime
     not_before: Any = None  # not dequeued before (a datetime; None: at once)
+    turn: int = 0  # its turn in the queue's order (domain/turns.py)
 
 
 @dataclass(slots=True)

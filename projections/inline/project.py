@@ -147,6 +147,16 @@ def _stage_reopened(e: Stage.StageReopened, _: int) -> list[Op]:
     ]
 
 
+def _stage_released(e: Stage.StageReleased, _: int) -> list[Op]:
+    """Its queued tasks can be dequeued, their turns moved to the queue's head (domain/turns.py)."""
+    key = {"stage_id": e.originator_id}
+    return [
+        _stage(e, status=STAGE_PENDING),
+        QueueChange(key, {"stage_open": is_open(STAGE_PENDING)}, e.timestamp),
+        *([Add(QUEUE, key, {"turn": e.turn_shift})] if e.turn_shift else []),
+    ]
+
+
 def _job_resumed(e: Job.JobResumed, _: int) -> list[Op]:
     return [
         _job(e, status=e.status),
@@ -239,12 +249,7 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Job.JobDeleted: _job_deleted,
     Job.JobErased: _job_erased,
     Stage.StageAdded: _stage_added,
-    Stage.StageReleased: lambda e, _: [
-        _stage(e, status=STAGE_PENDING),
-        QueueChange(
-            {"stage_id": e.originator_id}, {"stage_open": is_open(STAGE_PENDING)}, e.timestamp
-        ),
-    ],
+    Stage.StageReleased: _stage_released,
     Stage.StageStarted: lambda e, _: [_stage(e, status=STAGE_IN_PROGRESS, start_time=e.timestamp)],
     Stage.StageCompleted: _ended(_stage, "stage_id", StageStatus.COMPLETED),
     Stage.StageFailed: _ended(_stage, "stage_id", StageStatus.FAILED),

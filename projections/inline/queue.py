@@ -7,7 +7,8 @@ It can be dequeued while its stage and its job are both open: PENDING or IN_PROG
 paused, waiting, or ended). The queue row keeps the two answers
 (`stage_open`, `job_open`), set when the task is queued and changed by the events that move its
 stage or job in or out of OPEN; a claim takes the first row with both, by job priority then
-queue order (`seq`, the log position that queued it), among the rows whose not-before time
+turn (`turn`: first in, first out or fair turns between jobs, domain/turns.py) then queue
+order (`seq`, the log position that queued it), among the rows whose not-before time
 (`not_before`: a delayed task's, a retry's due time) is unset or has come and whose expiry
 (`expires_at`, below) is unset or still ahead.
 """
@@ -39,15 +40,17 @@ def queue_row(
     seq: int,
     time: datetime,
     not_before: datetime | None = None,
+    turn: int = 0,
 ) -> dict[str, Any]:
     """The queue row of task `task_id`, queued at log position `seq` at `time` (not dequeued
-    before `not_before`), from its stage's and its job's rows."""
+    before `not_before`) at `turn`, from its stage's and its job's rows."""
     row = {
         "task_id": task_id,
         "job_id": stage["job_id"],
         "stage_id": stage["id"],
         "stage_type": stage["type"],
         "priority_rank": job["priority_rank"],
+        "turn": turn,
         "seq": seq,
         "stage_open": is_open(stage["status"]),
         "job_open": is_open(job["status"]),
@@ -118,21 +121,22 @@ def queue_change(cols: Sequence[str], key: str, sql: TimeSql) -> str:
 
 
 # The next dequeueable tasks of a stage type (`%(v)s`) at `%(now)s`: two probes, each one index
-# probe, merged by priority then queue order. Ready rows (no not-before time) come from
-# queue_v1_next, in priority and queue order, as before delayed work existed; delayed rows
+# probe, merged by priority, turn, then queue order. Ready rows (no not-before time) come from
+# queue_v1_next, in that order, as before delayed work existed; delayed rows
 # whose time has come from queue_v1_due, earliest due first. A delayed row is never in the
 # first index, so however many tasks wait for their time, the ready probe never walks past
 # them, and the due probe stops at the first row not due yet. `{lock}` is PostgreSQL's
 # FOR UPDATE SKIP LOCKED (each probe locks the rows it returns; the merge may leave one unused,
 # locked until the claim's transaction ends), empty on SQLite.
 _READY: Final = (
-    "SELECT task_id, priority_rank, seq FROM queue_v1 WHERE stage_type = %(v)s AND stage_open "
-    "AND job_open AND not_before IS NULL AND (expires_at IS NULL OR expires_at > %(now)s) "
-    "ORDER BY priority_rank, seq LIMIT {n}{lock}"
+    "SELECT task_id, priority_rank, turn, seq FROM queue_v1 WHERE stage_type = %(v)s "
+    "AND stage_open AND job_open AND not_before IS NULL "
+    "AND (expires_at IS NULL OR expires_at > %(now)s) "
+    "ORDER BY priority_rank, turn, seq LIMIT {n}{lock}"
 )
 _DUE: Final = (
-    "SELECT task_id, priority_rank, seq FROM queue_v1 WHERE stage_type = %(v)s AND stage_open "
-    "AND job_open AND not_before IS NOT NULL AND not_before <= %(now)s "
+    "SELECT task_id, priority_rank, turn, seq FROM queue_v1 WHERE stage_type = %(v)s "
+    "AND stage_open AND job_open AND not_before IS NOT NULL AND not_before <= %(now)s "
     "AND (expires_at IS NULL OR expires_at > %(now)s) ORDER BY not_before, seq LIMIT {n}{lock}"
 )
 
@@ -142,7 +146,7 @@ def next_in_queue(n: str, lock: str = "") -> str:
     ready, due = _READY.format(n=n, lock=lock), _DUE.format(n=n, lock=lock)
     return (
         f"SELECT c.task_id FROM (SELECT * FROM ({ready}) r UNION ALL SELECT * FROM ({due}) d) c "
-        f"ORDER BY c.priority_rank, c.seq LIMIT {n}"
+        f"ORDER BY c.priority_rank, c.turn, c.seq LIMIT {n}"
     )
 
 

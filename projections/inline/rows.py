@@ -71,7 +71,14 @@ def schedule_from_row(row: Mapping[str, Any]) -> Schedule:
 
 def limit_from_row(row: Mapping[str, Any]) -> StageTypeLimits:
     state = {
-        k: row[k] for k in ("stage_type", "max_in_progress", "rate_starts", "rate_interval_seconds")
+        k: row[k]
+        for k in (
+            "stage_type",
+            "max_in_progress",
+            "rate_starts",
+            "rate_interval_seconds",
+            "queue_order",
+        )
     }
     return StageTypeLimits.restore(
         row["id"], row["version"], row["creation_time"], row["update_time"], state

@@ -82,7 +82,7 @@ def _task_created(e: Task.TaskCreated, position: int) -> list[Op]:
             },
         ),
         _summary(e, pending=1, total=1),
-        Enqueue(e.originator_id, e.stage_id, position, e.timestamp, e.not_before),
+        Enqueue(e.originator_id, e.stage_id, position, e.timestamp, e.not_before, e.turn),
     ]
 
 
@@ -113,7 +113,7 @@ def _task_retried(e: Task.TaskRetried, position: int) -> list[Op]:
             not_before=e.not_before,
         ),
         _summary(e, in_progress=-1, retried=1),
-        Enqueue(e.originator_id, e.stage_id, position, e.timestamp, e.not_before),
+        Enqueue(e.originator_id, e.stage_id, position, e.timestamp, e.not_before, e.turn),
     ]
 
 
@@ -129,7 +129,7 @@ def _task_returned(e: Task.TaskReturned, position: int) -> list[Op]:
     return [
         _task(e, status=TASK_PENDING, lease_expires_at=None, not_before=None),
         _summary(e, in_progress=-1, pending=1),
-        Enqueue(e.originator_id, e.stage_id, position, e.timestamp),
+        Enqueue(e.originator_id, e.stage_id, position, e.timestamp, turn=e.turn),
     ]
 
 
@@ -147,7 +147,7 @@ def _task_redispatched(e: Task.TaskRedispatched, position: int) -> list[Op]:
     return [
         _task(e, status=TaskStatus.PENDING.value, delegated_at=None, not_before=None),
         _summary(e, delegated=-1, pending=1),
-        Enqueue(e.originator_id, e.stage_id, position, e.timestamp),
+        Enqueue(e.originator_id, e.stage_id, position, e.timestamp, turn=e.turn),
     ]
 
 
@@ -178,7 +178,7 @@ def _task_rerun(e: Task.TaskRerun, position: int) -> list[Op]:
             not_before=None,
         ),
         _summary(e, **{_SUMMARY_OF[e.previous]: -1, "pending": 1}),
-        Enqueue(e.originator_id, e.stage_id, position, e.timestamp),
+        Enqueue(e.originator_id, e.stage_id, position, e.timestamp, turn=e.turn),
     ]
 
 

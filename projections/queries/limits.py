@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from jobnik.domain.errors import LimitNotFound
+from jobnik.projections.inline.limits import IN_FORCE
 from jobnik.projections.store.base import SqlStore
 
 INT32_MAX = 2**31 - 1
@@ -27,6 +28,7 @@ class LimitView:
     rate_starts: int | None
     rate_interval_seconds: int | None
     tokens: float | None  # in the rate's bucket now (None: full, no claim drew from it yet)
+    queue_order: str  # fifo or fair (domain/turns.py)
     updated_by: str
     reason: str | None
     creation_time: datetime
@@ -62,6 +64,7 @@ def _view(row: Mapping[str, Any]) -> LimitView:
         row["rate_starts"],
         row["rate_interval_seconds"],
         None if row["tokens"] is None else float(row["tokens"]),
+        row["queue_order"],
         row["updated_by"],
         row["reason"],
         row["creation_time"],
@@ -85,12 +88,13 @@ class LimitViews:
         with self.store.cursor(write=False) as cur:
             total = cur.one(self.d.sql("count_limits"), {})
             rows = cur.all(
-                self.d.sql("limit_views", where="1 = 1"), {"limit": limit, "offset": offset}
+                self.d.sql("limit_views", where=IN_FORCE), {"limit": limit, "offset": offset}
             )
         return int(total["n"]) if total else 0, [_view(r) for r in rows]
 
     def get(self, stage_type: str) -> LimitView:
-        """`stage_type`'s limit; LimitNotFound when it has none."""
+        """`stage_type`'s limits (none in force, when they were removed); LimitNotFound when
+        none was ever set."""
         where = f"l.stage_type = {self.d.param('t')}"
         params = {"t": stage_type, "limit": 1, "offset": 0}
         with self.store.cursor(write=False) as cur:

@@ -275,7 +275,7 @@ class Fold:
         job = self._known(JOBS, stage["job_id"])
         if job is None:
             return None
-        return queue_row(op.task_id, stage, job, op.seq, op.time, op.not_before)
+        return queue_row(op.task_id, stage, job, op.seq, op.time, op.not_before, op.turn)
 
     def forget(self, op: Op) -> None:
         """After `op` ran as SQL: drop what memory holds that the statement may have changed."""

@@ -84,6 +84,7 @@ class OpExecutor:
                 "seq": op.seq,
                 "time": d.dump("time", op.time),
                 "not_before": d.dump("not_before", op.not_before),
+                "turn": op.turn,
             }
         if isinstance(op, QueueChange):
             params = d.dump_row(op.key, "k_")

@@ -33,6 +33,7 @@ from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
+from jobnik.domain.turns import FAIR, QueueTurns
 from jobnik.projections.inline.rows import (
     job_from_row,
     limit_from_row,
@@ -264,6 +265,15 @@ class SqlSession:
     def summary(self, stage_id: UUID) -> Summary:
         rows = self._rows("summary_of_stage", s=self.d.dump("stage_id", stage_id))
         return summary_from_row(rows[0]) if rows else Summary()
+
+    def queue_turns(self, stage_id: UUID) -> QueueTurns:
+        rows = self._rows("queue_turns", id=self.d.dump("id", stage_id))
+        if not rows:
+            return QueueTurns()
+        r = rows[0]
+        return QueueTurns(
+            r["queue_order"] == FAIR, r["head"] or 0, r["tail"] or 0, r["first"], r["last"]
+        )
 
     def all_completed(self, stage_id: UUID) -> bool:
         """Whether every task of the stage is COMPLETED, counting this session's saves."""

@@ -58,6 +58,10 @@ Figures (`--only NAME,...`; all by default), per backend:
   limits   A stage type with a concurrency limit and a rate that never bind
            (scripts/bench/limited.py): the engine lifecycle, 4 threads, against a type without
            limits, alternated in one database. tasks/s; goal: at least 90 % (within noise).
+  fairness  A job of 10 tasks queued behind one of 10,000 (half the engine's N) of the same
+           priority and stage type (scripts/bench/fairness.py), 4 threads draining both: the time
+           until the small job is done with the type's queue order fair against fifo (goal:
+           sooner), and the drain's tasks/s fair against fifo (goal: at least 90 %).
   retention  Rounds of jobs created, completed and archived past their retention period
            (scripts/bench/retention.py): the live database's size after the last round against
            after the first (goal: at most 1.10x; every event counted in the archives), and the
@@ -79,7 +83,7 @@ Usage:
 20,000; the full sizes of every figure take the better part of an hour).
 Each figure lives in a module of this package named for it (engine, http_lifecycle, batch, cpu,
 observe, volume for bulk and depth, scrape, cardinality, rebuild, console, backoff, limited for
-limits, retention);
+limits, fairness, retention);
 context, report, floor, processes, worker and databases are what they share.
 Every figure but depth, scrape, cardinality, rebuild and retention runs in one fresh database per
 backend (PostgreSQL: bench_suite_<pid>, dropped afterwards), each with its own stage types and floor
@@ -107,7 +111,7 @@ from jobnik.scripts.bench.volume import fig_bulk, fig_depth, fig_rebuild
 
 NAMES = (
     "engine", "http", "batch", "plain", "cpu", "observe", "bulk", "depth", "scrape", "rebuild",
-    "hot", "console", "cardinality", "backoff", "limits", "retention",
+    "hot", "console", "cardinality", "backoff", "limits", "fairness", "retention",
 )  # fmt: skip
 PG_URL = "postgresql://postgres@127.0.0.1:5432"
 
@@ -154,6 +158,12 @@ def fig_limits(ctx: Ctx) -> None:
     limits(ctx)
 
 
+def fig_fairness(ctx: Ctx) -> None:
+    from jobnik.scripts.bench.fairness import fig_fairness as fairness
+
+    fairness(ctx)
+
+
 def fig_retention(ctx: Ctx) -> None:
     from jobnik.scripts.bench.retention import fig_retention as retention
 
@@ -188,6 +198,7 @@ FIGURES: dict[str, Callable[[Ctx], None]] = {
     "cardinality": fig_cardinality,
     "backoff": fig_backoff,
     "limits": fig_limits,
+    "fairness": fig_fairness,
     "retention": fig_retention,
 }
 

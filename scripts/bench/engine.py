@@ -22,6 +22,7 @@ from jobnik.domain.errors import (
     TaskStatusUpdateFailed,
 )
 from jobnik.domain.statuses import TaskStatus
+from jobnik.domain.tasks import Task
 from jobnik.projections.startup import migrate
 from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
@@ -112,9 +113,12 @@ class Drain:
         return self.cpu * 1000 / self.tasks if self.tasks else 0.0
 
 
-def work(app: Jobnik, stage_type: str) -> tuple[int, int]:
+def work(
+    app: Jobnik, stage_type: str, done_with: Callable[[Task], None] | None = None
+) -> tuple[int, int]:
     """One worker: dequeue + report COMPLETED until the stage type has nothing queued; a
-    conflict is answered by running the command again. (tasks completed, retries)."""
+    conflict is answered by running the command again; `done_with` hears of each task it
+    completed. (tasks completed, retries)."""
     done = retries = 0
     while True:
         try:
@@ -128,6 +132,8 @@ def work(app: Jobnik, stage_type: str) -> tuple[int, int]:
             try:
                 app.report_task(task.id, TaskStatus.COMPLETED, attempt=task.attempt)
                 done += 1
+                if done_with is not None:
+                    done_with(task)
                 break
             except StaleAttempt:  # the sweeper took it back: it will be dequeued again
                 retries += 1
@@ -138,12 +144,14 @@ def work(app: Jobnik, stage_type: str) -> tuple[int, int]:
             raise RuntimeError(f"report of {task.id} kept failing")
 
 
-def drain(app: Jobnik, stage_type: str, k: int) -> Drain:
+def drain(
+    app: Jobnik, stage_type: str, k: int, done_with: Callable[[Task], None] | None = None
+) -> Drain:
     """K threads of `work` drain the stage type (`cpu`: the whole process's)."""
     out = Drain()
 
     def one(_: int) -> None:
-        done, retries = work(app, stage_type)
+        done, retries = work(app, stage_type, done_with)
         with out.lock:
             out.tasks += done
             out.retries += retries

@@ -69,6 +69,7 @@ def _requests(t: Targets) -> dict[str, Request]:
         "set_retention": ("PUT", "/v1/retention/matrix", {"periodSeconds": 60}),
         "get_archive": ("GET", f"/v1/archives/{t.ended_job}", None),
         "set_rate": ("PUT", "/v1/limits/matrix/rate", {"starts": 5, "intervalSeconds": 60}),
+        "set_order": ("PUT", "/v1/limits/matrix/order", {"order": "fair"}),
         "remove_rate": ("DELETE", "/v1/limits/matrix/rate", None),
         "find_jobs": ("GET", "/v1/jobs", None),
         "create_job": ("POST", "/v1/jobs", {"name": "matrix", "data": {}}),

@@ -207,6 +207,7 @@ def test_queues_show_every_stage_type_with_tasks_and_the_oldest_age_moves(api: A
         "maxInProgress": None,  # no concurrency limit
         "heldBack": 0,
         "delayed": 0,
+        "order": "fifo",
     }
     assert parse_time(render["oldestQueuedAt"]) == t0 + timedelta(seconds=30)
     assert parse_time(render["lastDequeueAt"]) == t0 + timedelta(seconds=100)

@@ -7,7 +7,7 @@ from jobnik.scripts.bench import run_suite
 from jobnik.scripts.bench.context import TINY
 from jobnik.scripts.bench.report import Figure, Goal
 
-IN_DATABASE = ["engine", "http", "bulk", "hot", "backoff", "limits"]
+IN_DATABASE = ["engine", "http", "bulk", "hot", "backoff", "limits", "fairness"]
 OWN_DATABASES = [
     "depth",
     "scrape",
@@ -48,6 +48,7 @@ def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: s
         "hot",
         "live",
         "archive",
+        "small",
     }
     for f in figures:
         assert f.backend == backend
@@ -56,11 +57,16 @@ def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: s
         else:
             assert f.value > 0, f
             assert f.floor > 0, f
-    assert len(goals) == 12  # one per goal of the issue
+    assert len(goals) == 14  # one per goal of the issue
     backoff = next(f for f in figures if f.name.endswith("with backoff"))
     assert "without a retry policy" in backoff.floor_name
     limited = next(f for f in figures if "never bind" in f.name)
     assert limited.floor_name == "the same stage type without limits"
+    fair = [f for f in figures if "fair order" in f.name]
+    assert [(f.unit, f.floor_name) for f in fair] == [
+        ("s", "first in, first out"),
+        ("tasks/s", "first in, first out"),
+    ]
     http = next(f for f in figures if f.name.startswith("HTTP lifecycle"))
     assert f"{2 if backend == 'postgres' else 1} uvicorn processes" in http.note
 

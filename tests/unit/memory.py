@@ -31,6 +31,7 @@ from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
+from jobnik.domain.turns import FAIR, QueueTurns
 from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, QueueChange, Update
 from jobnik.projections.inline.queue import expiry, queue_row
 from jobnik.projections.inline.rows import (
@@ -112,7 +113,7 @@ class Tables:
             stage = self.one(STAGES, id=op.stage_id)
             job = self.one(JOBS, id=stage["job_id"])
             assert not self.where(QUEUE, {"task_id": op.task_id}), "task enqueued twice"
-            row = queue_row(op.task_id, stage, job, op.seq, op.time, op.not_before)
+            row = queue_row(op.task_id, stage, job, op.seq, op.time, op.not_before, op.turn)
             self.rows[QUEUE].append(row)
 
     def copy(self) -> Tables:
@@ -137,9 +138,9 @@ class Tables:
         self, stage_type: str | None = None, now: datetime | None = None, count: int | None = None
     ) -> list[UUID]:
         """Task ids in dequeue order, as the claim's SQL (inline/queue.py) takes `count` (None:
-        all): the first of the ready tasks (priority, then enqueue position) and of the delayed
-        ones due at `now` (due time, then enqueue position), merged by priority then position;
-        none whose expiry has come."""
+        all): the first of the ready tasks (priority, turn, then enqueue position) and of the
+        delayed ones due at `now` (due time, then enqueue position), merged by priority, turn,
+        then position; none whose expiry has come."""
         rows = [
             r
             for r in self.rows[QUEUE]
@@ -150,14 +151,41 @@ class Tables:
         ]
         ready = sorted(
             (r for r in rows if r["not_before"] is None),
-            key=lambda r: (r["priority_rank"], r["seq"]),
+            key=lambda r: (r["priority_rank"], r["turn"], r["seq"]),
         )[:count]
         due = sorted(
             (r for r in rows if r["not_before"] is not None and now and r["not_before"] <= now),
             key=lambda r: (r["not_before"], r["seq"]),
         )[:count]
-        merged = sorted([*ready, *due], key=lambda r: (r["priority_rank"], r["seq"]))[:count]
+        merged = sorted([*ready, *due], key=lambda r: (r["priority_rank"], r["turn"], r["seq"]))[
+            :count
+        ]
         return [r["task_id"] for r in merged]
+
+    def queue_turns(self, stage_id: UUID) -> QueueTurns:
+        """As the `queue_turns` statement reads them (queries.sql)."""
+        stage = self.maybe(STAGES, id=stage_id)
+        if stage is None:
+            return QueueTurns()
+        job = self.one(JOBS, id=stage["job_id"])
+        limits = self.maybe(LIMITS, stage_type=stage["type"])
+        ready = [
+            r["turn"]
+            for r in self.rows[QUEUE]
+            if r["stage_type"] == stage["type"]
+            and r["priority_rank"] == job["priority_rank"]
+            and r["stage_open"]
+            and r["job_open"]
+            and r["not_before"] is None
+        ]
+        own = [r["turn"] for r in self.rows[QUEUE] if r["stage_id"] == stage_id]
+        return QueueTurns(
+            limits is not None and limits["queue_order"] == FAIR,
+            min(ready, default=0),
+            max(ready, default=0),
+            min(own, default=None),
+            max(own, default=None),
+        )
 
     def room(self, stage_type: str, n: int) -> int:
         """How many of `n` tasks a claim of `stage_type` may take: its concurrency limit (a rate,
@@ -309,6 +337,9 @@ class MemorySession:
     def summary(self, stage_id: UUID) -> Summary:
         row = self.tables.maybe(SUMMARIES, stage_id=stage_id)
         return summary_from_row(row) if row else Summary()
+
+    def queue_turns(self, stage_id: UUID) -> QueueTurns:
+        return self.tables.queue_turns(stage_id)
 
     def all_completed(self, stage_id: UUID) -> bool:
         summary = self.summary(stage_id)

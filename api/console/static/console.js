@@ -245,7 +245,9 @@ async function pollQueues(root) {
   await poll(root.dataset.queues, queues, (row, q) => {
     oldest.set(q.stageType, q.oldestQueuedAgeSeconds);
     row.dataset.stageType = q.stageType;
-    cell(row, q.stageType); cell(row, q.queued); cell(row, age(q.oldestQueuedAgeSeconds));
+    // the stage type, marked when its jobs take turns ("render · fair")
+    cell(row, q.order === "fair" ? `${q.stageType} · fair` : q.stageType);
+    cell(row, q.queued); cell(row, age(q.oldestQueuedAgeSeconds));
     // running, and the stage type's concurrency limit when it has one ("2 / 3")
     cell(row, q.maxInProgress == null ? q.inProgress : `${q.inProgress} / ${q.maxInProgress}`);
     cell(row, q.completed); cell(row, q.failed);

@@ -54,12 +54,13 @@ WHERE t.id = ({next_in_queue_locked});
 SELECT to_jsonb(t) AS task, s.id AS stage_id, CASE WHEN c.first THEN to_jsonb(s) END AS stage,
     j.id AS job_id, CASE WHEN c.first THEN to_jsonb(j) END AS job,
     CASE WHEN c.first THEN to_jsonb(sm) END AS summary
-FROM (SELECT q.task_id, q.priority_rank, q.seq,
-        row_number() OVER (PARTITION BY q.stage_id ORDER BY q.priority_rank, q.seq) = 1 AS first
+FROM (SELECT q.task_id, q.priority_rank, q.turn, q.seq,
+        row_number() OVER (PARTITION BY q.stage_id ORDER BY q.priority_rank, q.turn, q.seq) = 1
+        AS first
     FROM queue_v1 q WHERE q.task_id IN ({next_batch_in_queue_locked})) c
 JOIN tasks_v1 t ON t.id = c.task_id JOIN stages_v1 s ON s.id = t.stage_id
     JOIN jobs_v1 j ON j.id = t.job_id LEFT JOIN summaries_v1 sm ON sm.stage_id = s.id
-ORDER BY c.priority_rank, c.seq;
+ORDER BY c.priority_rank, c.turn, c.seq;
 
 -- name: hold_queue
 -- Lock the queue rows of jobs and of their child jobs at any depth, in one order: two commands
@@ -116,14 +117,15 @@ SELECT pg_advisory_unlock(%(key)s);
 -- Queue a task: its priority, whether it can be dequeued and its schedule-to-start limit come
 -- from its stage and job rows; its expiry as inline/queue.py's `expiry` works it out.
 -- VALUES: a batch of tasks becomes one statement.
-INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, seq, stage_open,
-    job_open, not_before, expire_seconds, expires_at)
-SELECT v.task_id, s.job_id, s.id, s.type, j.priority_rank, jobnik_position(v.seq),
+INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, turn, seq,
+    stage_open, job_open, not_before, expire_seconds, expires_at)
+SELECT v.task_id, s.job_id, s.id, s.type, j.priority_rank, v.turn, jobnik_position(v.seq),
     s.status IN {open},
     j.status IN {open}, v.not_before, s.schedule_to_start_seconds,
     CASE WHEN s.status IN {open} AND j.status IN {open} THEN {expiry} END
 FROM (VALUES (%(task_id)s::uuid, %(stage_id)s::uuid, %(seq)s::bigint, %(time)s::timestamptz,
-    %(not_before)s::timestamptz)) AS v(task_id, stage_id, seq, time, not_before)
+    %(not_before)s::timestamptz, %(turn)s::bigint))
+    AS v(task_id, stage_id, seq, time, not_before, turn)
 JOIN stages_v1 s ON s.id = v.stage_id JOIN jobs_v1 j ON j.id = s.job_id;
 
 -- name: file_event

@@ -23,7 +23,24 @@ SELECT * FROM tasks_v1 t WHERE t.id = ({next_in_queue});
 -- name: claim_tasks
 -- The next %(n)s dequeueable tasks of a stage type, in `claim_task`'s order.
 SELECT t.* FROM tasks_v1 t JOIN queue_v1 q ON q.task_id = t.id
-WHERE t.id IN ({next_batch_in_queue}) ORDER BY q.priority_rank, q.seq;
+WHERE t.id IN ({next_batch_in_queue}) ORDER BY q.priority_rank, q.turn, q.seq;
+
+-- name: queue_turns
+-- What the turns of a stage's tasks queued now depend on (domain/turns.py): its type's queue
+-- order, the first and last turns ready to dequeue at its job's priority (probes of
+-- queue_v1_next) and its own queued tasks' lowest and highest turns (of queue_v1_stage).
+SELECT l.queue_order,
+    (SELECT q.turn FROM queue_v1 q WHERE q.stage_type = s.type
+        AND q.priority_rank = j.priority_rank AND q.stage_open AND q.job_open
+        AND q.not_before IS NULL ORDER BY q.turn LIMIT 1) AS head,
+    (SELECT q.turn FROM queue_v1 q WHERE q.stage_type = s.type
+        AND q.priority_rank = j.priority_rank AND q.stage_open AND q.job_open
+        AND q.not_before IS NULL ORDER BY q.turn DESC LIMIT 1) AS tail,
+    (SELECT q.turn FROM queue_v1 q WHERE q.stage_id = s.id ORDER BY q.turn LIMIT 1) AS first,
+    (SELECT q.turn FROM queue_v1 q WHERE q.stage_id = s.id ORDER BY q.turn DESC LIMIT 1) AS last
+FROM stages_v1 s JOIN jobs_v1 j ON j.id = s.job_id
+    LEFT JOIN stage_type_limits_v1 l ON l.stage_type = s.type
+WHERE s.id = %(id)s;
 
 -- name: stage_at
 SELECT * FROM stages_v1 WHERE job_id = %(job_id)s AND stage_order = %(o)s;
@@ -215,28 +232,26 @@ SELECT name, fired, skipped, missed FROM schedules_v1 ORDER BY name;
 SELECT * FROM stage_type_limits_v1 WHERE id = %(id)s;
 
 -- name: limit_views
--- The limits in force, by stage type, each with its use: the type's tasks IN_PROGRESS (counted
+-- Stage types' limits, by stage type, each with its use: the type's tasks IN_PROGRESS (counted
 -- on an index), its queued ones (PENDING or RETRIED, from its stages' summaries) and the tokens
--- in its rate's bucket now; {where}: the filter (a stage type, or 1 = 1).
-SELECT l.stage_type, l.max_in_progress, l.rate_starts, l.rate_interval_seconds, l.updated_by,
-    l.reason, l.creation_time, l.update_time,
+-- in its rate's bucket now; {where}: the filter (a stage type, or those in force).
+SELECT l.stage_type, l.max_in_progress, l.rate_starts, l.rate_interval_seconds, l.queue_order,
+    l.updated_by, l.reason, l.creation_time, l.update_time,
     (SELECT count(*) FROM tasks_v1 t WHERE t.stage_type = l.stage_type
         AND t.status = 'IN_PROGRESS') AS in_progress,
     (SELECT COALESCE(SUM(m.pending + m.retried), 0) FROM stages_v1 s
         JOIN summaries_v1 m ON m.stage_id = s.id WHERE s.type = l.stage_type) AS queued,
     (SELECT {tokens} FROM jobnik_rate_buckets b WHERE b.stage_type = l.stage_type) AS tokens
 FROM stage_type_limits_v1 l
-WHERE (l.max_in_progress IS NOT NULL OR l.rate_starts IS NOT NULL) AND {where}
+WHERE {where}
 ORDER BY l.stage_type LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: limited_types_besides
 -- The stage types with a limit in force, one aside (their number is bounded).
-SELECT count(*) AS n FROM stage_type_limits_v1
-WHERE (max_in_progress IS NOT NULL OR rate_starts IS NOT NULL) AND stage_type <> %(t)s;
+SELECT count(*) AS n FROM stage_type_limits_v1 l WHERE {in_force} AND stage_type <> %(t)s;
 
 -- name: count_limits
-SELECT count(*) AS n FROM stage_type_limits_v1 l
-WHERE l.max_in_progress IS NOT NULL OR l.rate_starts IS NOT NULL;
+SELECT count(*) AS n FROM stage_type_limits_v1 l WHERE {in_force};
 
 -- name: spend_tokens
 -- After a claim of %(k)s tasks of stage type %(v)s: as many tokens leave its rate's bucket,

@@ -131,10 +131,11 @@ CREATE TABLE IF NOT EXISTS queue_v1 (
     job_open {bool} NOT NULL,
     not_before {time},
     expire_seconds INTEGER,
-    expires_at {time}
+    expires_at {time},
+    turn BIGINT NOT NULL DEFAULT 0
 );
 -- The claim's two probes (inline/queue.py): tasks ready now, and delayed ones by due time.
-CREATE INDEX IF NOT EXISTS queue_v1_next ON queue_v1 (stage_type, priority_rank, seq)
+CREATE INDEX IF NOT EXISTS queue_v1_next ON queue_v1 (stage_type, priority_rank, turn, seq)
     WHERE stage_open AND job_open AND not_before IS NULL;
 CREATE INDEX IF NOT EXISTS queue_v1_due ON queue_v1 (stage_type, not_before, seq)
     WHERE stage_open AND job_open AND not_before IS NOT NULL;
@@ -144,7 +145,7 @@ CREATE INDEX IF NOT EXISTS queue_v1_job ON queue_v1 (job_id);
 -- The sweeper's probe for queued tasks past their schedule-to-start limit (queries.sql:
 -- expired_queued); a row has an expiry only while it can be dequeued.
 CREATE INDEX IF NOT EXISTS queue_v1_expiry ON queue_v1 (expires_at) WHERE expires_at IS NOT NULL;
-CREATE INDEX IF NOT EXISTS queue_v1_stage ON queue_v1 (stage_id);
+CREATE INDEX IF NOT EXISTS queue_v1_stage ON queue_v1 (stage_id, turn);
 
 -- The task log: a row per append (its lines as a JSON array), keyed by its event's position.
 CREATE TABLE IF NOT EXISTS task_logs_v2 (
@@ -259,7 +260,8 @@ CREATE TABLE IF NOT EXISTS stage_type_limits_v1 (
     updated_by TEXT NOT NULL,
     reason TEXT,
     creation_time {time} NOT NULL,
-    update_time {time} NOT NULL
+    update_time {time} NOT NULL,
+    queue_order TEXT NOT NULL DEFAULT 'fifo'
 );
 CREATE TABLE IF NOT EXISTS jobnik_rate_buckets (
     stage_type TEXT PRIMARY KEY,

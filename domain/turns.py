@@ -1,0 +1,79 @@
+"""Queue order: the turn a queued task takes among its stage type's tasks of one priority.
+
+The claim takes a type's tasks by job priority, then by turn, then in the order they were
+queued (the log position). How turns are given is the type's queue order (its limits'
+`queue_order`, set by an operator):
+
+- **fifo** (the default): every task queued takes the turn of the last task waiting, so turns
+  never reorder anything and the queue is first in, first out;
+- **fair**: a stage's tasks take consecutive turns, its first at the turn of the task at the
+  head of the queue, so jobs of one priority take turns: one task of each, then the next of
+  each. A job of 10 tasks queued behind one of 10,000 waits about 10 rounds, not 10,000 tasks.
+
+A task queued again (retried, handed back, re-dispatched, rerun) takes its stage's next turn,
+as a new task does. A stage whose tasks waited while it was closed (not released yet) has them
+moved when it is released, so its first task is at the head: a stage's turns count from when
+it can run. The turns are worked out here, from what the session reads of the queue
+(`QueueTurns`), and written on the events that queue tasks, so a rebuild gives the same order.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple, Protocol
+from uuid import UUID
+
+FIFO: Final = "fifo"
+FAIR: Final = "fair"
+QUEUE_ORDERS: Final = (FIFO, FAIR)
+
+
+class QueueTurns(NamedTuple):
+    """What a stage's new turns depend on, read from the queue: its type's queue order, the
+    turns of the first and last tasks ready to dequeue at its job's priority (0: none), and
+    its own queued tasks' lowest and highest turns (None: none queued)."""
+
+    fair: bool = False
+    head: int = 0
+    tail: int = 0
+    first: int | None = None
+    last: int | None = None
+
+
+def first_turn(q: QueueTurns) -> int:
+    """The turn of the next task the stage queues."""
+    if not q.fair:
+        return q.tail
+    return q.head if q.last is None else max(q.head, q.last + 1)
+
+
+def release_shift(q: QueueTurns) -> int:
+    """How far a stage's queued tasks move as it is released: its first one to the head (0
+    under first in, first out, or with none queued)."""
+    if not q.fair or q.first is None:
+        return 0
+    return q.head - q.first
+
+
+class QueueReads(Protocol):
+    """The session's read of the queue that turns depend on (domain/ports.py: Session)."""
+
+    def queue_turns(self, stage_id: UUID) -> QueueTurns: ...
+
+
+class Turns:
+    """The turns one command gives: each stage's queue read once, its next turns counted on
+    from there (consecutive when fair, all the same under first in, first out)."""
+
+    def __init__(self, s: QueueReads) -> None:
+        self.s = s
+        self._next: dict[UUID, tuple[int, int]] = {}
+
+    def take(self, stage_id: UUID) -> int:
+        """The turn of the next task `stage_id` queues in this command."""
+        if stage_id in self._next:
+            turn, step = self._next[stage_id]
+        else:
+            q = self.s.queue_turns(stage_id)
+            turn, step = first_turn(q), int(q.fair)
+        self._next[stage_id] = (turn + step, step)
+        return turn

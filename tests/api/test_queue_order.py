@@ -1,0 +1,118 @@
+"""A stage type's queue order over HTTP: first in, first out by default; fair turns between the
+jobs of one priority once an operator sets it, each change an event; priority still first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobnik.domain.limits import limit_id
+
+from .conftest import Api, Json
+
+
+def set_order(api: Api, stage_type: str, order: str, **body: Any) -> Json:
+    r = api.http.put(f"/v1/limits/{stage_type}/order", json={"order": order, **body})
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def job_of(api: Api, stage_type: str, n: int, **job: Any) -> str:
+    """A job with one stage of `n` tasks of `stage_type`: its stage's id."""
+    made = api.create_job(**job)
+    stage = api.add_stage(made["id"], type=stage_type)
+    api.add_tasks(stage["id"], n)
+    return str(stage["id"])
+
+
+def taken(api: Api, stage_type: str, n: int, names: dict[str, str]) -> list[str]:
+    """Whose (by stage id in `names`) each of the next `n` dequeues of `stage_type` took."""
+    return [names[api.dequeue(stage_type)["stageId"]] for _ in range(n)]
+
+
+def test_first_in_first_out_is_the_default(api: Api) -> None:
+    big = job_of(api, "render", 4)
+    small = job_of(api, "render", 2)
+    assert taken(api, "render", 6, {big: "big", small: "small"}) == ["big"] * 4 + ["small"] * 2
+    assert api.http.get("/v1/limits").json() == {"total": 0, "items": []}
+
+
+def test_fair_order_takes_turns_between_the_jobs_of_one_priority(api: Api) -> None:
+    made = set_order(api, "render", "fair", reason="tenants share the farm")
+    assert (made["order"], made["room"], made["reason"]) == ("fair", 0, "tenants share the farm")
+    big = job_of(api, "render", 6)
+    names = {big: "big"}
+    assert taken(api, "render", 2, names) == ["big", "big"]
+    small = job_of(api, "render", 2)  # queued behind four of big's: it takes turns with them
+    names[small] = "small"
+    assert taken(api, "render", 6, names) == ["big", "small", "big", "small", "big", "big"]
+
+
+def test_priority_still_comes_first_under_fair_order(api: Api) -> None:
+    set_order(api, "render", "fair")
+    low = job_of(api, "render", 2, priority="LOW")
+    high = job_of(api, "render", 2, priority="HIGH")
+    other = job_of(api, "render", 1, priority="HIGH")
+    names = {low: "low", high: "high", other: "other"}
+    assert taken(api, "render", 5, names) == ["high", "other", "high", "low", "low"]
+
+
+def test_a_retried_task_takes_its_jobs_next_turn(api: Api) -> None:
+    set_order(api, "render", "fair")
+    a = job_of(api, "render", 2, name="job-a")
+    b = job_of(api, "render", 2, name="job-b")
+    first = api.dequeue("render")
+    assert first["stageId"] == a
+    r = api.http.put(f"/v1/tasks/{first['id']}/status", json={"status": "FAILED"})
+    assert (r.status_code, r.json()["status"]) == (200, "RETRIED"), r.text
+    # a's other task and b's two are ahead of the retry, which goes after a's last turn
+    assert taken(api, "render", 4, {a: "a", b: "b"}) == ["b", "a", "b", "a"]
+
+
+def test_a_stage_released_later_starts_at_the_head_of_the_queue(api: Api) -> None:
+    set_order(api, "render", "fair")
+    two = api.create_job(name="two-stages")
+    first = api.add_stage(two["id"], type="prepare")
+    api.add_tasks(first["id"], 1)
+    later = api.add_stage(two["id"], type="render")  # waits for `first`: its tasks are closed
+    api.add_tasks(later["id"], 3)
+    busy = job_of(api, "render", 8)
+    names = {busy: "busy", later["id"]: "two"}
+    assert taken(api, "render", 4, names) == ["busy"] * 4
+    api.report(api.dequeue("prepare")["id"], "COMPLETED")  # releases `later`
+    # its turns moved to the head (its tasks were queued first: first of each turn), so it
+    # alternates with busy instead of taking its three turns from before busy's first
+    assert taken(api, "render", 6, names) == ["two", "busy", "two", "busy", "two", "busy"]
+
+
+def test_the_order_is_changed_each_change_an_event_and_fifo_leaves_the_list(api: Api) -> None:
+    set_order(api, "render", "fair")
+    with api.nothing_written():
+        set_order(api, "render", "fair")  # the order it has: nothing recorded
+    listed = api.http.get("/v1/limits").json()
+    assert [(v["stageType"], v["order"]) for v in listed["items"]] == [("render", "fair")]
+    set_order(api, "render", "fifo", reason="back to Jobnik's order")
+    assert api.events_of(str(limit_id("render"))) == [
+        "LimitsCreated",
+        "QueueOrderSet",
+        "QueueOrderSet",
+    ]
+    assert api.http.get("/v1/limits").json()["total"] == 0
+    assert api.http.get("/v1/limits/render").json()["order"] == "fifo"
+
+
+def test_a_bad_order_is_refused_and_writes_nothing(api: Api) -> None:
+    for body in ({"order": "random"}, {"order": 1}, {}, {"order": "fair", "extra": 1}):
+        with api.nothing_written():
+            r = api.http.put("/v1/limits/render/order", json=body)
+        assert (r.status_code, set(r.json())) == (400, {"message", "code"}), r.text
+    with api.nothing_written():
+        r = api.http.put(f"/v1/limits/{'x' * 51}/order", json={"order": "fair"})
+    assert r.status_code == 400, r.text
+
+
+def test_the_queues_show_each_types_order(api: Api) -> None:
+    job_of(api, "render", 1)
+    job_of(api, "encode", 1)
+    set_order(api, "render", "fair")
+    items = api.http.get("/v1/queues").json()["items"]
+    assert {q["stageType"]: q["order"] for q in items} == {"encode": "fifo", "render": "fair"}
