@@ -61,7 +61,7 @@ def fig_fairness(ctx: Ctx) -> None:
                 rates[fair].append(got.rate)
                 waits[fair].append(max(done) - start)
     note = f"{SMALL} tasks behind {big:,}, {K} threads, best of {ROUNDS} alternated runs each"
-    f = ctx.add(
+    ctx.add(
         "small job done, fair order",
         min(waits[True]),
         min(waits[False]),
@@ -73,6 +73,7 @@ def fig_fairness(ctx: Ctx) -> None:
     ctx.goal(
         "small job done sooner under fair order",
         min(waits[True]) < min(waits[False]),
-        f"{min(waits[True]):.3f} s against {min(waits[False]):.3f} s ({f.ratio:.0%})",
+        f"{min(waits[True]):.3f} s against {min(waits[False]):.3f} s "
+        f"({min(waits[False]) / max(min(waits[True]), 1e-9):,.0f}x sooner)",
     )
     ctx.share("engine lifecycle, fair order", rates, "first in, first out", note, GOAL)

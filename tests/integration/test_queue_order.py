@@ -58,3 +58,24 @@ def test_fair_turns_live_and_in_a_rebuild(store: SqlStore) -> None:
         "big",  # turn 4
         "big",  # the retry, at big's next turn (5)
     ]
+
+
+def test_a_stage_released_later_moves_to_the_head_live_and_in_a_rebuild(store: SqlStore) -> None:
+    app = Jobnik(store)
+    LimitCommands(store, app.clock).set_order("fair-m", "fair", reason="share")
+    two = app.create_job(NewJob(name="two", data={}))
+    prepare = app.add_stage(two.id, NewStage(type="fair-q", data={}))
+    app.add_tasks(prepare.id, [NewTask(data={})])
+    later = app.add_stage(two.id, NewStage(type="fair-m", data={}))
+    app.add_tasks(later.id, [NewTask(data={}) for _ in range(2)])  # turns 0, 1, closed
+    busy = stage_of(app, "fair-m", 5)  # turns 0 to 4
+    assert [app.dequeue("fair-m").stage_id for _ in range(3)] == [busy] * 3
+    app.report_task(app.dequeue("fair-q").id, TaskStatus.COMPLETED)  # moves later's to 3, 4
+
+    live = snapshot(store)
+    rebuild(store)
+    assert snapshot(store) == live
+    assert verify(store) == []
+
+    claimed = [t.stage_id for t in app.dequeue_batch("fair-m", 4)]
+    assert claimed == [later.id, busy, later.id, busy]  # (later's were queued first)
