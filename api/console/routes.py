@@ -17,16 +17,20 @@ from jobnik.api.console.render import page
 from jobnik.api.console.search import search as find
 from jobnik.api.cookies import clear_token_cookie, same_origin, set_token_cookie
 from jobnik.api.deps import AuditDep, ViewsDep
+from jobnik.api.limit_schemas import LimitOut
 from jobnik.api.permissions import authorize, needs
 from jobnik.api.routes.activity import ActivityDep, NowDep
 from jobnik.api.routes.archives import ArchiverDep
 from jobnik.api.routes.catchup import CatchUpDep
 from jobnik.domain.errors import Forbidden, InvalidRequest, JobNotFound, Unauthenticated
+from jobnik.domain.limits import MAX_LIMITED_TYPES
 from jobnik.domain.principals import Permission
 from jobnik.projections.queries.lookup import Lookup
 from jobnik.projections.queries.timetravel import AsOf
 
 READ = needs(Permission.READ)
+LIMITS = 100  # stage types' limits shown a page (at most MAX_LIMITED_TYPES have any)
+LIMIT_PAGES = -(-MAX_LIMITED_TYPES // LIMITS)
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(authorize)])
 entry = APIRouter(prefix="/ui", include_in_schema=False)  # public: signing in and out
 Page = Annotated[int, Query(ge=1, le=10**9)]
@@ -100,12 +104,22 @@ def queues(
     activity: ActivityDep,
     now: NowDep,
     page_number: Annotated[int, Query(alias="page", ge=1, le=10**9)] = 1,
+    limits_page: Annotated[int, Query(alias="limits", ge=1, le=LIMIT_PAGES)] = 1,
 ) -> Response:
-    """Each stage type's last hour charted (the activity projection); queues per stage type and
-    stuck work, polled by the page's script from `/v1`."""
+    """Each stage type's last hour charted (the activity projection); the stage types' limits
+    and queue orders (`limits`: which page of them), changed from the page by operators; queues
+    per stage type and stuck work, polled by the page's script from `/v1`."""
     context = pages.queues_page(activity, now, page_number)
+    total, limits = request.app.state.limit_views.page((limits_page - 1) * LIMITS, LIMITS)
     page_size = request.app.state.settings.max_page_size
-    return page(request, "queues.html", page_size=page_size, **context)
+    return page(
+        request,
+        "queues.html",
+        page_size=page_size,
+        limits=[LimitOut.of(v) for v in limits],
+        limits_paged=pages.Paged(limits_page, total, LIMITS),
+        **context,
+    )
 
 
 @router.get("/search", openapi_extra=READ)

@@ -165,4 +165,4 @@ def set_order(
     queue, so a small job queued behind a large one runs alongside it instead of after it. Tasks
     queued before the change keep their turns; `reason` is recorded on the event."""
     limits.set_order(stage_type, body.order, by=by, reason=body.reason)
-    return LimitOut.of(views.get(stage_type))
+    return LimitOut.of(views.get(stage_type, in_force=False))  # (fifo alone is not in force)

@@ -92,10 +92,10 @@ class LimitViews:
             )
         return int(total["n"]) if total else 0, [_view(r) for r in rows]
 
-    def get(self, stage_type: str) -> LimitView:
-        """`stage_type`'s limits (none in force, when they were removed); LimitNotFound when
-        none was ever set."""
-        where = f"l.stage_type = {self.d.param('t')}"
+    def get(self, stage_type: str, *, in_force: bool = True) -> LimitView:
+        """`stage_type`'s limits; LimitNotFound when it has none in force (or, with `in_force`
+        false, when none was ever set)."""
+        where = f"l.stage_type = {self.d.param('t')}" + (f" AND {IN_FORCE}" if in_force else "")
         params = {"t": stage_type, "limit": 1, "offset": 0}
         with self.store.cursor(write=False) as cur:
             row = cur.one(self.d.sql("limit_views", where=where), params)

@@ -97,7 +97,7 @@ def test_the_order_is_changed_each_change_an_event_and_fifo_leaves_the_list(api:
         "QueueOrderSet",
     ]
     assert api.http.get("/v1/limits").json()["total"] == 0
-    assert api.http.get("/v1/limits/render").json()["order"] == "fifo"
+    assert api.http.get("/v1/limits/render").json()["code"] == "LIMIT_NOT_FOUND"
 
 
 def test_a_bad_order_is_refused_and_writes_nothing(api: Api) -> None:

@@ -40,6 +40,11 @@ def test_the_sdk_and_the_command_line_set_list_and_remove_a_limit(
     unrated = cli.invoke(app, ["limits", "unrate", "encode", *url])
     assert unrated.exit_code == 0, unrated.output
     assert producer.limit("encode").rate_starts is None
+    fair = cli.invoke(app, ["limits", "order", "encode", "fair", "--reason", "share", *url])
+    assert fair.exit_code == 0, fair.output
+    assert "encode  order fair" in fair.output
+    assert producer.set_order("encode", "fifo").order == "fifo"
+    assert producer.limit("encode").order == "fifo"
     bad = cli.invoke(app, ["limits", "set", "encode", "0", *url])
     assert bad.exit_code == 1
     assert "INVALID_LIMIT" in bad.output

@@ -153,16 +153,19 @@ def test_rebuilt_limits_equal_their_live_twins_and_verify_is_clean(
 # -- under concurrency -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize(("batch", "order"), [(1, "fifo"), (3, "fifo"), (1, "fair"), (3, "fair")])
 def test_eight_concurrent_claimers_never_exceed_the_limit_and_leave_nothing_behind(
-    store: SqlStore, jobnik: Jobnik, limits: LimitCommands, batch: int
+    store: SqlStore, jobnik: Jobnik, limits: LimitCommands, batch: int, order: str
 ) -> None:
     """8 threads claim (one task or a batch), hold, and complete until the queue is empty;
     meanwhile a watcher reads the database's count of tasks in progress. Neither the claimers'
     own count (which never exceeds the database's: it rises after a claim commits and falls
-    before a report) nor the database's ever exceeds the limit, and every task completes."""
+    before a report) nor the database's ever exceeds the limit, and every task completes; in
+    either queue order (fair: four jobs take turns)."""
     limit, total = 3, 40
-    queue(jobnik, "render", total)
+    limits.set_order("render", order, by=OPS)
+    for _ in range(4):
+        queue(jobnik, "render", total // 4)
     limits.set("render", limit, by=OPS)
     lock = threading.Lock()
     held = {"now": 0, "most": 0, "done": 0}
@@ -221,13 +224,16 @@ def test_eight_concurrent_claimers_never_exceed_the_limit_and_leave_nothing_behi
     assert in_progress(store, "render") == 0
 
 
+@pytest.mark.parametrize("order", ["fifo", "fair"])
 def test_a_claim_succeeds_exactly_when_a_task_is_queued_and_the_limit_has_room(
-    jobnik: Jobnik, limits: LimitCommands
+    jobnik: Jobnik, limits: LimitCommands, order: str
 ) -> None:
     """A random walk of claims, batches, reports and limit changes against a model: each claim
-    takes min(asked, queued, room) tasks, never fewer (no eligible task is left unclaimed)."""
+    takes min(asked, queued, room) tasks, never fewer (no eligible task is left unclaimed), in
+    either queue order (three jobs' tasks)."""
     rng = random.Random(7)
-    queued = {t.id for t in queue(jobnik, "render", 30)}
+    limits.set_order("render", order, by=OPS)
+    queued = {t.id for _ in range(3) for t in queue(jobnik, "render", 10)}
     running: set[Any] = set()
     limit: int | None = None
     for _ in range(120):

@@ -1,6 +1,7 @@
 """The console's retention page on both backends: the policy and each name's own period, the
 jobs archived last, one job's archive record by id, and an archived job's page sending there;
-the forms that change a period are an operator's."""
+the forms that change a period are an operator's; so are the queues page's, which set a stage
+type's queue order."""
 
 from __future__ import annotations
 
@@ -109,4 +110,31 @@ def test_an_operator_gives_a_name_a_period_and_takes_it_back_from_the_page(
     assert [(e["reason"], e["payload"]["periodSeconds"]) for e in changes] == [
         ("maps are big", 7 * 86400),
         ("back to the default", None),
+    ]
+
+
+def test_an_operator_makes_a_stage_type_take_turns_and_back_from_the_queues_page(
+    database_url: str, spawn_server: SpawnServer, page: Page
+) -> None:
+    server = spawn_server(database_url, env={"JOBNIK_SWEEP_INTERVAL": "0"})
+    page.goto(f"{server.url}/ui/queues")
+    expect(page.locator("table.limits")).to_contain_text("No stage type has a limit")
+
+    page.get_by_role("textbox", name="Stage type").fill("render farm")
+    page.get_by_role("button", name="Take turns…").click()
+    dialog = page.locator("dialog#confirm")
+    dialog.get_by_label("Reason (recorded on the event)").fill("tenants share")
+    dialog.get_by_role("button", name="Confirm").click()
+    expect(dialog).to_be_hidden()
+    row = page.locator('tr[data-stage-type="render farm"]')
+    expect(row.locator("td.order")).to_have_text("fair")
+
+    confirm(page, "First in, first out", "back to Jobnik's order")
+    expect(page.locator('tr[data-stage-type="render farm"]')).to_have_count(0)
+    changes = httpx.get(
+        f"{server.url}/v1/events", params={"type": "QueueOrderSet"}, timeout=10
+    ).json()["items"]
+    assert [(e["reason"], e["payload"]["order"]) for e in changes] == [
+        ("tenants share", "fair"),
+        ("back to Jobnik's order", "fifo"),
     ]

@@ -104,6 +104,7 @@ function request(button, reason) {
   let url = button.dataset.url;
   // (a name typed on the page completes the URL: a retention period for a new job name)
   if (button.dataset.nameFrom) url += encodeURIComponent(document.querySelector(button.dataset.nameFrom).value.trim());
+  if (button.dataset.urlTail) url += button.dataset.urlTail;  // (after the name: /v1/limits/NAME/order)
   if (init.method === "DELETE") {
     url += "?reason=" + encodeURIComponent(reason);
   } else {
