@@ -267,7 +267,9 @@ class SqlSession:
         return summary_from_row(rows[0]) if rows else Summary()
 
     def queue_turns(self, stage_id: UUID) -> QueueTurns:
-        rows = self._rows("queue_turns", id=self.d.dump("id", stage_id))
+        """Read as claims read, before the writer lock: a turn orders the queue, it decides no
+        rule (two commands reading the same head give their tasks the same turns)."""
+        rows = self.cur.all(self.d.sql("queue_turns"), {"id": self.d.dump("id", stage_id)})
         if not rows:
             return QueueTurns()
         r = rows[0]
