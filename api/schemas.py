@@ -37,6 +37,7 @@ from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
+from jobnik.domain.turns import FAIRNESS_KEY_MAX
 from jobnik.projections.queries.results import JobView, StageView
 from jobnik.projections.queries.timetravel import in_utc
 
@@ -247,6 +248,14 @@ class CreateJob(Delayable):
     parent_task_id: UUID | None = Field(
         default=None,
         description="jobnik: the running task this child job is delegated from",
+    )
+    fairness_key: str | None = Field(
+        default=None,
+        # (documented bounds; the domain checks them, answering 400 INVALID_FAIRNESS_KEY)
+        json_schema_extra={"minLength": 1, "maxLength": FAIRNESS_KEY_MAX},
+        description="jobnik: at a stage type whose queue order is fair, the jobs of one key "
+        "(a tenant, say) take their turns as one (1 to 100 characters; else 400 "
+        "INVALID_FAIRNESS_KEY)",
     )
 
 
@@ -525,6 +534,9 @@ class JobOut(OutModel):
     schedule_to_start_seconds: int | None = Field(
         default=None, description="jobnik: its stages' default schedule-to-start limit"
     )
+    fairness_key: str | None = Field(
+        default=None, description="jobnik: the jobs it takes turns with as one"
+    )
 
     @classmethod
     def of(cls, job: Job | JobView) -> JobOut:
@@ -553,4 +565,5 @@ class JobOut(OutModel):
             retry_policy=RetryPolicyIn.of(j.retry_policy),
             deadline=j.deadline,
             schedule_to_start_seconds=j.schedule_to_start_seconds,
+            fairness_key=j.fairness_key,
         )

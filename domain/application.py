@@ -41,6 +41,7 @@ class NewJob:
     retry_policy: RetryPolicy | None = None  # its stages' default
     deadline: datetime | None = None  # it fails if it has not ended by then
     schedule_to_start_seconds: int | None = None  # its stages' default
+    fairness_key: str | None = None  # its tasks take turns as one with this key's other jobs'
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, To
                 retry_policy=new.retry_policy,
                 deadline=new.deadline,
                 schedule_to_start_seconds=new.schedule_to_start_seconds,
+                fairness_key=new.fairness_key,
             )
             s.save(job)
         return job

@@ -476,6 +476,12 @@ class InvalidNotBefore(InvalidRequest):
     code = "INVALID_NOT_BEFORE"
 
 
+class InvalidFairnessKey(InvalidRequest):
+    """fairnessKey is 1 to 100 characters"""
+
+    code = "INVALID_FAIRNESS_KEY"
+
+
 class InvalidScheduleToStart(InvalidRequest):
     """scheduleToStartSeconds is a whole number of seconds from 1 to 10,000,000"""
 

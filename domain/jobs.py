@@ -26,6 +26,7 @@ from jobnik.domain.statuses import (
     Priority,
 )
 from jobnik.domain.statuses import JobStatus as S
+from jobnik.domain.turns import check_fairness_key
 
 
 class Job(Entity):
@@ -58,6 +59,7 @@ class Job(Entity):
         retry_policy: dict[str, float] | None
         deadline: datetime | None
         schedule_to_start_seconds: int | None
+        fairness_key: str | None
 
     class JobCreated(Entity.Created):
         """`mode`: runOnce or standard; `parent_task_id`: the delegating task."""
@@ -80,6 +82,8 @@ class Job(Entity):
         deadline: datetime | None = field(default=None, kw_only=True)  # fails unfinished then
         # Its stages' default schedule-to-start limit, in seconds (None: none).
         schedule_to_start_seconds: int | None = field(default=None, kw_only=True)
+        # Its tasks take turns with the other jobs of this key as one (domain/turns.py).
+        fairness_key: str | None = field(default=None, kw_only=True)
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -90,6 +94,7 @@ class Job(Entity):
             job.not_before, job.retry_policy = self.not_before, self.retry_policy
             job.deadline = self.deadline
             job.schedule_to_start_seconds = self.schedule_to_start_seconds
+            job.fairness_key = self.fairness_key
             job.name, job.data, job.priority = self.name, self.data, self.priority
             job.user_metadata = self.user_metadata
             job.traceparent, job.tracestate = self.traceparent, self.tracestate
@@ -257,9 +262,11 @@ class Job(Entity):
         retry_policy: RetryPolicy | None = None,
         deadline: datetime | None = None,
         schedule_to_start_seconds: int | None = None,
+        fairness_key: str | None = None,
     ) -> Job:
         check_deadline(deadline, now)
         check_schedule_to_start(schedule_to_start_seconds)
+        check_fairness_key(fairness_key)
         return cls._create(
             cls.JobCreated,
             id=id or uuid4(),
@@ -279,6 +286,7 @@ class Job(Entity):
             retry_policy=None if retry_policy is None else retry_policy.to_dict(),
             deadline=deadline,
             schedule_to_start_seconds=schedule_to_start_seconds,
+            fairness_key=fairness_key,
         )
 
     @property

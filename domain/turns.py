@@ -9,6 +9,8 @@ queued (the log position). How turns are given is the type's queue order (its li
 - **fair**: a stage's tasks take consecutive turns, its first at the turn of the task at the
   head of the queue, so jobs of one priority take turns: one task of each, then the next of
   each. A job of 10 tasks queued behind one of 10,000 waits about 10 rounds, not 10,000 tasks.
+  Jobs that share a fairness key (a tenant, say) take their turns as one: a tenant with ten jobs
+  gets the share of a tenant with one.
 
 A task queued again (retried, handed back, re-dispatched, rerun) takes its stage's next turn,
 as a new task does. A stage whose tasks waited while it was closed (not released yet) has them
@@ -22,15 +24,25 @@ from __future__ import annotations
 from typing import Final, NamedTuple, Protocol
 from uuid import UUID
 
+from jobnik.domain.errors import InvalidFairnessKey
+
+FAIRNESS_KEY_MAX: Final = 100  # characters of a job's fairness key
 FIFO: Final = "fifo"
 FAIR: Final = "fair"
 QUEUE_ORDERS: Final = (FIFO, FAIR)
 
 
+def check_fairness_key(key: str | None) -> None:
+    """InvalidFairnessKey unless `key` is None or 1 to FAIRNESS_KEY_MAX characters."""
+    if key is not None and not (isinstance(key, str) and 1 <= len(key) <= FAIRNESS_KEY_MAX):
+        raise InvalidFairnessKey(f"fairnessKey is 1 to {FAIRNESS_KEY_MAX} characters")
+
+
 class QueueTurns(NamedTuple):
     """What a stage's new turns depend on, read from the queue: its type's queue order, the
     turns of the first and last tasks ready to dequeue at its job's priority (0: none), and
-    its own queued tasks' lowest and highest turns (None: none queued)."""
+    its own queued tasks' lowest turn and the highest of its own, or of its job's fairness
+    key's at its type (None: none queued)."""
 
     fair: bool = False
     head: int = 0

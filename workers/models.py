@@ -110,6 +110,7 @@ class Job:
     data: dict[str, Any]
     user_metadata: dict[str, Any]
     percentage: int
+    fairness_key: str | None = None  # the jobs it takes turns with as one (a fair queue order)
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Job:
@@ -121,6 +122,7 @@ class Job:
             data=body.get("data") or {},
             user_metadata=body.get("userMetadata") or {},
             percentage=body.get("percentage", 0),
+            fairness_key=body.get("fairnessKey"),
         )
 
 

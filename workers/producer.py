@@ -40,13 +40,15 @@ class Producer:
         retry_policy: RetryPolicy | None = None,
         deadline: datetime | None = None,
         schedule_to_start_seconds: int | None = None,
+        fairness_key: str | None = None,
     ) -> Job:
         """`mode`: "runOnce" (default) or "standard" (open until `finish`); `parent_task_id`:
         a child job of that running task (see TaskContext.create_child_job); `not_before` (an
         aware datetime): its tasks are not dequeued before it; `retry_policy`: its stages'
         default (else the server's); `deadline`: it fails if it has not ended by then;
         `schedule_to_start_seconds`: its stages' default for how long a queued task may wait
-        to be dequeued before it expires (fails, cause "expired")."""
+        to be dequeued before it expires (fails, cause "expired"); `fairness_key`: at a stage
+        type whose queue order is fair, the jobs of one key take their turns as one."""
         body: dict[str, Any] = {
             "name": name,
             "data": dict(data),
@@ -58,6 +60,8 @@ class Producer:
             body["mode"] = mode
         if parent_task_id is not None:
             body["parentTaskId"] = parent_task_id
+        if fairness_key is not None:
+            body["fairnessKey"] = fairness_key
         return Job.from_json(self.client.post("/v1/jobs", body))
 
     def finish(self, job_id: str) -> Job:

@@ -148,6 +148,7 @@ def create_job(
         user_metadata=body.user_metadata,
         mode=body.mode,
         parent_task_id=body.parent_task_id,
+        fairness_key=body.fairness_key,
         **body.timing(),
         **body.trace(incoming),  # type: ignore[arg-type]
     )

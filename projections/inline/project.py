@@ -92,6 +92,7 @@ def _job_created(e: Job.JobCreated, _: int) -> list[Op]:
                 "retry_policy": e.retry_policy,
                 "deadline": e.deadline,
                 "schedule_to_start_seconds": e.schedule_to_start_seconds,
+                "fairness_key": e.fairness_key,
             },
         )
     ]

@@ -57,6 +57,7 @@ def queue_row(
         "not_before": not_before,
         "expire_seconds": stage.get("schedule_to_start_seconds"),
         "expires_at": None,
+        "fairness_key": job.get("fairness_key"),
     }
     row["expires_at"] = expiry(row, {}, time, restart=True)
     return row

@@ -116,3 +116,23 @@ def test_the_queues_show_each_types_order(api: Api) -> None:
     set_order(api, "render", "fair")
     items = api.http.get("/v1/queues").json()["items"]
     assert {q["stageType"]: q["order"] for q in items} == {"encode": "fifo", "render": "fair"}
+
+
+def test_jobs_of_one_fairness_key_take_their_turns_as_one(api: Api) -> None:
+    set_order(api, "render", "fair")
+    a1 = job_of(api, "render", 3, fairnessKey="tenant-a")
+    a2 = job_of(api, "render", 3, fairnessKey="tenant-a")
+    b = job_of(api, "render", 3, fairnessKey="tenant-b")
+    names = {a1: "a", a2: "a", b: "b"}
+    # tenant a's six tasks take six turns, not two jobs' worth of three: b gets half
+    assert taken(api, "render", 6, names) == ["a", "b", "a", "b", "a", "b"]
+    got = api.http.get(f"/v1/stages/{a2}").json()
+    job = api.http.get(f"/v1/jobs/{got['jobId']}").json()
+    assert job["fairnessKey"] == "tenant-a"
+
+
+def test_a_bad_fairness_key_is_refused_and_writes_nothing(api: Api) -> None:
+    for key in ("", "k" * 101):
+        with api.nothing_written():
+            r = api.http.post("/v1/jobs", json={"name": "keyed", "data": {}, "fairnessKey": key})
+        assert (r.status_code, r.json()["code"]) == (400, "INVALID_FAIRNESS_KEY"), r.text

@@ -45,6 +45,8 @@ def test_the_sdk_and_the_command_line_set_list_and_remove_a_limit(
     assert "encode  order fair" in fair.output
     assert producer.set_order("encode", "fifo").order == "fifo"
     assert producer.limit("encode").order == "fifo"
+    keyed = producer.create_job("tenant work", {}, fairness_key="tenant-a")
+    assert keyed.fairness_key == "tenant-a"
     bad = cli.invoke(app, ["limits", "set", "encode", "0", *url])
     assert bad.exit_code == 1
     assert "INVALID_LIMIT" in bad.output

@@ -79,3 +79,21 @@ def test_a_stage_released_later_moves_to_the_head_live_and_in_a_rebuild(store: S
 
     claimed = [t.stage_id for t in app.dequeue_batch("fair-m", 4)]
     assert claimed == [later.id, busy, later.id, busy]  # (later's were queued first)
+
+
+def test_fairness_keys_live_and_in_a_rebuild(store: SqlStore) -> None:
+    app = Jobnik(store)
+    LimitCommands(store, app.clock).set_order("fair-k", "fair", reason="tenants")
+    names = {}
+    for tenant, n in (("a", 3), ("a", 3), ("b", 3)):
+        job = app.create_job(NewJob(name="keyed", data={}, fairness_key=f"tenant-{tenant}"))
+        stage = app.add_stage(job.id, NewStage(type="fair-k", data={}))
+        app.add_tasks(stage.id, [NewTask(data={}) for _ in range(n)])
+        names[stage.id] = tenant
+
+    live = snapshot(store)
+    rebuild(store)
+    assert snapshot(store) == live
+    assert verify(store) == []
+    claimed = [names[t.stage_id] for t in app.dequeue_batch("fair-k", 9)]
+    assert claimed == ["a", "b"] * 3 + ["a"] * 3

@@ -179,12 +179,22 @@ class Tables:
             and r["not_before"] is None
         ]
         own = [r["turn"] for r in self.rows[QUEUE] if r["stage_id"] == stage_id]
+        key = job.get("fairness_key")
+        last = (
+            own
+            if key is None
+            else [
+                r["turn"]
+                for r in self.rows[QUEUE]
+                if r["stage_type"] == stage["type"] and r["fairness_key"] == key
+            ]
+        )
         return QueueTurns(
             limits is not None and limits["queue_order"] == FAIR,
             min(ready, default=0),
             max(ready, default=0),
             min(own, default=None),
-            max(own, default=None),
+            max(last, default=None),
         )
 
     def room(self, stage_type: str, n: int) -> int:

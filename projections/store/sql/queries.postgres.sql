@@ -118,11 +118,11 @@ SELECT pg_advisory_unlock(%(key)s);
 -- from its stage and job rows; its expiry as inline/queue.py's `expiry` works it out.
 -- VALUES: a batch of tasks becomes one statement.
 INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, turn, seq,
-    stage_open, job_open, not_before, expire_seconds, expires_at)
+    stage_open, job_open, not_before, expire_seconds, expires_at, fairness_key)
 SELECT v.task_id, s.job_id, s.id, s.type, j.priority_rank, v.turn, jobnik_position(v.seq),
     s.status IN {open},
     j.status IN {open}, v.not_before, s.schedule_to_start_seconds,
-    CASE WHEN s.status IN {open} AND j.status IN {open} THEN {expiry} END
+    CASE WHEN s.status IN {open} AND j.status IN {open} THEN {expiry} END, j.fairness_key
 FROM (VALUES (%(task_id)s::uuid, %(stage_id)s::uuid, %(seq)s::bigint, %(time)s::timestamptz,
     %(not_before)s::timestamptz, %(turn)s::bigint))
     AS v(task_id, stage_id, seq, time, not_before, turn)

@@ -28,7 +28,8 @@ WHERE t.id IN ({next_batch_in_queue}) ORDER BY q.priority_rank, q.turn, q.seq;
 -- name: queue_turns
 -- What the turns of a stage's tasks queued now depend on (domain/turns.py): its type's queue
 -- order, the first and last turns ready to dequeue at its job's priority (probes of
--- queue_v1_next) and its own queued tasks' lowest and highest turns (of queue_v1_stage).
+-- queue_v1_next), its own queued tasks' lowest turn (of queue_v1_stage), and the highest of its
+-- own or, when its job has a fairness key, of that key's at its type (queue_v1_fairness).
 SELECT l.queue_order,
     (SELECT q.turn FROM queue_v1 q WHERE q.stage_type = s.type
         AND q.priority_rank = j.priority_rank AND q.stage_open AND q.job_open
@@ -37,7 +38,10 @@ SELECT l.queue_order,
         AND q.priority_rank = j.priority_rank AND q.stage_open AND q.job_open
         AND q.not_before IS NULL ORDER BY q.turn DESC LIMIT 1) AS tail,
     (SELECT q.turn FROM queue_v1 q WHERE q.stage_id = s.id ORDER BY q.turn LIMIT 1) AS first,
-    (SELECT q.turn FROM queue_v1 q WHERE q.stage_id = s.id ORDER BY q.turn DESC LIMIT 1) AS last
+    CASE WHEN j.fairness_key IS NULL
+        THEN (SELECT q.turn FROM queue_v1 q WHERE q.stage_id = s.id ORDER BY q.turn DESC LIMIT 1)
+        ELSE (SELECT q.turn FROM queue_v1 q WHERE q.stage_type = s.type
+            AND q.fairness_key = j.fairness_key ORDER BY q.turn DESC LIMIT 1) END AS last
 FROM stages_v1 s JOIN jobs_v1 j ON j.id = s.job_id
     LEFT JOIN stage_type_limits_v1 l ON l.stage_type = s.type
 WHERE s.id = %(id)s;

@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS jobs_v1 (
     not_before {time},
     retry_policy {json},
     deadline {time},
-    schedule_to_start_seconds INTEGER
+    schedule_to_start_seconds INTEGER,
+    fairness_key TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_v1_name ON jobs_v1 (name);
 CREATE INDEX IF NOT EXISTS jobs_v1_creation_time ON jobs_v1 (creation_time);
@@ -132,7 +133,8 @@ CREATE TABLE IF NOT EXISTS queue_v1 (
     not_before {time},
     expire_seconds INTEGER,
     expires_at {time},
-    turn BIGINT NOT NULL DEFAULT 0
+    turn BIGINT NOT NULL DEFAULT 0,
+    fairness_key TEXT
 );
 -- The claim's two probes (inline/queue.py): tasks ready now, and delayed ones by due time.
 CREATE INDEX IF NOT EXISTS queue_v1_next ON queue_v1 (stage_type, priority_rank, turn, seq)
@@ -146,6 +148,9 @@ CREATE INDEX IF NOT EXISTS queue_v1_job ON queue_v1 (job_id);
 -- expired_queued); a row has an expiry only while it can be dequeued.
 CREATE INDEX IF NOT EXISTS queue_v1_expiry ON queue_v1 (expires_at) WHERE expires_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS queue_v1_stage ON queue_v1 (stage_id, turn);
+-- A fairness key's last turn at a stage type (queries.sql: queue_turns).
+CREATE INDEX IF NOT EXISTS queue_v1_fairness ON queue_v1 (stage_type, fairness_key, turn)
+    WHERE fairness_key IS NOT NULL;
 
 -- The task log: a row per append (its lines as a JSON array), keyed by its event's position.
 CREATE TABLE IF NOT EXISTS task_logs_v2 (

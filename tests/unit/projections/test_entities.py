@@ -153,6 +153,7 @@ def test_job_created_inserts_a_pending_job_row() -> None:
                 "retry_policy": None,
                 "deadline": None,
                 "schedule_to_start_seconds": None,
+                "fairness_key": None,
             },
         )
     ]
