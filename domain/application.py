@@ -21,7 +21,7 @@ from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.sweeps import SweepCommands
 from jobnik.domain.tasks import Task
-from jobnik.domain.turns import Turns, release_shift
+from jobnik.domain.turns import Turns, shift_on_release
 from jobnik.domain.work import NO_TRACE
 
 __all__ = ["NO_TRACE", "Jobnik", "NewJob", "NewStage", "NewTask", "utcnow"]
@@ -243,7 +243,7 @@ class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, To
         with self._write() as s:
             stage = s.stage(stage_id)
             previous = self._normal_before(s, s.job(stage.job_id), stage.order)
-            stage.release(previous, self.clock(), by, shift=release_shift(s.queue_turns(stage.id)))
+            stage.release(previous, self.clock(), by, shift=shift_on_release(s, stage.id)())
             s.save(stage)
         return stage
 

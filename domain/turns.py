@@ -21,6 +21,7 @@ it can run. The turns are worked out here, from what the session reads of the qu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, NamedTuple, Protocol
 from uuid import UUID
 
@@ -70,6 +71,11 @@ class QueueReads(Protocol):
     """The session's read of the queue that turns depend on (domain/ports.py: Session)."""
 
     def queue_turns(self, stage_id: UUID) -> QueueTurns: ...
+
+
+def shift_on_release(s: QueueReads, stage_id: UUID) -> Callable[[], int]:
+    """How far the stage's queued tasks move if it is released now (read only when asked)."""
+    return lambda: release_shift(s.queue_turns(stage_id))
 
 
 class Turns:

@@ -31,7 +31,7 @@ from jobnik.domain.statuses import (
     TaskStatus,
 )
 from jobnik.domain.tasks import Task
-from jobnik.domain.turns import Turns, release_shift
+from jobnik.domain.turns import Turns, shift_on_release
 
 NO_TRACE = "00-00000000000000000000000000000000-0000000000000000-00"
 
@@ -273,7 +273,7 @@ class WorkCommands:
         """Release the next normal stage, count the stage on the job, and move its phase."""
         following = None if stage.completion else self._normal_after(s, job, stage.order)
         if following is not None:
-            following.release_after_previous(now, Actor.SYSTEM, _shift(s, following))
+            following.release_after_previous(now, Actor.SYSTEM, shift_on_release(s, following.id))
         phase = job.stage_completed(stage.id, now, Actor.SYSTEM)
         s.save(*([following] if following else []), job)
         if stage.completion and phase is None:
@@ -289,7 +289,7 @@ class WorkCommands:
                 if not stage.completion or stage.status == StageStatus.COMPLETED:
                     continue
                 # (only a held one)
-                stage.release_for_completion(now, Actor.SYSTEM, _shift(s, stage))
+                stage.release_for_completion(now, Actor.SYSTEM, shift_on_release(s, stage.id))
                 if stage.status != StageStatus.PENDING or s.summary(stage.id).total:
                     s.save(stage)
                     return
@@ -405,8 +405,3 @@ class WorkCommands:
         if refused is not None:
             raise refused
         return task
-
-
-def _shift(s: Session, stage: Stage) -> Callable[[], int]:
-    """How far the stage's queued tasks move if it is released now (read only then)."""
-    return lambda: release_shift(s.queue_turns(stage.id))
