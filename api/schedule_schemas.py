@@ -192,7 +192,9 @@ class ScheduleOut(OutModel):
     last_fire_time: datetime | None = Field(default=None, description="the last run's time")
     last_job_id: UUID | None = None
     last_status: str | None = Field(
-        default=None, description="the last run's job status (DELETED: the job was deleted)"
+        default=None,
+        description="the last run's job status (DELETED: the job was deleted; ARCHIVED: it was "
+        "archived)",
     )
     counts: ScheduleCountsOut
     failing_runs: int = Field(description="the latest ended runs that failed in a row")
@@ -235,7 +237,8 @@ class SchedulePageOut(ApiModel):
 
 class ScheduleRunOut(OutModel):
     """A run: its nominal time, what started it (schedule, buffered, trigger, backfill), when,
-    its job and the job's status (the last known one once the job is deleted)."""
+    its job and the job's status (the last known one once the job is deleted; ARCHIVED once it
+    is archived)."""
 
     nominal_time: datetime
     started_by: str

@@ -11,6 +11,9 @@ Tables:
   of the events' times) the counts, and `queued_change`, the net change of its queued tasks;
 - activity_v1_job_minutes: per job and minute, the tasks completed.
 
+An archived job's stages and minutes rows leave with it on its `JobArchived` (it has ended: no
+task event of it comes again); its stage types' queued tasks and minutes keep what it added.
+
 Queued depth over time is derived, not sampled: at the end of minute m a type had its queued
 tasks now minus the `queued_change` of every later minute (queries/activity.py). Both are
 written in the same transaction, so the curve is exact at the projection's position.
@@ -28,11 +31,18 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from uuid import UUID
 
+from jobnik.domain.archives import Archive
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import TASK_QUEUED
 from jobnik.domain.tasks import Task
-from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql, select_in
+from jobnik.projections.catchup.projection import (
+    Batch,
+    CatchUpProjection,
+    Sql,
+    archived_in,
+    select_in,
+)
 from jobnik.projections.store.cursor import Cursor
 
 STAGES, TYPES, MINUTES, JOB_MINUTES = (
@@ -190,12 +200,17 @@ PRUNE: Final = (
 )
 
 
+def _by_job(item: tuple[tuple[UUID, int], int]) -> tuple[str, int]:
+    (job_id, minute), _ = item
+    return str(job_id), minute
+
+
 class Activity(CatchUpProjection):
     """Tasks queued, dequeued, completed, retried and failed per stage type and minute, tasks
     completed per job and minute, and each stage type's queued tasks now."""
 
     name = "activity"
-    version = 1
+    version = 2  # 2: archived jobs' stages and minutes leave
     tables = (STAGES, TYPES, MINUTES, JOB_MINUTES)
     keys = {
         STAGES: ("stage_id",),
@@ -203,7 +218,8 @@ class Activity(CatchUpProjection):
         MINUTES: ("stage_type", "epoch_minute"),
         JOB_MINUTES: ("job_id", "epoch_minute"),
     }
-    events = tuple(STEP)
+    events = (*STEP, Archive.JobArchived)
+    leave_with_job = ((STAGES, "job_id IN ({jobs})"), (JOB_MINUTES, "job_id IN ({jobs})"))
     # Not per job: the horizon follows the newest event of any job, so one process replays
     # the log in order (`per_job` False).
     ddl = f"""
@@ -265,27 +281,27 @@ class Activity(CatchUpProjection):
         run(DELETE_STAGE, ({"stage_id": s} for s in sorted(loaded & state.deleted, key=str)))
         types = sorted(state.new_types | set(state.queued))
         run(ADD_TYPE, ({"stage_type": t, "queued": state.queued[t]} for t in types))
-        if keep_from is None:
-            return
-        run(
-            ADD_MINUTE,
-            (
-                {"stage_type": t, "epoch_minute": m, **{c: n[c] for c in COUNTERS}}
-                for (t, m), n in sorted(state.minutes.items())
-                if m >= keep_from
-            ),
-        )
-        run(
-            ADD_JOB_MINUTE,
-            (
-                {"job_id": j, "epoch_minute": m, "completed": n}
-                for (j, m), n in sorted(state.job_minutes.items(), key=lambda k: (str(k[0]), k[1]))
-                if m >= keep_from
-            ),
-        )
-        if stored_newest is not None and keep_from > stored_newest - WINDOW_MINUTES:
-            for statement in PRUNE:
-                cur.execute(sql(statement), {"horizon": keep_from})
+        if keep_from is not None:
+            run(
+                ADD_MINUTE,
+                (
+                    {"stage_type": t, "epoch_minute": m, **{c: n[c] for c in COUNTERS}}
+                    for (t, m), n in sorted(state.minutes.items())
+                    if m >= keep_from
+                ),
+            )
+            run(
+                ADD_JOB_MINUTE,
+                (
+                    {"job_id": j, "epoch_minute": m, "completed": n}
+                    for (j, m), n in sorted(state.job_minutes.items(), key=_by_job)
+                    if m >= keep_from
+                ),
+            )
+            if stored_newest is not None and keep_from > stored_newest - WINDOW_MINUTES:
+                for statement in PRUNE:
+                    cur.execute(sql(statement), {"horizon": keep_from})
+        self.forget(cur, sql, archived_in(batch))
 
     def _load(self, cur: Cursor, batch: Batch, sql: Sql) -> dict[UUID, StageRow]:
         """The stored rows of the stages the batch's task events name, and of the stages of the

@@ -28,6 +28,8 @@ FAILED or ABORTED job back to PENDING or IN_PROGRESS.
 "Most recent job" is the job of that name created last (highest log position of its
 JobCreated). `lastInteraction` is the time of the latest status event (creation included) of any
 job of that name. Counts include deleted jobs: deletion tidies the live views, the history stays.
+They include archived jobs too, whose own rows (`last_status_v1_jobs`) leave with them: an
+archived job has ended, no event moves it again.
 """
 
 from __future__ import annotations
@@ -39,10 +41,17 @@ from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
 
+from jobnik.domain.archives import Archive
 from jobnik.domain.jobs import Job
 from jobnik.domain.statuses import JobStatus
 from jobnik.domain.tasks import Task
-from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql, select_in
+from jobnik.projections.catchup.projection import (
+    Batch,
+    CatchUpProjection,
+    Sql,
+    archived_in,
+    select_in,
+)
 from jobnik.projections.store.cursor import Cursor
 
 STATUS_AFTER: Final[Mapping[type, Callable[[Any], str | None]]] = {
@@ -163,10 +172,14 @@ class LastStatus(CatchUpProjection):
     """lastStatus, lastInteraction and counts by status per job name."""
 
     name = "last_status"
-    version = 3  # 2: DELEGATING and WAITING; 3: reruns (JobReopened)
+    # 2: DELEGATING and WAITING; 3: reruns (JobReopened); 4: archived jobs' rows leave
+    version = 4
     tables = (NAMES, JOBS, COUNTS)
     keys = {NAMES: ("name",), JOBS: ("job_id",), COUNTS: ("name", "status")}
-    events = tuple(STATUS_AFTER)
+    events = (*STATUS_AFTER, Archive.JobArchived)
+    # (an archived job has ended: no event moves it again, and its name's row and counts
+    # already hold what it contributed)
+    leave_with_job = ((JOBS, "job_id IN ({jobs})"),)
     ddl = """
     CREATE TABLE IF NOT EXISTS last_status_v1 (
         name TEXT PRIMARY KEY,
@@ -208,11 +221,12 @@ class LastStatus(CatchUpProjection):
         for statement, rows in ((UPSERT_JOB, jobs), (UPSERT_NAME, names), (ADD_COUNT, counts)):
             if rows:
                 cur.executemany(sql(statement), [d.dump_row(r) for r in rows])
+        self.forget(cur, sql, archived_in(batch))
 
     def _load(self, cur: Cursor, batch: Batch, sql: Sql) -> State:
         """The stored rows of the jobs the batch changes (not creates) and of their names."""
         created = {e.originator_id for _, e in batch if isinstance(e, Job.JobCreated)}
-        wanted = {job_of(e) for _, e in batch} - created
+        wanted = {job_of(e) for _, e in batch if type(e) in STATUS_AFTER} - created
         jobs = {
             r["job_id"]: JobRow(r["job_id"], r["name"], r["status"])
             for r in select_in(cur, sql, "SELECT * FROM last_status_v1_jobs", "job_id", wanted)

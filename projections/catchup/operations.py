@@ -13,6 +13,9 @@ lease ever expired):
 - operations_v1_leases: per task, how many of its leases expired (`TaskRetried` or `TaskFailed`
   with cause timeout) and when the latest did.
 
+An archived job's stages, job and leases rows leave on its `JobArchived` (no event of it comes
+again; the totals keep what it added), which is not counted among the events appended.
+
 Times are event times and the later of two wins, so a batch's changes commute and a replay from
 scratch writes the same rows however the events fall into batches: the catch-up runner applies
 each batch (`Operations.apply`); a rebuild keeps the totals per stage type and per event type in
@@ -30,6 +33,7 @@ from uuid import UUID
 
 from eventsourcing.domain import DomainEvent
 
+from jobnik.domain.archives import Archive
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import EXPIRED, FATAL, TIMEOUT
@@ -99,6 +103,7 @@ class Changes:
     # Jobs and stages FAILED, by ("job" or "stage", cause: "task" for a failed task, else the
     # event's, "deadline" or "expired"; a job failed by its stage's failure: "stage").
     failures: Counter[tuple[str, str]] = field(default_factory=Counter)
+    archived: set[UUID] = field(default_factory=set)  # jobs whose rows go (after the rest)
 
     def count(self, stage_id: UUID, counter: str) -> None:
         self.counters.setdefault(stage_id, Counter())[counter] += 1
@@ -177,6 +182,9 @@ def fold(batch: Batch) -> Changes:
     """The changes `batch` (in log order) makes to the rows. Pure."""
     c = Changes()
     for _, e in batch:
+        if type(e) is Archive.JobArchived:
+            c.archived.add(e.job_id)
+            continue
         c.events[type(e).__name__] += 1
         _seen(c, e)
         handler = STEP.get(type(e))
@@ -234,7 +242,7 @@ class Operations(CatchUpProjection):
     """Counters and times per stage type, events by type, jobs' latest events, expired leases."""
 
     name = "operations"
-    version = 2  # 2: failed_expired, jobs and stages failed by cause
+    version = 3  # 2: failed_expired, jobs and stages failed by cause; 3: archived jobs leave
     tables = (TYPES, EVENTS, STAGES, JOBS, LEASES, FAILURES)
     keys = {
         TYPES: ("stage_type",),
@@ -244,7 +252,12 @@ class Operations(CatchUpProjection):
         LEASES: ("task_id",),
         FAILURES: ("subject", "cause"),
     }
-    events = ALL_EVENTS
+    events = (*ALL_EVENTS, Archive.JobArchived)
+    leave_with_job = (
+        (LEASES, f"stage_id IN (SELECT stage_id FROM {STAGES} WHERE job_id IN ({{jobs}}))"),
+        (STAGES, "job_id IN ({jobs})"),
+        (JOBS, "job_id IN ({jobs})"),
+    )
     per_job = True  # rows of one job, stage or task; totals shared between jobs: `Totals`
     ddl = f"""
     CREATE TABLE IF NOT EXISTS operations_v1_types (
@@ -261,6 +274,7 @@ class Operations(CatchUpProjection):
         job_id {{uuid}} NOT NULL,
         stage_type TEXT NOT NULL
     );
+    CREATE INDEX IF NOT EXISTS operations_v1_stages_job ON operations_v1_stages (job_id);
     CREATE TABLE IF NOT EXISTS operations_v1_jobs (
         job_id {{uuid}} PRIMARY KEY,
         open {{bool}} NOT NULL,
@@ -274,6 +288,7 @@ class Operations(CatchUpProjection):
         expiries INTEGER NOT NULL,
         last_expired_at {{time}} NOT NULL
     );
+    CREATE INDEX IF NOT EXISTS operations_v1_leases_stage ON operations_v1_leases (stage_id);
     CREATE TABLE IF NOT EXISTS operations_v1_failures (
         subject TEXT NOT NULL,
         cause TEXT NOT NULL,
@@ -290,9 +305,10 @@ class Operations(CatchUpProjection):
         run = _runner(cur, sql)
         for statement, rows in (*_own(c), *_totals(c)):
             run(statement, rows)
+        self.forget(cur, sql, c.archived)
 
     def replay(self, sql: Sql) -> Replay:
-        return Totals(sql)
+        return Totals(sql, self)
 
 
 Rows = list[dict[str, Any]]
@@ -373,8 +389,8 @@ class Totals:
     `StageAdded` (of the same job: seen by the same pass, which remembers the latest ones),
     else from its row."""
 
-    def __init__(self, sql: Sql) -> None:
-        self.sql = sql
+    def __init__(self, sql: Sql, projection: CatchUpProjection) -> None:
+        self.sql, self.projection = sql, projection
         self.counters: dict[str, Counter[str]] = {}  # by stage type
         self.dequeued_at: dict[str, datetime] = {}  # by stage type
         self.events: Counter[str] = Counter()
@@ -402,6 +418,7 @@ class Totals:
             t = self._type(cur, stage)
             if t is not None:
                 self.dequeued_at[t] = _later(self.dequeued_at.get(t), at)
+        self.projection.forget(cur, self.sql, c.archived)
 
     def _type(self, cur: Cursor, stage_id: UUID) -> str | None:
         t = self.types.get(stage_id)

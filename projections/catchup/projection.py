@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache, cached_property
 from typing import Any, ClassVar
+from uuid import UUID
 
 from eventsourcing.utils import get_topic
 
+from jobnik.domain.archives import Archive
+from jobnik.projections.inline.tables import ARCHIVES
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.dialect import Dialect
 from jobnik.projections.store.names import identity
@@ -52,6 +55,9 @@ class CatchUpProjection(ABC):
     per_job: ClassVar[bool] = False
     # Indexes a rebuild may build after the bulk of its replay (no replay statement uses them).
     late_indexes: ClassVar[frozenset[str]] = frozenset()
+    # The rows that leave with an archived job, removed in this order on its `JobArchived`:
+    # (table, condition), `{jobs}` in the condition standing for SQL that lists job ids.
+    leave_with_job: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     @cached_property
     def topics(self) -> tuple[str, ...]:
@@ -76,16 +82,34 @@ class CatchUpProjection(ABC):
         them when it ends (the empty batch)."""
         return batch_by_batch(self, sql)
 
+    def removals(self, jobs: str) -> list[str]:
+        """The statements removing the rows of the jobs `jobs` (SQL listing job ids) lists."""
+        return [f"DELETE FROM {t} WHERE {w.format(jobs=jobs)}" for t, w in self.leave_with_job]
+
+    def forget(self, cur: Cursor, sql: Sql, jobs: Collection[UUID]) -> None:
+        """Remove from the tables `sql` names the rows of the archived `jobs`
+        (`leave_with_job`); a projection calls it after the rest of the batch's writes."""
+        if not jobs or not self.leave_with_job:
+            return
+        gone = [{"job_id": cur.dialect.dump("job_id", j)} for j in sorted(jobs, key=str)]
+        for statement in self.removals("%(job_id)s"):
+            cur.executemany(sql(statement), gone)
+
     def forget_archived(self, cur: Cursor, sql: Sql) -> None:
-        """Remove from the tables `sql` names the rows of jobs already archived that this
-        projection removes on their `JobArchived` (a seed copied by an older version may hold
-        them); by default it removes none on it."""
-        return None
+        """Remove from the tables `sql` names the rows of every job already archived (a seed
+        copied by an older version may hold them)."""
+        for statement in self.removals(f"SELECT job_id FROM {ARCHIVES}"):
+            cur.execute(sql(statement))
 
     def prepare(self, batch: Batch) -> Any:
         """The pure part of `apply` (no database), which a rebuild runs on another thread;
         None: `apply` does it all."""
         return None
+
+
+def archived_in(batch: Batch) -> set[UUID]:
+    """The jobs whose `JobArchived` is in `batch`."""
+    return {e.job_id for _, e in batch if type(e) is Archive.JobArchived}
 
 
 def batch_by_batch(projection: CatchUpProjection, sql: Sql) -> Replay:

@@ -50,7 +50,6 @@ from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql
 from jobnik.projections.store.cursor import Cursor
 
 JOBS, STAGES = "run_stats_v1_jobs", "run_stats_v1_stages"
-ARCHIVES: Final = "archives_v1"  # (inline: one row per archived job)
 COUNTERS: Final = (
     "created",
     "successful",
@@ -241,6 +240,7 @@ class RunStats(CatchUpProjection):
     tables = (JOBS, STAGES)
     keys = {JOBS: ("job_id",), STAGES: ("stage_id",)}
     events = EVENTS
+    leave_with_job = ((STAGES, "job_id IN ({jobs})"), (JOBS, "job_id IN ({jobs})"))
     ddl = f"""
     CREATE TABLE IF NOT EXISTS run_stats_v1_jobs (
         job_id {{uuid}} PRIMARY KEY,
@@ -290,16 +290,7 @@ class RunStats(CatchUpProjection):
                 assignments = ", ".join(f"{col} = %({col})s" for col in cols)
                 statement = f"UPDATE {table} SET {assignments} WHERE {key} = %({key})s"
                 cur.executemany(sql(statement), rows)
-        if c.archived:
-            gone = [{"job_id": d.dump("job_id", j)} for j in sorted(c.archived, key=str)]
-            for table in (STAGES, JOBS):
-                cur.executemany(sql(f"DELETE FROM {table} WHERE job_id = %(job_id)s"), gone)
-
-    def forget_archived(self, cur: Cursor, sql: Sql) -> None:
-        # (the jobs archived before the seed a rebuild starts from, which an older version of
-        # this projection copied into it)
-        for table in (STAGES, JOBS):
-            cur.execute(sql(f"DELETE FROM {table} WHERE job_id IN (SELECT job_id FROM {ARCHIVES})"))
+        self.forget(cur, sql, c.archived)
 
 
 # -- reads ----------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ failed in a row (`failing`: a schedule whose runs keep failing is stuck work, GE
 A run is known from its job's `JobCreatedBySchedule`; its job's status events then move it. A
 completed run ends a failing streak; an aborted one (a cancelPrevious overlap, an operator)
 neither ends nor extends it. A rerun (JobReopened) takes the run out of its ended count until it
-ends again. Counts include runs whose jobs were deleted since.
+ends again. Counts include runs whose jobs were deleted or archived since; an archived job's run
+row leaves with it (its job has ended: no event moves the run again), and the schedule's runs
+list it as ARCHIVED (queries/schedules.py).
 """
 
 from __future__ import annotations
@@ -17,9 +19,16 @@ from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
 
+from jobnik.domain.archives import Archive
 from jobnik.domain.jobs import Job
 from jobnik.domain.statuses import JobStatus
-from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Sql, select_in
+from jobnik.projections.catchup.projection import (
+    Batch,
+    CatchUpProjection,
+    Sql,
+    archived_in,
+    select_in,
+)
 from jobnik.projections.store.cursor import Cursor
 
 RUNS, OUTCOMES = "schedule_runs_v1", "schedule_outcomes_v1"
@@ -131,10 +140,11 @@ class ScheduleRuns(CatchUpProjection):
     """Each run's status; per schedule its last run, ended runs by outcome, failing streak."""
 
     name = "schedule_runs"
-    version = 1
+    version = 2  # 2: archived jobs' runs leave
     tables = (RUNS, OUTCOMES)
     keys = {RUNS: ("job_id",), OUTCOMES: ("schedule_id",)}
-    events = (Job.JobCreatedBySchedule, *STATUS_AFTER)
+    events = (Job.JobCreatedBySchedule, *STATUS_AFTER, Archive.JobArchived)
+    leave_with_job = ((RUNS, "job_id IN ({jobs})"),)
     ddl = """
     CREATE TABLE IF NOT EXISTS schedule_runs_v1 (
         job_id {uuid} PRIMARY KEY,
@@ -182,11 +192,12 @@ class ScheduleRuns(CatchUpProjection):
         ):
             if rows:
                 cur.executemany(sql(statement), [d.dump_row(r) for r in rows])
+        self.forget(cur, sql, archived_in(batch))
 
     def _load(self, cur: Cursor, batch: Batch, sql: Sql) -> State:
         """The stored rows of the runs the batch moves (not creates), and of their schedules."""
         created = {e.originator_id for _, e in batch if isinstance(e, Job.JobCreatedBySchedule)}
-        wanted = {e.originator_id for _, e in batch} - created
+        wanted = {e.originator_id for _, e in batch if type(e) in STATUS_AFTER} - created
         runs = {
             r["job_id"]: RunRow(r["job_id"], r["schedule_id"], r["nominal_time"], r["status"])
             for r in select_in(cur, sql, "SELECT * FROM schedule_runs_v1", "job_id", wanted)

@@ -43,7 +43,7 @@ class ScheduleView:
     buffered_time: datetime | None
     last_fire_time: datetime | None
     last_job_id: UUID | None
-    last_status: str | None  # the last run's job's status (DELETED: the job was deleted)
+    last_status: str | None  # the last run's job's status (DELETED, ARCHIVED: the job left)
     counts: dict[str, int]  # fired, skipped, buffered, missed; completed, failed, aborted
     failing: int  # the latest ended runs that failed in a row
     created_by: str
@@ -94,10 +94,18 @@ class Counters:
     missed: int
 
 
+def _gone(archived: UUID | None) -> str:
+    """The status of a run whose job left the live read models: ARCHIVED (`archived`: its
+    archive record's job) or DELETED."""
+    return "ARCHIVED" if archived is not None else "DELETED"
+
+
 def _view(row: Mapping[str, Any]) -> ScheduleView:
     counts = {c: int(row[c]) for c in ("fired", "skipped", "buffered", "missed")}
     counts.update({c: int(row[f"o_{c}"] or 0) for c in OUTCOMES})
-    last_status = row["last_job_status"] or ("DELETED" if row["last_job_id"] else None)
+    last_status = row["last_job_status"] or (
+        _gone(row["archived_job"]) if row["last_job_id"] else None
+    )
     return ScheduleView(
         id=row["id"],
         name=row["name"],
@@ -166,7 +174,7 @@ class ScheduleViews:
                 r["started_by"],
                 r["fired_at"],
                 r["job_id"],
-                r["job_status"] or r["run_status"] or "DELETED",
+                r["job_status"] or r["run_status"] or _gone(r["archived_job"]),
             )
             for r in rows
         ]

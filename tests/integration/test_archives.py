@@ -103,7 +103,21 @@ def spanning(store: SqlStore) -> dict[str, list[dict[str, Any]]]:
         }
 
 
-PER_JOB: frozenset[str] = frozenset({"run_stats_v1_jobs", "run_stats_v1_stages"})
+# The catch-up tables whose rows are one job's (by its `job_id`), and those of one of its tasks
+# (by its stage): an archived job's `JobArchived` removes them.
+PER_JOB: frozenset[str] = frozenset(
+    {
+        "run_stats_v1_jobs",
+        "run_stats_v1_stages",
+        "last_status_v1_jobs",
+        "operations_v1_stages",
+        "operations_v1_jobs",
+        "activity_v1_stages",
+        "activity_v1_job_minutes",
+        "schedule_runs_v1",
+    }
+)
+PER_TASK: frozenset[str] = frozenset({"operations_v1_leases"})
 
 
 def without(
@@ -111,10 +125,14 @@ def without(
 ) -> dict[str, list[dict[str, Any]]]:
     """`tables` without the per-job rows an archived job's `JobArchived` removes."""
     gone = set(archived)
-    return {
-        t: [r for r in rows if t not in PER_JOB or r["job_id"] not in gone]
-        for t, rows in tables.items()
-    }
+    stages = {r["stage_id"] for r in tables["operations_v1_stages"] if r["job_id"] in gone}
+
+    def kept(table: str, row: dict[str, Any]) -> bool:
+        if table in PER_JOB:
+            return row["job_id"] not in gone
+        return table not in PER_TASK or row["stage_id"] not in stages
+
+    return {t: [r for r in rows if kept(t, r)] for t, rows in tables.items()}
 
 
 def live_history(store: SqlStore, job_id: UUID) -> list[int]:

@@ -205,20 +205,23 @@ SELECT id FROM schedules_v1 WHERE NOT paused
 SELECT count(*) AS n FROM schedules_v1 s WHERE {where};
 
 -- name: schedule_views
--- Schedules with their last run's job status and their runs' outcomes; {where}: the filter.
-SELECT s.*, j.status AS last_job_status, o.completed AS o_completed, o.failed AS o_failed,
-    o.aborted AS o_aborted, o.failing AS o_failing
+-- Schedules with their last run's job status (archived_job: its archive record's job) and their
+-- runs' outcomes; {where}: the filter.
+SELECT s.*, j.status AS last_job_status, a.job_id AS archived_job, o.completed AS o_completed,
+    o.failed AS o_failed, o.aborted AS o_aborted, o.failing AS o_failing
 FROM schedules_v1 s LEFT JOIN jobs_v1 j ON j.id = s.last_job_id
+    LEFT JOIN archives_v1 a ON a.job_id = s.last_job_id
     LEFT JOIN schedule_outcomes_v1 o ON o.schedule_id = s.id
 WHERE {where} ORDER BY s.name LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: schedule_runs
 -- A schedule's runs, latest nominal time first, with their jobs' status (live, else the last
--- known); {before}: the page's bound (or 1 = 1).
+-- known; archived_job: the job's archive record's); {before}: the page's bound (or 1 = 1).
 SELECT f.nominal_time, f.started_by, f.fired_at, f.job_id, j.status AS job_status,
-    r.status AS run_status
+    r.status AS run_status, a.job_id AS archived_job
 FROM schedule_fires_v1 f LEFT JOIN jobs_v1 j ON j.id = f.job_id
     LEFT JOIN schedule_runs_v1 r ON r.job_id = f.job_id
+    LEFT JOIN archives_v1 a ON a.job_id = f.job_id
 WHERE f.schedule_id = %(s)s AND {before} ORDER BY f.nominal_time DESC LIMIT %(limit)s;
 
 -- name: failing_schedules
