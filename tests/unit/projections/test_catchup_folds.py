@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from jobnik.domain.archives import Archive, ArchiveFile
 from jobnik.domain.jobs import Job
 from jobnik.domain.principals import Actor
 from jobnik.domain.stages import Stage
@@ -156,4 +157,17 @@ def test_operations_read_every_event_and_a_job_closes_with_its_end() -> None:
     assert {Job.JobCreated, Task.TaskLeaseExtended, Stage.StageAdded} <= set(operations.ALL_EVENTS)
     assert c.job_open == {job.id: False}
     assert c.new_jobs == {job.id: {"job_id": job.id, "open": True}}
+    assert c.job_seen == {job.id: at(5)}
+
+
+def test_operations_take_an_archived_job_out_without_counting_its_record_as_an_event() -> None:
+    job = new_job()
+    job.request_status(JobStatus.ABORTED, at(5))
+    file = ArchiveFile(job.id, "nightly", "ab/x.ndjson.gz", "sha256:0", 2, 2, at(5))
+    [archived] = Archive.record(file, now=at(9), actor=Actor.SYSTEM).collect_events()
+
+    c = operations.fold(positioned(*job.collect_events(), archived))
+
+    assert c.archived == {job.id}
+    assert "JobArchived" not in c.events
     assert c.job_seen == {job.id: at(5)}
