@@ -3,7 +3,10 @@ jobs of one priority once an operator sets it, each change an event; priority st
 
 from __future__ import annotations
 
+import random
 from typing import Any
+
+import pytest
 
 from jobnik.domain.limits import limit_id
 
@@ -136,3 +139,32 @@ def test_a_bad_fairness_key_is_refused_and_writes_nothing(api: Api) -> None:
         with api.nothing_written():
             r = api.http.post("/v1/jobs", json={"name": "keyed", "data": {}, "fairnessKey": key})
         assert (r.status_code, r.json()["code"]) == (400, "INVALID_FAIRNESS_KEY"), r.text
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_jobs_queued_together_are_served_round_robin_within_each_priority(
+    api: Api, seed: int
+) -> None:
+    """Random jobs of random sizes and priorities, all queued before the first claim: the claims
+    take the highest priority's jobs first, and within a priority one task of each job still
+    holding any, in the order the jobs were queued, round after round."""
+    rng = random.Random(seed)
+    stage_type = f"rr-{seed}"
+    set_order(api, stage_type, "fair")
+    ranks = {"VERY_HIGH": 0, "HIGH": 1, "MEDIUM": 2, "LOW": 3, "VERY_LOW": 4}
+    jobs = []  # (priority, stage id, size), in the order queued
+    for _ in range(rng.randint(2, 6)):
+        priority = rng.choice(list(ranks))
+        size = rng.randint(1, 5)
+        jobs.append((priority, job_of(api, stage_type, size, priority=priority), size))
+    expected: list[str] = []
+    for priority in sorted({p for p, _, _ in jobs}, key=ranks.__getitem__):
+        left = {stage: size for p, stage, size in jobs if p == priority}
+        while any(left.values()):
+            for stage in [s for p, s, _ in jobs if p == priority]:
+                if left[stage]:
+                    expected.append(stage)
+                    left[stage] -= 1
+    names = {stage: stage for _, stage, _ in jobs}
+    assert taken(api, stage_type, len(expected), names) == expected
+    api.dequeue_nothing(stage_type)
