@@ -15,7 +15,7 @@ from typing import Any, Final
 from uuid import UUID
 
 from jobnik.domain.statuses import TaskStatus
-from jobnik.projections.catchup.operations import COUNTERS
+from jobnik.projections.catchup.operation_changes import COUNTERS
 from jobnik.projections.catchup.registry import status
 from jobnik.projections.store.base import SqlStore
 

@@ -9,7 +9,7 @@ from jobnik.domain.principals import Actor
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import FATAL, TIMEOUT, JobStatus
 from jobnik.domain.tasks import Task
-from jobnik.projections.catchup import last_status, operations, run_stats
+from jobnik.projections.catchup import last_status, operation_changes, run_stats
 from jobnik.projections.rebuild.shadow import Renamer, live_of
 
 from ..builders import at, new_job, new_stage, new_task
@@ -133,7 +133,7 @@ def test_operations_count_retries_and_failures_by_cause_and_note_the_latest_time
     events = [*job.collect_events(), *stage.collect_events()]
     events += [*task.collect_events(), *fatal.collect_events()]
 
-    c = operations.fold(positioned(*events))
+    c = operation_changes.fold(positioned(*events))
 
     assert +c.counters[stage.id] == Counter(
         dequeues=4, leases_expired=2, retried_error=1, retried_timeout=1, failed_timeout=1
@@ -152,9 +152,11 @@ def test_operations_read_every_event_and_a_job_closes_with_its_end() -> None:
     job = new_job()
     job.request_status(JobStatus.ABORTED, at(5))
 
-    c = operations.fold(positioned(*job.collect_events()))
+    c = operation_changes.fold(positioned(*job.collect_events()))
 
-    assert {Job.JobCreated, Task.TaskLeaseExtended, Stage.StageAdded} <= set(operations.ALL_EVENTS)
+    assert {Job.JobCreated, Task.TaskLeaseExtended, Stage.StageAdded} <= set(
+        operation_changes.ALL_EVENTS
+    )
     assert c.job_open == {job.id: False}
     assert c.new_jobs == {job.id: {"job_id": job.id, "open": True}}
     assert c.job_seen == {job.id: at(5)}
@@ -166,7 +168,7 @@ def test_operations_take_an_archived_job_out_without_counting_its_record_as_an_e
     file = ArchiveFile(job.id, "nightly", "ab/x.ndjson.gz", "sha256:0", 2, 2, at(5))
     [archived] = Archive.record(file, now=at(9), actor=Actor.SYSTEM).collect_events()
 
-    c = operations.fold(positioned(*job.collect_events(), archived))
+    c = operation_changes.fold(positioned(*job.collect_events(), archived))
 
     assert c.archived == {job.id}
     assert "JobArchived" not in c.events
