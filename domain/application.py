@@ -243,7 +243,7 @@ class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, To
         with self._write() as s:
             stage = s.stage(stage_id)
             previous = self._normal_before(s, s.job(stage.job_id), stage.order)
-            stage.release(previous, self.clock(), by, shift=shift_on_release(s, stage.id)())
+            stage.release(previous, self.clock(), by, shift_on_release(s, stage.id))
             s.save(stage)
         return stage
 

@@ -275,10 +275,14 @@ class Stage(Entity):
             raise AddTasksNotAllowed
 
     def release(
-        self, previous_stage: Stage | None, now: datetime, actor: Principal, *, shift: int = 0
+        self,
+        previous_stage: Stage | None,
+        now: datetime,
+        actor: Principal,
+        shift: Callable[[], int] = lambda: 0,
     ) -> None:
         """A user's PUT PENDING, checked in the order Jobnik's manager checks it; its queued
-        tasks' turns move by `shift`."""
+        tasks' turns move by `shift()`."""
         if self.status == S.PENDING:
             return
         if self.completion:
@@ -293,7 +297,7 @@ class Stage(Entity):
             "released by user",
             job_id=self.job_id,
             previous=self.status,
-            turn_shift=shift,
+            turn_shift=shift(),
         )
 
     def release_after_previous(
