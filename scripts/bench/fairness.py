@@ -4,9 +4,9 @@ priority and stage type, under fair order against first in, first out.
 A job of BIG tasks is queued, then one of SMALL; K threads drain the type. The figure is the
 time from the start of the drain until the small job's last task completed, with the type's
 queue order fair beside fifo (the ratio is how much sooner the small job is done), and the
-drain's tasks/s fair beside fifo (what taking turns costs: each task queued reads the queue's
-head turn, and the claim orders by turn). Each order runs ROUNDS times, alternated, in one
-database, each round on stage types of its own.
+drain's tasks/s fair beside fifo (what taking turns costs: each command that queues tasks
+reads the queue's turns, and the claim orders by turn). Each order runs ROUNDS times,
+alternated, in one database, each round on stage types of its own.
 """
 
 from __future__ import annotations
