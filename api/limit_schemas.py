@@ -10,7 +10,7 @@ from pydantic import Field
 
 from jobnik.api.operator_schemas import Reason
 from jobnik.api.schemas import ApiModel, OutModel
-from jobnik.domain.limits import MAX_IN_PROGRESS, MAX_INTERVAL
+from jobnik.domain.limits import MAX_IN_PROGRESS, MAX_INTERVAL, MAX_PER_KEY
 from jobnik.projections.queries.limits import LimitView
 
 
@@ -20,6 +20,17 @@ class LimitBody(ApiModel):
     max_in_progress: int = Field(
         description="at most this many tasks of the stage type IN_PROGRESS at once",
         json_schema_extra={"minimum": 1, "maximum": MAX_IN_PROGRESS},
+    )
+    reason: Reason | None = None
+
+
+class KeyLimitBody(ApiModel):
+    """The per-key limit to set; a value out of range is refused as INVALID_LIMIT."""
+
+    max_in_progress: int = Field(
+        description="at most this many tasks of the stage type IN_PROGRESS at once per "
+        "concurrency key (a job's concurrencyKey, or else the job itself)",
+        json_schema_extra={"minimum": 1, "maximum": MAX_PER_KEY},
     )
     reason: Reason | None = None
 
@@ -59,14 +70,23 @@ class RateOut(OutModel):
     tokens: int
 
 
+class KeyLimitOut(OutModel):
+    """A per-key concurrency limit: at most `maxInProgress` tasks in progress per concurrency
+    key, and the queued tasks it holds back now (their key has no room)."""
+
+    max_in_progress: int
+    held_back: int
+
+
 class LimitOut(OutModel):
     """A stage type's limits: its concurrency limit (absent: none) and its use now (tasks
-    IN_PROGRESS), its rate (absent: none), the room a dequeue has now, its queue order, and who
-    changed them last, why and when."""
+    IN_PROGRESS), its per-key limit (absent: none), its rate (absent: none), the room a dequeue
+    has now, its queue order, and who changed them last, why and when."""
 
     stage_type: str
     max_in_progress: int | None = None
     in_progress: int
+    per_key: KeyLimitOut | None = None
     rate: RateOut | None = None
     room: int
     order: QueueOrder
@@ -93,6 +113,11 @@ class LimitOut(OutModel):
             stage_type=v.stage_type,
             max_in_progress=v.max_in_progress,
             in_progress=v.in_progress,
+            per_key=(
+                None
+                if v.max_in_progress_per_key is None
+                else KeyLimitOut(max_in_progress=v.max_in_progress_per_key, held_back=v.held_by_key)
+            ),
             rate=rate,
             room=v.room,
             order=cast(QueueOrder, v.queue_order),

@@ -34,6 +34,7 @@ from jobnik.api.settings import Settings
 from jobnik.domain.delays import MAX_DELAY_SECONDS, RetryPolicy, parse_instant, parse_not_before
 from jobnik.domain.errors import InvalidDeadline, InvalidRequest, TooManyLogLines
 from jobnik.domain.jobs import Job
+from jobnik.domain.limits import CONCURRENCY_KEY_MAX
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
@@ -256,6 +257,15 @@ class CreateJob(Delayable):
         description="jobnik: at a stage type whose queue order is fair, the jobs of one key "
         "(a tenant, say) take their turns as one (1 to 100 characters; else 400 "
         "INVALID_FAIRNESS_KEY)",
+    )
+    concurrency_key: str | None = Field(
+        default=None,
+        # (documented bounds; the domain checks them, answering 400 INVALID_CONCURRENCY_KEY)
+        json_schema_extra={"minLength": 1, "maxLength": CONCURRENCY_KEY_MAX},
+        description="jobnik: at a stage type with a per-key limit (PUT "
+        "/v1/limits/{stageType}/keys), the jobs of one key (a tenant, a licence) share its "
+        "tasks in progress; without one, the job is its own key (1 to 100 characters; else "
+        "400 INVALID_CONCURRENCY_KEY)",
     )
 
 
@@ -537,6 +547,9 @@ class JobOut(OutModel):
     fairness_key: str | None = Field(
         default=None, description="jobnik: the jobs it takes turns with as one"
     )
+    concurrency_key: str | None = Field(
+        default=None, description="jobnik: the jobs it shares per-key limits with"
+    )
 
     @classmethod
     def of(cls, job: Job | JobView) -> JobOut:
@@ -566,4 +579,5 @@ class JobOut(OutModel):
             deadline=j.deadline,
             schedule_to_start_seconds=j.schedule_to_start_seconds,
             fairness_key=j.fairness_key,
+            concurrency_key=j.concurrency_key,
         )

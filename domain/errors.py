@@ -482,6 +482,12 @@ class InvalidFairnessKey(InvalidRequest):
     code = "INVALID_FAIRNESS_KEY"
 
 
+class InvalidConcurrencyKey(InvalidRequest):
+    """concurrencyKey is 1 to 100 characters"""
+
+    code = "INVALID_CONCURRENCY_KEY"
+
+
 class InvalidScheduleToStart(InvalidRequest):
     """scheduleToStartSeconds is a whole number of seconds from 1 to 10,000,000"""
 

@@ -17,6 +17,7 @@ from jobnik.domain.errors import (
     JobNotInFiniteState,
     JobNotRerunnable,
 )
+from jobnik.domain.limits import check_concurrency_key
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import (
     JOB_FINAL,
@@ -60,6 +61,7 @@ class Job(Entity):
         deadline: datetime | None
         schedule_to_start_seconds: int | None
         fairness_key: str | None
+        concurrency_key: str | None
 
     class JobCreated(Entity.Created):
         """`mode`: runOnce or standard; `parent_task_id`: the delegating task."""
@@ -84,6 +86,9 @@ class Job(Entity):
         schedule_to_start_seconds: int | None = field(default=None, kw_only=True)
         # Its tasks take turns with the other jobs of this key as one (domain/turns.py).
         fairness_key: str | None = field(default=None, kw_only=True)
+        # Its tasks count against this key's per-key concurrency limit at each stage type
+        # (domain/limits.py), as the other jobs' of the key do; None: its own.
+        concurrency_key: str | None = field(default=None, kw_only=True)
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -94,7 +99,7 @@ class Job(Entity):
             job.not_before, job.retry_policy = self.not_before, self.retry_policy
             job.deadline = self.deadline
             job.schedule_to_start_seconds = self.schedule_to_start_seconds
-            job.fairness_key = self.fairness_key
+            job.fairness_key, job.concurrency_key = self.fairness_key, self.concurrency_key
             job.name, job.data, job.priority = self.name, self.data, self.priority
             job.user_metadata = self.user_metadata
             job.traceparent, job.tracestate = self.traceparent, self.tracestate
@@ -263,10 +268,12 @@ class Job(Entity):
         deadline: datetime | None = None,
         schedule_to_start_seconds: int | None = None,
         fairness_key: str | None = None,
+        concurrency_key: str | None = None,
     ) -> Job:
         check_deadline(deadline, now)
         check_schedule_to_start(schedule_to_start_seconds)
         check_fairness_key(fairness_key)
+        check_concurrency_key(concurrency_key)
         return cls._create(
             cls.JobCreated,
             id=id or uuid4(),
@@ -287,6 +294,7 @@ class Job(Entity):
             deadline=deadline,
             schedule_to_start_seconds=schedule_to_start_seconds,
             fairness_key=fairness_key,
+            concurrency_key=concurrency_key,
         )
 
     @property

@@ -1,5 +1,6 @@
 """Stage type limit commands: an operator sets, changes and removes a stage type's concurrency
-limit and rate limit, each change one transaction and one event."""
+limit, per-key concurrency limit and rate limit, and sets its queue order, each change one
+transaction and one event."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from jobnik.domain.commands import command
 from jobnik.domain.errors import LimitNotFound, TooManyLimits
 from jobnik.domain.limits import (
     MAX_LIMITED_TYPES,
+    MAX_PER_KEY,
     StageTypeLimits,
     check_limit,
     check_order,
@@ -41,6 +43,28 @@ class LimitCommands:
             )
         return limits
 
+    def _set(
+        self, stage_type: str, by: Principal, change: Callable[[StageTypeLimits, datetime], object]
+    ) -> StageTypeLimits:
+        """`change` the stage type's limits (made when it has none yet), in one transaction."""
+        now = self.clock()
+        with self.store.session(write=True) as s:
+            limits = self._limits(s, stage_type, now, by)
+            change(limits, now)
+            s.save(limits)
+        return limits
+
+    def _remove(
+        self, stage_type: str, change: Callable[[StageTypeLimits, datetime], object]
+    ) -> StageTypeLimits:
+        """`change` the stage type's limits (LimitNotFound when it has none), in one
+        transaction."""
+        with self.store.session(write=True) as s:
+            limits = s.limit(limit_id(stage_type))
+            change(limits, self.clock())
+            s.save(limits)
+        return limits
+
     @command
     def set(
         self,
@@ -54,12 +78,11 @@ class LimitCommands:
         already in progress over it go on; no claim takes more until they are fewer). Setting
         the value it has changes nothing."""
         check_limit(stage_type, max_in_progress)
-        now = self.clock()
-        with self.store.session(write=True) as s:
-            limits = self._limits(s, stage_type, now, by)
-            limits.set_concurrency(max_in_progress, now, by, reason)
-            s.save(limits)
-        return limits
+        return self._set(
+            stage_type,
+            by,
+            lambda limits, now: limits.set_concurrency(max_in_progress, now, by, reason),
+        )
 
     @command
     def remove(
@@ -67,11 +90,37 @@ class LimitCommands:
     ) -> StageTypeLimits:
         """The stage type's claims are no longer held to a number in progress; LimitNotFound
         when it has no concurrency limit."""
-        with self.store.session(write=True) as s:
-            limits = s.limit(limit_id(stage_type))
-            limits.remove_concurrency(self.clock(), by, reason)
-            s.save(limits)
-        return limits
+        return self._remove(
+            stage_type, lambda limits, now: limits.remove_concurrency(now, by, reason)
+        )
+
+    @command
+    def set_key_limit(
+        self,
+        stage_type: str,
+        max_in_progress: int,
+        *,
+        by: Principal = Actor.API,
+        reason: str | None = None,
+    ) -> StageTypeLimits:
+        """At most `max_in_progress` tasks of `stage_type` in progress at once per concurrency
+        key (a job's `concurrencyKey`, else the job) from now on; as `set`, tasks in progress
+        over it go on. Setting the value it has changes nothing."""
+        check_limit(stage_type, max_in_progress, MAX_PER_KEY)
+        return self._set(
+            stage_type,
+            by,
+            lambda limits, now: limits.set_key_limit(max_in_progress, now, by, reason),
+        )
+
+    @command
+    def remove_key_limit(
+        self, stage_type: str, *, by: Principal = Actor.API, reason: str | None = None
+    ) -> StageTypeLimits:
+        """LimitNotFound when the stage type has no per-key limit."""
+        return self._remove(
+            stage_type, lambda limits, now: limits.remove_key_limit(now, by, reason)
+        )
 
     @command
     def set_rate(
@@ -87,23 +136,18 @@ class LimitCommands:
         bucket of `starts` tokens, refilled continuously at that rate, each claim taking one
         per task."""
         check_rate(stage_type, starts, interval_seconds)
-        now = self.clock()
-        with self.store.session(write=True) as s:
-            limits = self._limits(s, stage_type, now, by)
-            limits.set_rate(starts, interval_seconds, now, by, reason)
-            s.save(limits)
-        return limits
+        return self._set(
+            stage_type,
+            by,
+            lambda limits, now: limits.set_rate(starts, interval_seconds, now, by, reason),
+        )
 
     @command
     def remove_rate(
         self, stage_type: str, *, by: Principal = Actor.API, reason: str | None = None
     ) -> StageTypeLimits:
         """LimitNotFound when the stage type has no rate limit."""
-        with self.store.session(write=True) as s:
-            limits = s.limit(limit_id(stage_type))
-            limits.remove_rate(self.clock(), by, reason)
-            s.save(limits)
-        return limits
+        return self._remove(stage_type, lambda limits, now: limits.remove_rate(now, by, reason))
 
     @command
     def set_order(
@@ -118,9 +162,6 @@ class LimitCommands:
         (the default), or "fair", turns between the jobs of one priority (domain/turns.py).
         Tasks queued before keep their turns. Setting the order it has changes nothing."""
         check_order(stage_type, order)
-        now = self.clock()
-        with self.store.session(write=True) as s:
-            limits = self._limits(s, stage_type, now, by)
-            limits.set_order(order, now, by, reason)
-            s.save(limits)
-        return limits
+        return self._set(
+            stage_type, by, lambda limits, now: limits.set_order(order, now, by, reason)
+        )

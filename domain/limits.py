@@ -4,6 +4,9 @@ worker and server process.
 - a concurrency limit: at most `max_in_progress` tasks of the type IN_PROGRESS at once;
 - a rate limit: at most `rate_starts` task starts per `rate_interval_seconds`, a token bucket
   that holds `rate_starts` tokens and refills at that rate (projections/store: the buckets);
+- a per-key concurrency limit: at most `max_in_progress_per_key` tasks of the type IN_PROGRESS at
+  once for each concurrency key, a job's key being its `concurrencyKey` or, without one, the job
+  itself (`gate_of`);
 - its queue order: first in, first out, or fair turns between jobs (domain/turns.py).
 
 One aggregate per stage type, its id derived from the type (`limit_id`), so setting a type's
@@ -19,17 +22,33 @@ from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID, uuid5
 
 from jobnik.domain.base import Entity, cause
-from jobnik.domain.errors import InvalidLimit, LimitNotFound
+from jobnik.domain.errors import InvalidConcurrencyKey, InvalidLimit, LimitNotFound
 from jobnik.domain.principals import Principal
 from jobnik.domain.turns import FIFO, QUEUE_ORDERS
 
 _NAMESPACE: Final = UUID("5d0c7f5e-8a1b-4f56-9c1e-3b7f4a2d9e61")
 MAX_IN_PROGRESS: Final = 1_000_000  # the highest concurrency limit, and rate, one may set
+# The highest per-key limit: each key's admitted tasks are found and counted at every start and
+# end of one of its tasks, so the limit bounds that work.
+MAX_PER_KEY: Final = 10_000
 MAX_INTERVAL: Final = 366 * 24 * 3600  # a rate's longest interval, in seconds
 STAGE_TYPE_MAX: Final = 50  # as a stage's type (api/schemas.py: StageType)
 # How many stage types may have a limit in force at once: each is a row every claim of its type,
 # every scrape of the metrics and every page of GET /v1/limits reads.
 MAX_LIMITED_TYPES: Final = 1_000
+CONCURRENCY_KEY_MAX: Final = 100  # characters of a job's concurrency key
+
+
+def check_concurrency_key(key: str | None) -> None:
+    """InvalidConcurrencyKey unless `key` is None or 1 to CONCURRENCY_KEY_MAX characters."""
+    if key is not None and not (isinstance(key, str) and 1 <= len(key) <= CONCURRENCY_KEY_MAX):
+        raise InvalidConcurrencyKey(f"concurrencyKey is 1 to {CONCURRENCY_KEY_MAX} characters")
+
+
+def gate_of(job_id: UUID, concurrency_key: str | None) -> str:
+    """The key a job's tasks count against under a per-key limit: its concurrency key, or the
+    job itself (the prefixes keep a key from ever naming a job)."""
+    return f"j:{job_id}" if concurrency_key is None else f"k:{concurrency_key}"
 
 
 def limit_id(stage_type: str) -> UUID:
@@ -46,14 +65,13 @@ def check_stage_type(stage_type: str) -> None:
         raise InvalidLimit(f"a stage type is 1 to {STAGE_TYPE_MAX} characters")
 
 
-def check_limit(stage_type: str, max_in_progress: int) -> None:
-    """InvalidLimit unless `max_in_progress` is 1 to MAX_IN_PROGRESS and the stage type is 1 to
+def check_limit(stage_type: str, max_in_progress: int, high: int = MAX_IN_PROGRESS) -> None:
+    """InvalidLimit unless `max_in_progress` is 1 to `high` and the stage type is 1 to
     STAGE_TYPE_MAX characters."""
     check_stage_type(stage_type)
-    if not _whole(max_in_progress, 1, MAX_IN_PROGRESS):
+    if not _whole(max_in_progress, 1, high):
         raise InvalidLimit(
-            f"maxInProgress must be a whole number from 1 to {MAX_IN_PROGRESS}, "
-            f"not {max_in_progress}"
+            f"maxInProgress must be a whole number from 1 to {high}, not {max_in_progress}"
         )
 
 
@@ -85,6 +103,7 @@ class StageTypeLimits(Entity):
         rate_starts: int | None
         rate_interval_seconds: int | None
         queue_order: str
+        max_in_progress_per_key: int | None
 
     @property
     def in_force(self) -> bool:
@@ -93,6 +112,7 @@ class StageTypeLimits(Entity):
             self.max_in_progress is not None
             or self.rate_starts is not None
             or self.queue_order != FIFO
+            or self.max_in_progress_per_key is not None
         )
 
     class LimitsCreated(Entity.Created):
@@ -104,6 +124,7 @@ class StageTypeLimits(Entity):
             limits.stage_type, limits.max_in_progress = self.stage_type, None
             limits.rate_starts = limits.rate_interval_seconds = None
             limits.queue_order = FIFO
+            limits.max_in_progress_per_key = None
 
     class ConcurrencyLimitSet(Entity.Event):
         """At most `max_in_progress` tasks of the type in progress at once, from now on."""
@@ -144,6 +165,22 @@ class StageTypeLimits(Entity):
 
         def apply(self, limits: StageTypeLimits) -> None:
             limits.queue_order = self.order
+
+    class KeyLimitSet(Entity.Event):
+        """At most `max_in_progress` tasks of the type in progress at once per concurrency key
+        (`gate_of`), from now on."""
+
+        stage_type: str
+        max_in_progress: int
+
+        def apply(self, limits: StageTypeLimits) -> None:
+            limits.max_in_progress_per_key = self.max_in_progress
+
+    class KeyLimitRemoved(Entity.Event):
+        stage_type: str
+
+        def apply(self, limits: StageTypeLimits) -> None:
+            limits.max_in_progress_per_key = None
 
     @classmethod
     def create(cls, stage_type: str, *, now: datetime, actor: Principal) -> StageTypeLimits:
@@ -216,3 +253,26 @@ class StageTypeLimits(Entity):
             return False
         self._emit(self.QueueOrderSet, now, actor, reason, stage_type=self.stage_type, order=order)
         return True
+
+    def set_key_limit(
+        self, max_in_progress: int, now: datetime, actor: Principal, reason: str | None
+    ) -> bool:
+        """False (no event) when the per-key limit already has this value."""
+        check_limit(self.stage_type, max_in_progress, MAX_PER_KEY)
+        if self.max_in_progress_per_key == max_in_progress:
+            return False
+        self._emit(
+            self.KeyLimitSet,
+            now,
+            actor,
+            reason,
+            stage_type=self.stage_type,
+            max_in_progress=max_in_progress,
+        )
+        return True
+
+    def remove_key_limit(self, now: datetime, actor: Principal, reason: str | None) -> None:
+        """LimitNotFound when there is no per-key limit to remove."""
+        if self.max_in_progress_per_key is None:
+            raise LimitNotFound(f"stage type '{self.stage_type}' has no per-key limit")
+        self._emit(self.KeyLimitRemoved, now, actor, reason, stage_type=self.stage_type)

@@ -1,5 +1,5 @@
-"""`jobnik limits list | set | remove | rate | unrate | order`: the stage types' concurrency
-limits, rate limits and queue orders.
+"""`jobnik limits list | set | remove | keys | unkeys | rate | unrate | order`: the stage types'
+concurrency limits, per-key limits, rate limits and queue orders.
 
 A client of the API (JOBNIK_API_URL, token from JOBNIK_TOKEN), like `jobnik schedules`: the same
 permissions as the HTTP routes (an operator's to change), and each change an event naming the
@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 limits = typer.Typer(
-    help="Limits per stage type: at most N tasks in progress at once, at most N starts per "
-    "interval, and the queue's order (fifo, or fair turns between jobs).",
+    help="Limits per stage type: at most N tasks in progress at once, at most N per "
+    "concurrency key (or job), at most N starts per interval, and the queue's order (fifo, or "
+    "fair turns between jobs).",
     no_args_is_help=True,
     rich_markup_mode="markdown",
 )
@@ -34,6 +35,8 @@ StageType = Annotated[str, typer.Argument(help="the stage type")]
 def _limits(v: Limit) -> str:
     """`2/3` (in progress / concurrency limit) and `5 per 60 s (4 left)`, those it has."""
     parts = [] if v.max_in_progress is None else [f"{v.in_progress}/{v.max_in_progress}"]
+    if v.max_in_progress_per_key is not None:
+        parts.append(f"{v.max_in_progress_per_key} per key ({v.held_by_key} held)")
     if v.rate_starts is not None:
         parts.append(f"{v.rate_starts} per {v.rate_interval_seconds} s ({v.rate_tokens} left)")
     if v.order != "fifo":
@@ -83,6 +86,29 @@ def remove(
     """Remove a stage type's limit: its dequeues take what is queued again."""
     _call(api_url, token, lambda p: p.remove_limit(stage_type, reason=reason))
     typer.echo(f"{stage_type}: no limit")
+
+
+@limits.command("keys")
+def keys(
+    stage_type: StageType,
+    max_in_progress: Annotated[int, typer.Argument(help="at most this many in progress per key")],
+    reason: Reason = None,
+    api_url: ApiUrl = DEFAULT_URL,
+    token: Token = None,
+) -> None:
+    """Set or change a stage type's per-key limit: at most N of its tasks in progress per
+    concurrency key (a job's concurrencyKey, or else the job itself)."""
+    v = _call(api_url, token, lambda p: p.set_key_limit(stage_type, max_in_progress, reason=reason))
+    typer.echo(f"{v.stage_type}  {_limits(v)}")
+
+
+@limits.command("unkeys")
+def unkeys(
+    stage_type: StageType, reason: Reason = None, api_url: ApiUrl = DEFAULT_URL, token: Token = None
+) -> None:
+    """Remove a stage type's per-key limit."""
+    _call(api_url, token, lambda p: p.remove_key_limit(stage_type, reason=reason))
+    typer.echo(f"{stage_type}: no per-key limit")
 
 
 @limits.command("rate")

@@ -111,6 +111,7 @@ class Job:
     user_metadata: dict[str, Any]
     percentage: int
     fairness_key: str | None = None  # the jobs it takes turns with as one (a fair queue order)
+    concurrency_key: str | None = None  # the jobs it shares per-key limits with
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Job:
@@ -123,6 +124,7 @@ class Job:
             user_metadata=body.get("userMetadata") or {},
             percentage=body.get("percentage", 0),
             fairness_key=body.get("fairnessKey"),
+            concurrency_key=body.get("concurrencyKey"),
         )
 
 
@@ -318,8 +320,10 @@ class ScheduleRun:
 class Limit:
     """A stage type's limits: at most `max_in_progress` of its tasks in progress at once (None:
     no such limit), at most `rate_starts` starts per `rate_interval_seconds` (None: no rate) with
-    `rate_tokens` left now; `in_progress` now, the `room` a dequeue has; its queue `order`
-    ("fifo" or "fair"); who changed them last and why."""
+    `rate_tokens` left now; at most `max_in_progress_per_key` in progress per concurrency key
+    (None: no such limit) and the queued tasks it holds back now (`held_by_key`); `in_progress`
+    now, the `room` a dequeue has; its queue `order` ("fifo" or "fair"); who changed them last
+    and why."""
 
     stage_type: str
     max_in_progress: int | None
@@ -331,10 +335,13 @@ class Limit:
     rate_interval_seconds: int | None = None
     rate_tokens: int | None = None
     order: str = "fifo"
+    max_in_progress_per_key: int | None = None
+    held_by_key: int = 0
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Limit:
         rate = body.get("rate") or {}
+        per_key = body.get("perKey") or {}
         return cls(
             stage_type=body["stageType"],
             max_in_progress=body.get("maxInProgress"),
@@ -346,4 +353,6 @@ class Limit:
             rate_interval_seconds=rate.get("intervalSeconds"),
             rate_tokens=rate.get("tokens"),
             order=body.get("order", "fifo"),
+            max_in_progress_per_key=per_key.get("maxInProgress"),
+            held_by_key=per_key.get("heldBack", 0),
         )

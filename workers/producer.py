@@ -41,6 +41,7 @@ class Producer:
         deadline: datetime | None = None,
         schedule_to_start_seconds: int | None = None,
         fairness_key: str | None = None,
+        concurrency_key: str | None = None,
     ) -> Job:
         """`mode`: "runOnce" (default) or "standard" (open until `finish`); `parent_task_id`:
         a child job of that running task (see TaskContext.create_child_job); `not_before` (an
@@ -48,7 +49,9 @@ class Producer:
         default (else the server's); `deadline`: it fails if it has not ended by then;
         `schedule_to_start_seconds`: its stages' default for how long a queued task may wait
         to be dequeued before it expires (fails, cause "expired"); `fairness_key`: at a stage
-        type whose queue order is fair, the jobs of one key take their turns as one."""
+        type whose queue order is fair, the jobs of one key take their turns as one;
+        `concurrency_key`: at a stage type with a per-key limit, the jobs of one key share its
+        tasks in progress (without one, the job is its own key)."""
         body: dict[str, Any] = {
             "name": name,
             "data": dict(data),
@@ -62,6 +65,8 @@ class Producer:
             body["parentTaskId"] = parent_task_id
         if fairness_key is not None:
             body["fairnessKey"] = fairness_key
+        if concurrency_key is not None:
+            body["concurrencyKey"] = concurrency_key
         return Job.from_json(self.client.post("/v1/jobs", body))
 
     def finish(self, job_id: str) -> Job:
@@ -328,6 +333,18 @@ class Producer:
 
     def remove_rate(self, stage_type: str, *, reason: str | None = None) -> None:
         self._remove(f"/v1/limits/{quote(stage_type, safe='')}/rate", reason)
+
+    def set_key_limit(
+        self, stage_type: str, max_in_progress: int, *, reason: str | None = None
+    ) -> Limit:
+        """At most `max_in_progress` tasks of `stage_type` in progress at once per concurrency
+        key: a job's `concurrency_key`, or, without one, the job itself."""
+        body = _with_reason({"maxInProgress": max_in_progress}, reason)
+        path = f"/v1/limits/{quote(stage_type, safe='')}/keys"
+        return Limit.from_json(self.client.put(path, body))
+
+    def remove_key_limit(self, stage_type: str, *, reason: str | None = None) -> None:
+        self._remove(f"/v1/limits/{quote(stage_type, safe='')}/keys", reason)
 
     def set_order(self, stage_type: str, order: str, *, reason: str | None = None) -> Limit:
         """Dequeue `stage_type`'s tasks in `order` after priority: "fifo" (first in, first out,

@@ -9,7 +9,14 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 
 from jobnik.api.deps import reject_unknown_query
 from jobnik.api.errors import error_answers
-from jobnik.api.limit_schemas import LimitBody, LimitOut, LimitsOut, OrderBody, RateBody
+from jobnik.api.limit_schemas import (
+    KeyLimitBody,
+    LimitBody,
+    LimitOut,
+    LimitsOut,
+    OrderBody,
+    RateBody,
+)
 from jobnik.api.operator_schemas import MALFORMED, REASON_MAX, REASON_TEXT
 from jobnik.api.pages import PageDep
 from jobnik.api.permissions import PrincipalDep, authorize, needs
@@ -106,6 +113,47 @@ def remove_limit(
     stays)."""
     limits.remove(stage_type, by=by, reason=reason)
     return Message(code="LIMIT_REMOVED_SUCCESSFULLY")
+
+
+@router.put(
+    "/limits/{stageType}/keys",
+    responses=error_answers(MALFORMED, InvalidLimit, TooManyLimits),
+    openapi_extra=needs(P.OPERATE),
+)
+def set_key_limit(
+    limits: LimitsDep,
+    views: LimitViewsDep,
+    stage_type: StageTypePath,
+    body: KeyLimitBody,
+    by: PrincipalDep,
+) -> LimitOut:
+    """jobnik: at most `maxInProgress` tasks of the stage type IN_PROGRESS at once per
+    concurrency key, across every worker and server process, from now on. A job's key is its
+    `concurrencyKey`, or, without one, the job itself: so this is also a limit per job. A
+    key's queued tasks beyond its room wait (`perKey.heldBack`) and dequeues take the other
+    keys' tasks meanwhile; one ending lets the key's next one through, in the queue's order.
+    Setting or removing it works out every queued task of the type once; tasks already in
+    progress over a lowered limit go on. Setting the value it has changes nothing; `reason` is
+    recorded on the event."""
+    limits.set_key_limit(stage_type, body.max_in_progress, by=by, reason=body.reason)
+    return LimitOut.of(views.get(stage_type))
+
+
+@router.delete(
+    "/limits/{stageType}/keys",
+    responses=error_answers(MALFORMED, NO_LIMIT),
+    openapi_extra=needs(P.OPERATE),
+)
+def remove_key_limit(
+    limits: LimitsDep,
+    stage_type: StageTypePath,
+    by: PrincipalDep,
+    reason: ReasonQuery = None,
+) -> Message:
+    """jobnik: the stage type's keys are held to no number in progress (its other limits, if
+    any, stay)."""
+    limits.remove_key_limit(stage_type, by=by, reason=reason)
+    return Message(code="KEY_LIMIT_REMOVED_SUCCESSFULLY")
 
 
 @router.put(

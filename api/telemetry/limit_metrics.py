@@ -16,7 +16,8 @@ from jobnik.api.telemetry.service_metrics import guarded
 from jobnik.api.telemetry.stage_types import OTHER, shown
 from jobnik.projections.queries.limits import LimitViews
 
-REASON = "limit"  # the `reason` label of the held-back tasks
+REASON = "limit"  # the `reason` label of the held-back tasks: a concurrency limit or rate
+KEY = "key"  # ... and a per-key limit
 
 
 class LimitMetrics(Collector):
@@ -53,7 +54,7 @@ class LimitMetrics(Collector):
             ),
             GaugeMetricFamily(
                 "jobnik_tasks_held_back",
-                "Queued tasks a limit holds back: beyond the room it leaves",
+                "Queued tasks a limit holds back: beyond the room it leaves (by a limit or key)",
                 labels=[*by, "reason"],
             ),
         )
@@ -62,10 +63,12 @@ class LimitMetrics(Collector):
         families = limit, running, tokens, held = self.families()
         found = self.views.all()
         label = shown({v.stage_type: v.in_progress + v.queued for v in found}, self.most)
-        others = 0
+        others, other_keys = 0, None  # (a series for the others' keys when one has a key limit)
         for v in found:
             if label(v.stage_type) == OTHER:
                 others += v.held_back
+                if v.max_in_progress_per_key is not None:
+                    other_keys = (other_keys or 0) + v.held_by_key
                 continue
             if v.max_in_progress is not None:
                 limit.add_metric([v.stage_type], v.max_in_progress)
@@ -73,6 +76,10 @@ class LimitMetrics(Collector):
             if (left := v.rate_tokens) is not None:
                 tokens.add_metric([v.stage_type], left)
             held.add_metric([v.stage_type, REASON], v.held_back)
+            if v.max_in_progress_per_key is not None:
+                held.add_metric([v.stage_type, KEY], v.held_by_key)
         if len(label.types) < len(found):
             held.add_metric([OTHER, REASON], others)
+            if other_keys is not None:
+                held.add_metric([OTHER, KEY], other_keys)
         return list(families)

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from jobnik.domain.limits import StageTypeLimits
 from jobnik.domain.turns import FIFO
-from jobnik.projections.inline.ops import Insert, Op, own_row
+from jobnik.projections.inline.ops import Gate, Insert, Op, own_row
 from jobnik.projections.inline.tables import LIMITS
 
 L = StageTypeLimits
@@ -27,6 +27,7 @@ def _created(e: Any, _: int) -> list[Op]:  # (LimitsCreated: mypy misses `actor`
                 "rate_starts": None,
                 "rate_interval_seconds": None,
                 "queue_order": FIFO,
+                "max_in_progress_per_key": None,
                 "updated_by": e.actor,
                 "reason": e.reason,
                 "creation_time": e.timestamp,
@@ -49,13 +50,22 @@ LIMIT_PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     ),
     L.RateLimitRemoved: lambda e, _: _changed(e, rate_starts=None, rate_interval_seconds=None),
     L.QueueOrderSet: lambda e, _: _changed(e, queue_order=e.order),
+    L.KeyLimitSet: lambda e, _: [
+        *_changed(e, max_in_progress_per_key=e.max_in_progress),
+        Gate({"stage_type": e.stage_type}),
+    ],
+    L.KeyLimitRemoved: lambda e, _: [
+        *_changed(e, max_in_progress_per_key=None),
+        Gate({"stage_type": e.stage_type}),
+    ],
 }
 
 
 # A limits row `l` with something in force (domain/limits.py: StageTypeLimits.in_force): these
 # are the types GET /v1/limits lists, and at most MAX_LIMITED_TYPES of them.
 IN_FORCE: Final = (
-    f"(l.max_in_progress IS NOT NULL OR l.rate_starts IS NOT NULL OR l.queue_order <> '{FIFO}')"
+    f"(l.max_in_progress IS NOT NULL OR l.rate_starts IS NOT NULL OR l.queue_order <> '{FIFO}' "
+    "OR l.max_in_progress_per_key IS NOT NULL)"
 )
 
 

@@ -73,7 +73,17 @@ class IndexEvent:
     position: int
 
 
-Op = Insert | Update | Add | Delete | Enqueue | QueueChange | IndexEvent
+@dataclass(slots=True)
+class Gate:
+    """Work out again which queued tasks pass their key's per-key limit (inline/gates.py), for
+    the gates of what `key` names: a stage (`stage_id`), a job's stages (`job_id`), or every
+    gate of a stage type (`stage_type`, whose limit changed). Run once per command, after its
+    other operations: the answer depends on the rows alone."""
+
+    key: Mapping[str, Any]
+
+
+Op = Insert | Update | Add | Delete | Enqueue | QueueChange | IndexEvent | Gate
 
 
 def own_row(table: str, event: Any, values: Mapping[str, Any]) -> Update:

@@ -12,6 +12,7 @@ from typing import Any, Final
 from eventsourcing.domain import DomainEventProtocol
 
 from jobnik.domain.jobs import Job
+from jobnik.domain.limits import gate_of
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus
 from jobnik.projections.inline.archives import ARCHIVE_PROJECT, job_rows
@@ -20,6 +21,7 @@ from jobnik.projections.inline.limits import LIMIT_PROJECT
 from jobnik.projections.inline.ops import (
     Add,
     Delete,
+    Gate,
     IndexEvent,
     Insert,
     Op,
@@ -93,6 +95,8 @@ def _job_created(e: Job.JobCreated, _: int) -> list[Op]:
                 "deadline": e.deadline,
                 "schedule_to_start_seconds": e.schedule_to_start_seconds,
                 "fairness_key": e.fairness_key,
+                "concurrency_key": e.concurrency_key,
+                "gate": gate_of(e.originator_id, e.concurrency_key),
             },
         )
     ]
@@ -221,7 +225,26 @@ def _stage_added(e: Stage.StageAdded, _: int) -> list[Op]:
     ]
 
 
-PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
+def _gated(handler: Callable[[Any, int], list[Op]]) -> Callable[[Any, int], list[Op]]:
+    """`handler`, followed by a `Gate` for each job or stage whose queued tasks it changes: they
+    may now pass their key's per-key limit, or no longer (inline/gates.py)."""
+
+    def project(e: Any, position: int) -> list[Op]:
+        ops = handler(e, position)
+        return [*ops, *(Gate(key) for op in ops if (key := _queue_key(op)) is not None)]
+
+    return project
+
+
+def _queue_key(op: Op) -> Mapping[str, Any] | None:
+    """The job or stage whose queue rows `op` changes, if it changes a job's or stage's."""
+    queue = isinstance(op, QueueChange) or (
+        isinstance(op, Update | Add | Delete) and op.table == QUEUE
+    )
+    return op.key if queue and ("job_id" in op.key or "stage_id" in op.key) else None  # type: ignore[union-attr]
+
+
+_JOBS_AND_STAGES: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Job.JobCreated: _job_created,
     Job.StageAppended: lambda e, _: [
         _job(e, stage_count=e.order),
@@ -258,6 +281,10 @@ PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     Stage.StageReopened: _stage_reopened,
     Stage.StageUserMetadataReplaced: lambda e, _: [_stage(e, user_metadata=e.user_metadata)],
     Stage.StageRescheduled: lambda e, _: [_stage(e, not_before=e.not_before)],
+}
+
+PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
+    **{kind: _gated(handler) for kind, handler in _JOBS_AND_STAGES.items()},
     **TASK_PROJECT,
     **TOKEN_PROJECT,
     **SCHEDULE_PROJECT,

@@ -8,7 +8,8 @@ paused, waiting, or ended). The queue row keeps the two answers
 (`stage_open`, `job_open`), set when the task is queued and changed by the events that move its
 stage or job in or out of OPEN; a claim takes the first row with both, by job priority then
 turn (`turn`: first in, first out or fair turns between jobs, domain/turns.py) then queue
-order (`seq`, the log position that queued it), among the rows whose not-before time
+order (`seq`, the log position that queued it), among the rows not held back by their concurrency
+key's limit (`held`, inline/gates.py) whose not-before time
 (`not_before`: a delayed task's, a retry's due time) is unset or has come and whose expiry
 (`expires_at`, below) is unset or still ahead.
 """
@@ -58,6 +59,8 @@ def queue_row(
         "expire_seconds": stage.get("schedule_to_start_seconds"),
         "expires_at": None,
         "fairness_key": job.get("fairness_key"),
+        "gate": None,  # (set, with `held`, by the SQL of inline/gates.py when its type has a
+        "held": False,  # per-key limit: a function of the rows, worked out after the events)
     }
     row["expires_at"] = expiry(row, {}, time, restart=True)
     return row
@@ -131,13 +134,14 @@ def queue_change(cols: Sequence[str], key: str, sql: TimeSql) -> str:
 # locked until the claim's transaction ends), empty on SQLite.
 _READY: Final = (
     "SELECT task_id, priority_rank, turn, seq FROM queue_v1 WHERE stage_type = %(v)s "
-    "AND stage_open AND job_open AND not_before IS NULL "
+    "AND stage_open AND job_open AND not_before IS NULL AND NOT held "
     "AND (expires_at IS NULL OR expires_at > %(now)s) "
     "ORDER BY priority_rank, turn, seq LIMIT {n}{lock}"
 )
 _DUE: Final = (
     "SELECT task_id, priority_rank, turn, seq FROM queue_v1 WHERE stage_type = %(v)s "
-    "AND stage_open AND job_open AND not_before IS NOT NULL AND not_before <= %(now)s "
+    "AND stage_open AND job_open AND not_before IS NOT NULL AND NOT held "
+    "AND not_before <= %(now)s "
     "AND (expires_at IS NULL OR expires_at > %(now)s) ORDER BY not_before, seq LIMIT {n}{lock}"
 )
 

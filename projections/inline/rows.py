@@ -14,7 +14,8 @@ from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
 from jobnik.projections.inline.tables import SUMMARY_COUNTERS
 
-_SKIP = frozenset({"id", "version", "creation_time", "update_time", "priority_rank"})
+# (columns the read model adds to its aggregate's state: a job's rank and gate)
+_SKIP = frozenset({"id", "version", "creation_time", "update_time", "priority_rank", "gate"})
 
 
 def _state(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -78,6 +79,7 @@ def limit_from_row(row: Mapping[str, Any]) -> StageTypeLimits:
             "rate_starts",
             "rate_interval_seconds",
             "queue_order",
+            "max_in_progress_per_key",
         )
     }
     return StageTypeLimits.restore(

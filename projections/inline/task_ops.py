@@ -12,6 +12,7 @@ from jobnik.projections.inline.ops import (
     Add,
     Delete,
     Enqueue,
+    Gate,
     Insert,
     Op,
     QueueChange,
@@ -49,6 +50,11 @@ def _summary(e: Any, **deltas: int) -> Add:
     return Add(SUMMARIES, {"stage_id": e.stage_id}, deltas)
 
 
+def _gate(e: Any) -> Gate:
+    """The task's key may admit another of its queued tasks, or hold one (inline/gates.py)."""
+    return Gate({"stage_id": e.stage_id})
+
+
 def _task_created(e: Task.TaskCreated, position: int) -> list[Op]:
     return [
         Insert(
@@ -83,6 +89,7 @@ def _task_created(e: Task.TaskCreated, position: int) -> list[Op]:
         ),
         _summary(e, pending=1, total=1),
         Enqueue(e.originator_id, e.stage_id, position, e.timestamp, e.not_before, e.turn),
+        _gate(e),
     ]
 
 
@@ -114,6 +121,7 @@ def _task_retried(e: Task.TaskRetried, position: int) -> list[Op]:
         ),
         _summary(e, in_progress=-1, retried=1),
         Enqueue(e.originator_id, e.stage_id, position, e.timestamp, e.not_before, e.turn),
+        _gate(e),
     ]
 
 
@@ -122,6 +130,7 @@ def _task_aborted(e: Task.TaskAborted, _: int) -> list[Op]:
         _task(e, status=TASK_ABORTED, end_time=e.timestamp, lease_expires_at=None, not_before=None),
         _summary(e, **{_SUMMARY_OF[e.previous]: -1, "aborted": 1}),
         Delete(QUEUE, {"task_id": e.originator_id}),
+        _gate(e),
     ]
 
 
@@ -130,6 +139,7 @@ def _task_returned(e: Task.TaskReturned, position: int) -> list[Op]:
         _task(e, status=TASK_PENDING, lease_expires_at=None, not_before=None),
         _summary(e, in_progress=-1, pending=1),
         Enqueue(e.originator_id, e.stage_id, position, e.timestamp, turn=e.turn),
+        _gate(e),
     ]
 
 
@@ -140,6 +150,7 @@ def _task_delegated(e: Task.TaskDelegated, _: int) -> list[Op]:
         ),
         Add(TASKS, {"id": e.originator_id}, {"delegations": 1}),
         _summary(e, in_progress=-1, delegated=1),
+        _gate(e),
     ]
 
 
@@ -148,6 +159,7 @@ def _task_redispatched(e: Task.TaskRedispatched, position: int) -> list[Op]:
         _task(e, status=TaskStatus.PENDING.value, delegated_at=None, not_before=None),
         _summary(e, delegated=-1, pending=1),
         Enqueue(e.originator_id, e.stage_id, position, e.timestamp, turn=e.turn),
+        _gate(e),
     ]
 
 
@@ -179,6 +191,7 @@ def _task_rerun(e: Task.TaskRerun, position: int) -> list[Op]:
         ),
         _summary(e, **{_SUMMARY_OF[e.previous]: -1, "pending": 1}),
         Enqueue(e.originator_id, e.stage_id, position, e.timestamp, turn=e.turn),
+        _gate(e),
     ]
 
 
@@ -186,6 +199,7 @@ def _task_rescheduled(e: Task.TaskRescheduled, _: int) -> list[Op]:
     return [
         _task(e, not_before=e.not_before),
         QueueChange({"task_id": e.originator_id}, {"not_before": e.not_before}, e.timestamp),
+        _gate(e),
     ]
 
 
@@ -195,11 +209,12 @@ def _task_failed(e: Task.TaskFailed, _: int) -> list[Op]:
         e, status=TASK_FAILED, attempts=e.attempts, end_time=e.timestamp, lease_expires_at=None
     )
     if e.previous is None:
-        return [row, _summary(e, in_progress=-1, failed=1)]
+        return [row, _summary(e, in_progress=-1, failed=1), _gate(e)]
     return [
         row,
         _summary(e, **{_SUMMARY_OF[e.previous]: -1, "failed": 1}),
         Delete(QUEUE, {"task_id": e.originator_id}),
+        _gate(e),
     ]
 
 
@@ -215,6 +230,7 @@ TASK_PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
             result=e.result,
         ),
         _summary(e, in_progress=-1, completed=1),
+        _gate(e),
     ],
     Task.TaskDelegated: _task_delegated,
     Task.TaskChildEnded: lambda e, _: [_task(e)],

@@ -29,6 +29,8 @@ class LimitView:
     rate_interval_seconds: int | None
     tokens: float | None  # in the rate's bucket now (None: full, no claim drew from it yet)
     queue_order: str  # fifo or fair (domain/turns.py)
+    max_in_progress_per_key: int | None  # per concurrency key (domain/limits.py)
+    held_by_key: int  # queued tasks that could be dequeued but for their key's limit
     updated_by: str
     reason: str | None
     creation_time: datetime
@@ -51,8 +53,9 @@ class LimitView:
 
     @property
     def held_back(self) -> int:
-        """Queued tasks of the type beyond the limit's room: those waiting on it."""
-        return max(0, self.queued - self.room)
+        """Queued tasks of the type beyond the room of its concurrency limit and rate: those
+        waiting on them."""
+        return max(0, self.queued - self.held_by_key - self.room)
 
 
 def _view(row: Mapping[str, Any]) -> LimitView:
@@ -65,6 +68,8 @@ def _view(row: Mapping[str, Any]) -> LimitView:
         row["rate_interval_seconds"],
         None if row["tokens"] is None else float(row["tokens"]),
         row["queue_order"],
+        row["max_in_progress_per_key"],
+        int(row["held_by_key"]),
         row["updated_by"],
         row["reason"],
         row["creation_time"],

@@ -57,6 +57,8 @@ def _inline_applier(store: SqlStore, rename: Callable[[str], str]) -> Applier:
         def fold(cur: Cursor, batch: Batch, prepared: Any = None) -> None:
             ops, index = prepared if prepared is not None else fold_ops(batch)
             folder.apply(cur, ops, index)
+            if not batch:  # the pass's end: the gates it skipped, worked out once
+                cur.later(executor.regate_all)
 
         return fold
 

@@ -40,6 +40,7 @@ from jobnik.projections.inline.ops import (
     Add,
     Delete,
     Enqueue,
+    Gate,
     IndexEvent,
     Insert,
     Op,
@@ -88,6 +89,7 @@ class Fold:
             Add: self._add_op,
             Delete: self._delete_op,
             QueueChange: self._queue_change,
+            Gate: self._gate,
         }
 
     # -- the fold ------------------------------------------------------------------------------
@@ -119,6 +121,11 @@ class Fold:
 
     def _enqueue(self, op: Enqueue) -> None:
         self._insert(QUEUE, self._enqueued(op))
+
+    @staticmethod
+    def _gate(op: Gate) -> None:
+        """Nothing: the pass works every gate out at its end (apply.py), as one command's
+        `Gate`s are worked out after its other rows."""
 
     @staticmethod
     def _queue_change(op: QueueChange) -> None:
@@ -279,7 +286,7 @@ class Fold:
 
     def forget(self, op: Op) -> None:
         """After `op` ran as SQL: drop what memory holds that the statement may have changed."""
-        if isinstance(op, IndexEvent):
+        if isinstance(op, IndexEvent | Gate):
             return
         table = QUEUE if isinstance(op, Enqueue | QueueChange) else op.table
         rows = self.rows.get(table, {})

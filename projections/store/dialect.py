@@ -38,6 +38,9 @@ class Dialect:
 
     for_update: ClassVar[str] = " FOR UPDATE"  # row locks, where a backend has them
     joins_writes: ClassVar[bool] = True  # independent writes as one statement (executor.py)
+    # Every gate of a command worked out in one statement, each gate's rows a LATERAL probe
+    # (inline/gates.py); without LATERAL, a read of the gates and a statement per gate.
+    laterals: ClassVar[bool] = True
 
     @cached_property
     def _named(self) -> dict[str, str]:
@@ -124,6 +127,7 @@ class SQLiteDialect(Dialect):
 
     for_update: ClassVar[str] = ""  # one writer at a time: nothing to lock row by row
     joins_writes: ClassVar[bool] = False  # (SQLite runs one write per statement)
+    laterals: ClassVar[bool] = False
 
     def params(self, template: str) -> str:
         return queries.sqlite_params(template)

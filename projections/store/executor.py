@@ -10,10 +10,20 @@ from typing import Any, Final, Protocol
 
 from eventsourcing.domain import DomainEventProtocol
 
+from jobnik.projections.inline.gates import (
+    ENGATE,
+    KEYED_TYPES,
+    PAIRS,
+    UNGATE,
+    gate_keys,
+    regate,
+    regate_pairs,
+)
 from jobnik.projections.inline.ops import (
     Add,
     Delete,
     Enqueue,
+    Gate,
     IndexEvent,
     Insert,
     Op,
@@ -31,6 +41,8 @@ class _Cursor(Protocol):
     def execute(self, sql: str, params: Mapping[str, Any]) -> None: ...
 
     def executemany(self, sql: str, params: list[dict[str, Any]]) -> None: ...
+
+    def all(self, sql: str, params: Mapping[str, Any]) -> list[dict[str, Any]]: ...
 
 
 class OpExecutor:
@@ -66,6 +78,8 @@ class OpExecutor:
             return self.d.sql("file_event")
         if kind is QueueChange:
             return self.d.params(queue_change(cols, keys[0], self.d))
+        if kind is str:  # a statement of its own (`_text`)
+            return self.d.params(table)
         return self.d.sql("enqueue", expiry=self.d.params(enqueued_expiry(self.d)))  # Enqueue
 
     def statement(self, op: Op) -> tuple[str, dict[str, Any]]:
@@ -99,18 +113,62 @@ class OpExecutor:
         if isinstance(op, Add):
             params.update({f"v_{c}": v for c, v in op.deltas.items()})
             return self.sql(Add, op.table, keys, tuple(op.deltas)), params
+        assert isinstance(op, Delete), op  # (a `Gate` runs once per command: `regate`)
         return self.sql(Delete, op.table, keys, ()), params
 
     def run(self, cur: _Cursor, runs: Iterable[list[list[Op]]]) -> None:
-        """Each run holds the op lists of events whose ops commute; batch them column-wise."""
+        """Each run holds the op lists of events whose ops commute; batch them column-wise. The
+        `Gate`s of all of them are worked out once, after everything else."""
         single: list[tuple[str, dict[str, Any]]] = []  # statements not yet sent, in order
+        gates: list[Mapping[str, Any]] = []
         for run in runs:
+            run = [_ungated(ops, gates) for ops in run]
             if len(run) == 1 or len({len(ops) for ops in run}) != 1:
                 single.extend(self.statement(op) for ops in run for op in ops)
                 continue
             for column in zip(*run, strict=True):
                 self._batch(cur, list(column), single)
         _send(cur, single)
+        if gates:
+            self.regate(cur, gates)
+
+    def regate(self, cur: _Cursor, keys: Sequence[Mapping[str, Any]]) -> None:
+        """Work out again which queued tasks of the gates `keys` name pass their key's limit
+        (inline/gates.py): a stage type's rows first given or stripped of their gates, then its
+        gates' rows admitted or held."""
+        stages, jobs, types = gate_keys(keys)
+        d = self.d
+        for stage_type in types:
+            cur.execute(self._text(UNGATE), {"t": stage_type})
+            cur.execute(self._text(ENGATE), {"t": stage_type})
+        if d.laterals:
+            pairs = PAIRS.format(
+                stages="s.id = ANY(%(s)s::uuid[])",
+                jobs="s.job_id = ANY(%(j)s::uuid[])",
+                types="q.stage_type = ANY(%(v)s::text[])",
+            )
+            cur.execute(self._text(regate_pairs(pairs)), {"s": stages, "j": jobs, "v": types})
+            return
+        s_in, params = d.one_of("s.id", "s", [d.dump("id", v) for v in stages])
+        j_in, j_params = d.one_of("s.job_id", "j", [d.dump("id", v) for v in jobs])
+        t_in, t_params = d.one_of("q.stage_type", "v", types)
+        found = cur.all(
+            self._text(PAIRS.format(stages=s_in, jobs=j_in, types=t_in)),
+            {**params, **j_params, **t_params},
+        )
+        for pair in found:
+            cur.execute(self._text(regate(d.name)), pair)
+
+    def regate_all(self, cur: _Cursor) -> None:
+        """`regate` every stage type with a per-key limit: a rebuild's fold skips each event's
+        `Gate` and works them all out at its end, which gives the same rows (inline/gates.py)."""
+        keyed = cur.all(self._text(KEYED_TYPES), {})
+        if keyed:
+            self.regate(cur, [{"stage_type": r["stage_type"]} for r in keyed])
+
+    def _text(self, template: str) -> str:
+        """`template` in this dialect, renamed."""
+        return self.sql(str, template, (), ())
 
     def _batch(self, cur: _Cursor, ops: list[Op], single: list[tuple[str, dict[str, Any]]]) -> None:
         if all(isinstance(op, Add) for op in ops):
@@ -126,6 +184,14 @@ class OpExecutor:
                 _send(cur, single)
                 single.clear()
                 cur.executemany(sql, params_list)
+
+
+def _ungated(ops: list[Op], gates: list[Mapping[str, Any]]) -> list[Op]:
+    """`ops` without their `Gate`s, whose keys go to `gates`."""
+    kept = [op for op in ops if type(op) is not Gate]
+    if len(kept) != len(ops):
+        gates.extend(op.key for op in ops if isinstance(op, Gate))
+    return kept
 
 
 def _send(cur: _Cursor, statements: Sequence[tuple[str, dict[str, Any]]]) -> None:

@@ -3,8 +3,9 @@
 A statement follows a `-- name: <name>` line, up to the next one; its comment lines describe it.
 Parameters are `%(name)s` (SQLite's statements get `:name`). `{open}`, `{next_in_queue}` and
 `{next_batch_in_queue}` (and their `_locked` twins) are the dequeue rule (inline/queue.py, within
-the limits of inline/limits.py), `{now}` and `{tokens}` a rate's bucket, and `{in_force}` a
-limits row with something in force, filled in here; any
+the limits of inline/limits.py), `{now}` and `{tokens}` a rate's bucket, `{in_force}` a
+limits row with something in force, and `{keyed}` a stage `s` whose type has a per-key limit,
+filled in here; any
 other `{slot}` is the caller's to fill (a list of placeholders, a table name).
 `grep -rn <table> projections/store/sql` lists every statement that names a table; statements
 built from row operations (executor.py, bulk.py) and the catch-up projections' own (catchup/)
@@ -17,6 +18,7 @@ import re
 from importlib.resources import files
 from typing import Final
 
+from jobnik.projections.inline.gates import KEYED
 from jobnik.projections.inline.limits import FUNCTIONS, IN_FORCE, tokens, within_limit
 from jobnik.projections.inline.queue import (
     LOCKED,
@@ -44,6 +46,7 @@ def rules(backend: str) -> dict[str, str]:
         "now": FUNCTIONS[backend]["now"],
         "tokens": tokens(backend),
         "in_force": IN_FORCE,
+        "keyed": KEYED.replace("%(t)s", "s.type"),
     }
 
 

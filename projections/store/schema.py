@@ -29,7 +29,7 @@ TIME_COLUMNS: Final = frozenset(
 )
 BOOL_COLUMNS: Final = frozenset(
     {"started", "stage_open", "job_open", "deleted", "finishing", "completing", "completion"}
-    | {"open", "paused"}
+    | {"open", "paused", "held"}
 )
 # Columns that hold a log position: written through `jobnik_position` on PostgreSQL.
 POSITION_COLUMNS: Final = frozenset({"position", "seq"})

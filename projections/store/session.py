@@ -9,7 +9,7 @@ sessions (sqlite.py) and every backend's read sessions. PostgreSQL's write sessi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, cast
 from uuid import UUID
@@ -74,6 +74,7 @@ class SqlSession:
         # Tasks claimed by stage type, not settled yet: what their limits are charged at
         # commit (`settle_claims`).
         self._claimed: dict[str, int] = {}
+        self._claimed_jobs: dict[str, set[Any]] = {}  # (their keys: PostgresSession settles them)
 
     @property
     def position(self) -> int | None:
@@ -94,17 +95,19 @@ class SqlSession:
     def settle_claims(self) -> None:
         """Each rate-limited stage type this session claimed tasks of loses as many tokens.
         The writer lock, held from the start, kept the room each claim read exact."""
-        for stage_type, count in self._settled():
+        for stage_type, count, _ in self._settled():
             self.cur.execute(self.d.sql("spend_tokens"), {"v": stage_type, "k": count})
 
-    def _settled(self) -> list[tuple[str, int]]:
-        """The claims not settled yet, by stage type, now settled."""
+    def _settled(self) -> list[tuple[str, int, list[Any]]]:
+        """The claims not settled yet, by stage type, with their jobs, now settled."""
         claimed, self._claimed = sorted(self._claimed.items()), {}
-        return claimed
+        jobs, self._claimed_jobs = self._claimed_jobs, {}
+        return [(t, n, sorted(jobs.get(t, ()), key=str)) for t, n in claimed]
 
-    def _count_claims(self, stage_type: str, count: int) -> None:
-        if count:
-            self._claimed[stage_type] = self._claimed.get(stage_type, 0) + count
+    def _count_claims(self, stage_type: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            self._claimed[stage_type] = self._claimed.get(stage_type, 0) + len(rows)
+            self._claimed_jobs.setdefault(stage_type, set()).update(r["job_id"] for r in rows)
 
     # -- loads by id ---------------------------------------------------------------------------
 
@@ -160,7 +163,7 @@ class SqlSession:
         row = self._next_in_queue(self._claim_params(stage_type, now))
         if row is None:
             return None
-        self._count_claims(stage_type, 1)
+        self._count_claims(stage_type, [row])
         self._fetched.setdefault(row["id"], row)
         return self.task(row["id"])
 
@@ -169,7 +172,7 @@ class SqlSession:
 
     def claim_batch(self, stage_type: str, count: int, now: datetime) -> list[Task]:
         rows = self._next_batch_in_queue({**self._claim_params(stage_type, now), "n": int(count)})
-        self._count_claims(stage_type, len(rows))
+        self._count_claims(stage_type, rows)
         for row in rows:
             self._fetched.setdefault(row["id"], row)
         return [self.task(row["id"]) for row in rows]

@@ -71,6 +71,8 @@ def _requests(t: Targets) -> dict[str, Request]:
         "set_rate": ("PUT", "/v1/limits/matrix/rate", {"starts": 5, "intervalSeconds": 60}),
         "set_order": ("PUT", "/v1/limits/matrix/order", {"order": "fair"}),
         "remove_rate": ("DELETE", "/v1/limits/matrix/rate", None),
+        "set_key_limit": ("PUT", "/v1/limits/matrix/keys", {"maxInProgress": 2}),
+        "remove_key_limit": ("DELETE", "/v1/limits/matrix/keys", None),
         "find_jobs": ("GET", "/v1/jobs", None),
         "create_job": ("POST", "/v1/jobs", {"name": "matrix", "data": {}}),
         "finish_job": ("POST", f"{job}/finish", None),

@@ -27,6 +27,7 @@ def test_the_queues_page_shows_limits_and_offers_changes_to_operators_only(
     for url, body in (
         ("/v1/limits/render/order", {"order": "fair", "reason": "tenants"}),
         ("/v1/limits/encode", {"maxInProgress": 4}),
+        ("/v1/limits/encode/keys", {"maxInProgress": 2}),
     ):
         assert secured.call(admin, "PUT", url, body).status_code == 200
     seen = {}
@@ -35,11 +36,18 @@ def test_the_queues_page_shows_limits_and_offers_changes_to_operators_only(
         assert page.status_code == 200, page.text
         assert rows(page.text) == {"encode": "first in, first out", "render": "fair"}
         assert "0 / 4" in page.text
+        assert '<td class="per-key">2 (0 held back)</td>' in page.text
         seen[role] = actions(page.text)
     assert seen == {
         "reader": [],
         "producer": [],
-        "operator": ["Take turns", "Remove limit", "First in, first out", "Take turns…"],
+        "operator": [
+            "Take turns",
+            "Remove limit",
+            "Remove per-key limit",
+            "First in, first out",
+            "Take turns…",
+        ],
     }
 
 

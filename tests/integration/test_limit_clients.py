@@ -1,6 +1,6 @@
 """Concurrency limits through live servers: 8 SDK workers over HTTP (on PostgreSQL, against two
-server processes) never hold more tasks of a limited type than its limit; the SDK's Producer and
-`jobnik limits` set, list and remove it."""
+server processes) never hold more tasks of a limited type than its limit, nor of a key than its
+per-key limit; the SDK's Producer and `jobnik limits` set, list and remove them."""
 
 from __future__ import annotations
 
@@ -45,8 +45,15 @@ def test_the_sdk_and_the_command_line_set_list_and_remove_a_limit(
     assert "encode  order fair" in fair.output
     assert producer.set_order("encode", "fifo").order == "fifo"
     assert producer.limit("encode").order == "fifo"
-    keyed = producer.create_job("tenant work", {}, fairness_key="tenant-a")
-    assert keyed.fairness_key == "tenant-a"
+    keyed = producer.create_job("tenant work", {}, fairness_key="tenant-a", concurrency_key="t")
+    assert (keyed.fairness_key, keyed.concurrency_key) == ("tenant-a", "t")
+    per_key = cli.invoke(app, ["limits", "keys", "encode", "2", "--reason", "per tenant", *url])
+    assert per_key.exit_code == 0, per_key.output
+    assert "encode  0/2  2 per key (0 held)" in per_key.output
+    assert producer.set_key_limit("encode", 4).max_in_progress_per_key == 4
+    unkeyed = cli.invoke(app, ["limits", "unkeys", "encode", *url])
+    assert unkeyed.exit_code == 0, unkeyed.output
+    assert producer.limit("encode").max_in_progress_per_key is None
     bad = cli.invoke(app, ["limits", "set", "encode", "0", *url])
     assert bad.exit_code == 1
     assert "INVALID_LIMIT" in bad.output
@@ -118,3 +125,57 @@ def test_eight_http_workers_never_exceed_the_limit_two_server_processes_on_postg
     assert state["done"] == total
     assert 1 <= state["most"] <= limit
     assert producer.limit("render").in_progress == 0
+
+
+def test_eight_http_workers_never_exceed_a_keys_limit_two_server_processes_on_postgres(
+    database_url: str, spawn_server: Callable[..., Any]
+) -> None:
+    processes = 1 if database_url.startswith("sqlite") else 2  # (SQLite: one server)
+    server = spawn_server(database_url, workers=processes)
+    producer = Producer(server.url)
+    limit, per_job = 2, 8
+    producer.set_key_limit("render", limit)
+    key_of: dict[str, str] = {}  # stage id -> key
+    for i, key in enumerate(["tenant", "tenant", None]):
+        job = producer.create_job(f"farm {i}", {}, concurrency_key=key)
+        stage = producer.create_stage(job.id, "render", {})
+        producer.create_tasks(stage.id, [{"i": n} for n in range(per_job)])
+        key_of[stage.id] = key or job.id
+    total = 3 * per_job
+    lock = threading.Lock()
+    holding: dict[str, int] = {}
+    state = {"most": 0, "done": 0}
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        consumer = Consumer(server.url)
+        try:
+            while True:
+                with lock:
+                    if state["done"] >= total:
+                        return
+                task = consumer.dequeue("render")
+                if task is None:
+                    continue
+                key = key_of[task.stage_id]
+                with lock:
+                    holding[key] = holding.get(key, 0) + 1
+                    state["most"] = max(state["most"], holding[key])
+                time.sleep(0.002)
+                with lock:
+                    holding[key] -= 1
+                consumer.complete(task)
+                with lock:
+                    state["done"] += 1
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    assert state["done"] == total
+    assert 1 <= state["most"] <= limit
+    assert producer.limit("render").held_by_key == 0

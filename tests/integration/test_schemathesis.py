@@ -147,8 +147,8 @@ def _refused_for_state_or_meaning(check: dict[str, Any], exchange: dict[str, Any
 def _kept_by_design(check: dict[str, Any], exchange: dict[str, Any] | None) -> bool:
     """A read after a DELETE that answers by design, which the tool takes for a use after free:
     a deleted job's history (kept for audit until its retention period ends), and a stage type
-    after a DELETE of /v1/limits/{type}, which removes its concurrency limit only (its rate and
-    queue order, removed or changed apart, stay and still answer)."""
+    after a DELETE of /v1/limits/{type} (or .../keys), which removes one of its limits only (its
+    others and its queue order, removed or changed apart, stay and still answer)."""
     if check["name"] != "use_after_free" or exchange is None:
         return False
     path = urlsplit(str((exchange.get("request") or {}).get("uri"))).path
@@ -158,7 +158,12 @@ def _kept_by_design(check: dict[str, Any], exchange: dict[str, Any] | None) -> b
         found = json.loads(_content(exchange.get("response") or {}))
     except ValueError:
         return False
-    kept = isinstance(found, dict) and (found.get("rate") or found.get("order") == "fair")
+    kept = isinstance(found, dict) and (
+        found.get("rate")
+        or found.get("order") == "fair"
+        or found.get("perKey")
+        or found.get("maxInProgress")
+    )
     return path.startswith("/v1/limits/") and bool(kept)
 
 

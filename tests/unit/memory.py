@@ -32,7 +32,17 @@ from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
 from jobnik.domain.turns import FAIR, QueueTurns
-from jobnik.projections.inline.ops import Add, Delete, IndexEvent, Insert, Op, QueueChange, Update
+from jobnik.projections.inline.gates import model_admitted
+from jobnik.projections.inline.ops import (
+    Add,
+    Delete,
+    Gate,
+    IndexEvent,
+    Insert,
+    Op,
+    QueueChange,
+    Update,
+)
 from jobnik.projections.inline.queue import expiry, queue_row
 from jobnik.projections.inline.rows import (
     job_from_row,
@@ -105,6 +115,8 @@ class Tables:
         elif isinstance(op, Delete):
             gone = [id(r) for r in self.where(op.table, op.key)]
             self.rows[op.table] = [r for r in self.rows[op.table] if id(r) not in gone]
+        elif isinstance(op, Gate):  # (the claim works the gates out: `dequeueable`)
+            pass
         elif isinstance(op, IndexEvent):  # the job of the event's aggregate, as the SQL does
             entity = self.maybe(ENTITY_JOBS, entity_id=op.originator_id)
             if entity is not None:  # (a token's events belong to no job)
@@ -148,6 +160,7 @@ class Tables:
             and r["job_open"]
             and stage_type in (None, r["stage_type"])
             and (r["expires_at"] is None or now is None or r["expires_at"] > now)
+            and self.admitted(r)
         ]
         ready = sorted(
             (r for r in rows if r["not_before"] is None),
@@ -161,6 +174,29 @@ class Tables:
             :count
         ]
         return [r["task_id"] for r in merged]
+
+    def admitted(self, row: Row) -> bool:
+        """Whether queue `row` passes its key's per-key limit, as inline/gates.py works it out."""
+        limits = self.maybe(LIMITS, stage_type=row["stage_type"])
+        if limits is None or limits["max_in_progress_per_key"] is None:
+            return True
+        gates = {j["id"]: j["gate"] for j in self.rows[JOBS]}
+        gate = gates[row["job_id"]]
+        mine = [
+            r
+            for r in self.rows[QUEUE]
+            if r["stage_type"] == row["stage_type"] and gates[r["job_id"]] == gate
+        ]
+        running = sum(
+            1
+            for t in self.rows[TASKS]
+            if t["stage_type"] == row["stage_type"]
+            and t["status"] == "IN_PROGRESS"
+            and gates[t["job_id"]] == gate
+        )
+        return any(
+            r is row for r in model_admitted(mine, limits["max_in_progress_per_key"], running)
+        )
 
     def queue_turns(self, stage_id: UUID) -> QueueTurns:
         """As the `queue_turns` statement reads them (queries.sql)."""

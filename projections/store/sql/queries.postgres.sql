@@ -88,7 +88,9 @@ SELECT jobnik_assert_fresh((EXISTS (SELECT FROM summaries_v1 WHERE stage_id = %(
 -- name: settle_claim
 -- After a claim of %(k)s tasks of stage type %(v)s, under the writer lock: they leave as many
 -- tokens in its rate's bucket (`spend_tokens`), and its tasks IN_PROGRESS, this session's
--- claims included, are within its concurrency limit (each only if the type has one).
+-- claims included, are within its concurrency limit, and the keys of the claimed tasks' jobs
+-- (%(j)s) within its per-key limit
+-- (each only if the type has one: a claim may take a row a concurrent `Gate` would have held).
 WITH spent AS (
     INSERT INTO jobnik_rate_buckets (stage_type, tokens, refilled_at)
     SELECT l.stage_type, COALESCE((SELECT {tokens} FROM jobnik_rate_buckets b
@@ -101,7 +103,13 @@ WITH spent AS (
 SELECT jobnik_assert_fresh((NOT EXISTS (SELECT FROM spent WHERE tokens < -0.000001)
     AND NOT EXISTS (SELECT FROM stage_type_limits_v1 l
         WHERE l.stage_type = %(v)s AND l.max_in_progress < (SELECT count(*) FROM tasks_v1 t
-            WHERE t.stage_type = %(v)s AND t.status = 'IN_PROGRESS')))::int, 1);
+            WHERE t.stage_type = %(v)s AND t.status = 'IN_PROGRESS'))
+    AND NOT EXISTS (SELECT FROM stage_type_limits_v1 l
+        WHERE l.stage_type = %(v)s AND l.max_in_progress_per_key IS NOT NULL
+        AND EXISTS (SELECT FROM tasks_v1 t JOIN jobs_v1 j ON j.id = t.job_id
+            WHERE t.stage_type = %(v)s AND t.status = 'IN_PROGRESS'
+            AND j.gate IN (SELECT c.gate FROM jobs_v1 c WHERE c.id = ANY(%(j)s::uuid[]))
+            GROUP BY j.gate HAVING count(*) > l.max_in_progress_per_key)))::int, 1);
 
 -- name: migrating
 SELECT pg_advisory_lock(%(key)s);
@@ -115,14 +123,17 @@ SELECT pg_advisory_unlock(%(key)s);
 
 -- name: enqueue
 -- Queue a task: its priority, whether it can be dequeued and its schedule-to-start limit come
--- from its stage and job rows; its expiry as inline/queue.py's `expiry` works it out.
+-- from its stage and job rows; its expiry as inline/queue.py's `expiry` works it out. A task of
+-- a type with a per-key limit gets its job's gate, held until its gate admits it (the command's
+-- `Gate`, inline/gates.py).
 -- VALUES: a batch of tasks becomes one statement.
 INSERT INTO queue_v1 (task_id, job_id, stage_id, stage_type, priority_rank, turn, seq,
-    stage_open, job_open, not_before, expire_seconds, expires_at, fairness_key)
+    stage_open, job_open, not_before, expire_seconds, expires_at, fairness_key, gate, held)
 SELECT v.task_id, s.job_id, s.id, s.type, j.priority_rank, v.turn, jobnik_position(v.seq),
     s.status IN {open},
     j.status IN {open}, v.not_before, s.schedule_to_start_seconds,
-    CASE WHEN s.status IN {open} AND j.status IN {open} THEN {expiry} END, j.fairness_key
+    CASE WHEN s.status IN {open} AND j.status IN {open} THEN {expiry} END, j.fairness_key,
+    CASE WHEN {keyed} THEN j.gate END, {keyed}
 FROM (VALUES (%(task_id)s::uuid, %(stage_id)s::uuid, %(seq)s::bigint, %(time)s::timestamptz,
     %(not_before)s::timestamptz, %(turn)s::bigint))
     AS v(task_id, stage_id, seq, time, not_before, turn)

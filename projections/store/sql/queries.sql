@@ -240,10 +240,13 @@ SELECT * FROM stage_type_limits_v1 WHERE id = %(id)s;
 
 -- name: limit_views
 -- Stage types' limits, by stage type, each with its use: the type's tasks IN_PROGRESS (counted
--- on an index), its queued ones (PENDING or RETRIED, from its stages' summaries) and the tokens
--- in its rate's bucket now; {where}: the filter (a stage type, or those in force).
+-- on an index), its queued ones (PENDING or RETRIED, from its stages' summaries), those a per-key
+-- limit holds back (the range of its gates' rows: as long as the type's keyed queue) and the
+-- tokens in its rate's bucket now; {where}: the filter (a stage type, or those in force).
 SELECT l.stage_type, l.max_in_progress, l.rate_starts, l.rate_interval_seconds, l.queue_order,
-    l.updated_by, l.reason, l.creation_time, l.update_time,
+    l.max_in_progress_per_key, l.updated_by, l.reason, l.creation_time, l.update_time,
+    (SELECT count(*) FROM queue_v1 q WHERE q.stage_type = l.stage_type AND q.gate IS NOT NULL
+        AND q.held AND q.stage_open AND q.job_open) AS held_by_key,
     (SELECT count(*) FROM tasks_v1 t WHERE t.stage_type = l.stage_type
         AND t.status = 'IN_PROGRESS') AS in_progress,
     (SELECT COALESCE(SUM(m.pending + m.retried), 0) FROM stages_v1 s

@@ -34,7 +34,9 @@ CREATE TABLE IF NOT EXISTS jobs_v1 (
     retry_policy {json},
     deadline {time},
     schedule_to_start_seconds INTEGER,
-    fairness_key TEXT
+    fairness_key TEXT,
+    concurrency_key TEXT,
+    gate TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_v1_name ON jobs_v1 (name);
 CREATE INDEX IF NOT EXISTS jobs_v1_creation_time ON jobs_v1 (creation_time);
@@ -134,13 +136,15 @@ CREATE TABLE IF NOT EXISTS queue_v1 (
     expire_seconds INTEGER,
     expires_at {time},
     turn BIGINT NOT NULL DEFAULT 0,
-    fairness_key TEXT
+    fairness_key TEXT,
+    gate TEXT,
+    held {bool} NOT NULL DEFAULT {false}
 );
 -- The claim's two probes (inline/queue.py): tasks ready now, and delayed ones by due time.
 CREATE INDEX IF NOT EXISTS queue_v1_next ON queue_v1 (stage_type, priority_rank, turn, seq)
-    WHERE stage_open AND job_open AND not_before IS NULL;
+    WHERE stage_open AND job_open AND not_before IS NULL AND NOT held;
 CREATE INDEX IF NOT EXISTS queue_v1_due ON queue_v1 (stage_type, not_before, seq)
-    WHERE stage_open AND job_open AND not_before IS NOT NULL;
+    WHERE stage_open AND job_open AND not_before IS NOT NULL AND NOT held;
 CREATE INDEX IF NOT EXISTS queue_v1_oldest ON queue_v1 (stage_type, seq)
     WHERE stage_open AND job_open AND not_before IS NULL;
 CREATE INDEX IF NOT EXISTS queue_v1_job ON queue_v1 (job_id);
@@ -151,6 +155,15 @@ CREATE INDEX IF NOT EXISTS queue_v1_stage ON queue_v1 (stage_id, turn);
 -- A fairness key's last turn at a stage type (queries.sql: queue_turns).
 CREATE INDEX IF NOT EXISTS queue_v1_fairness ON queue_v1 (stage_type, fairness_key, turn)
     WHERE fairness_key IS NOT NULL;
+-- A per-key limit's gates (inline/gates.py): each gate's queued tasks in the order they are
+-- admitted (ready ones by the claim's order, then delayed ones by due time), and the ones
+-- admitted now.
+CREATE INDEX IF NOT EXISTS queue_v1_gate ON queue_v1 (stage_type, gate, priority_rank, turn, seq)
+    WHERE gate IS NOT NULL AND stage_open AND job_open AND not_before IS NULL;
+CREATE INDEX IF NOT EXISTS queue_v1_gate_due ON queue_v1 (stage_type, gate, not_before, seq)
+    WHERE gate IS NOT NULL AND stage_open AND job_open AND not_before IS NOT NULL;
+CREATE INDEX IF NOT EXISTS queue_v1_admitted ON queue_v1 (stage_type, gate)
+    WHERE gate IS NOT NULL AND NOT held;
 
 -- The task log: a row per append (its lines as a JSON array), keyed by its event's position.
 CREATE TABLE IF NOT EXISTS task_logs_v2 (
@@ -266,7 +279,8 @@ CREATE TABLE IF NOT EXISTS stage_type_limits_v1 (
     reason TEXT,
     creation_time {time} NOT NULL,
     update_time {time} NOT NULL,
-    queue_order TEXT NOT NULL DEFAULT 'fifo'
+    queue_order TEXT NOT NULL DEFAULT 'fifo',
+    max_in_progress_per_key INTEGER
 );
 CREATE TABLE IF NOT EXISTS jobnik_rate_buckets (
     stage_type TEXT PRIMARY KEY,

@@ -23,6 +23,7 @@ from jobnik.projections.inline.ops import (
     Add,
     Delete,
     Enqueue,
+    Gate,
     IndexEvent,
     Insert,
     QueueChange,
@@ -154,6 +155,8 @@ def test_job_created_inserts_a_pending_job_row() -> None:
                 "deadline": None,
                 "schedule_to_start_seconds": None,
                 "fairness_key": None,
+                "concurrency_key": None,
+                "gate": f"j:{job.id}",
             },
         )
     ]
@@ -924,8 +927,9 @@ def test_no_events_make_no_batches() -> None:
 
 
 def entity_ops(event: Any, position: int) -> list[Any]:
-    """The read-model ops of `event` without the history index (tested on its own below)."""
-    return PROJECT[type(event)](event, position)
+    """The read-model ops of `event` without the history index (tested on its own below) and
+    its gates (tests/unit/projections/test_gates.py)."""
+    return [op for op in PROJECT[type(event)](event, position) if not isinstance(op, Gate)]
 
 
 def test_every_event_is_filed_under_its_job_and_creations_map_their_entity() -> None:

@@ -1,0 +1,165 @@
+"""Per-key concurrency limits: which queued tasks pass their key's gate.
+
+A stage type with a per-key limit (`max_in_progress_per_key`, domain/limits.py) lets at most that
+many tasks of each concurrency key be IN_PROGRESS at once; a job's key is its `concurrencyKey`,
+or the job itself (its `gate`, jobs_v1). The claim stays one probe of the queue's index: a queued
+task of such a type that its key has no room for is **held** (`queue_v1.held`), and held rows are
+not in the claim's indexes (`queue_v1_next`, `queue_v1_due`), so no claim walks past them.
+
+Which rows are held is a function of the read models alone, worked out again by `regate` after
+every event that can change it (a task of the key queued, started or ended; its stage or job
+opened, closed or reprioritised; the limit set, changed or removed): of a gate's queued rows that
+can be dequeued, the first `room` are admitted (not held), where room is the limit less the key's
+tasks IN_PROGRESS; the order is the claim's (priority, turn, queue position) for the rows ready
+now, then the delayed ones by due time. Every other row of the gate is held. A claim takes an
+admitted row, which leaves the queue as the key's tasks in progress grow by one: the admitted
+rows stay the first `room` without a change, so the claim itself writes nothing here. Being a
+function of the rows, the result does not depend on how events were grouped into commands: a
+rebuild works it out once at its end (`regate_all`) and finds the same rows.
+
+A row of a type without a per-key limit has no gate (NULL) and is never held, so types without
+one pay one probe of an empty index range per event that ends or queues a task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
+from typing import Any, Final
+
+from jobnik.projections.inline.limits import FUNCTIONS
+from jobnik.projections.inline.tables import LIMITS
+
+
+def _running(t: str, g: str) -> str:
+    return (
+        "(SELECT count(*) FROM tasks_v1 t JOIN jobs_v1 j ON j.id = t.job_id "
+        f"WHERE t.stage_type = {t} AND t.status = 'IN_PROGRESS' AND j.gate = {g})"
+    )
+
+
+def _room(backend: str, t: str, g: str) -> str:
+    """How many rows of gate (`t`, `g`) may be admitted now: the type's per-key limit less the
+    key's tasks IN_PROGRESS (counted on the type's tasks in progress, which the claim keeps few),
+    never below 0; 0 when the type has no per-key limit."""
+    greatest = FUNCTIONS[backend]["greatest"]
+    return (
+        f"COALESCE((SELECT {greatest}(0, l.max_in_progress_per_key - {_running(t, g)}) "
+        f"FROM {LIMITS} l WHERE l.stage_type = {t}), 0)"
+    )
+
+
+@cache
+def admitted(backend: str, t: str, g: str) -> str:
+    """SQL: the task ids of gate (`t`, `g`: SQL values) to admit now: two probes (ready rows of
+    queue_v1_gate, delayed ones of queue_v1_gate_due) merged, the first `room`."""
+    room = _room(backend, t, g)
+    gate = f"stage_type = {t} AND gate = {g} AND stage_open AND job_open"
+    ready = (
+        f"SELECT task_id, 0 AS later, priority_rank, turn, not_before AS due, seq FROM queue_v1 "
+        f"WHERE {gate} AND not_before IS NULL ORDER BY priority_rank, turn, seq LIMIT {room}"
+    )
+    delayed = (
+        f"SELECT task_id, 1 AS later, 0 AS priority_rank, 0 AS turn, not_before AS due, seq "
+        f"FROM queue_v1 WHERE {gate} AND not_before IS NOT NULL "
+        f"ORDER BY not_before, seq LIMIT {room}"
+    )
+    return (
+        f"SELECT u.task_id FROM (SELECT * FROM ({ready}) r "
+        f"UNION ALL SELECT * FROM ({delayed}) d) u "
+        f"ORDER BY u.later, u.priority_rank, u.turn, u.due, u.seq LIMIT {room}"
+    )
+
+
+_FLIP: Final = (
+    "UPDATE queue_v1 SET held = NOT held WHERE task_id IN (SELECT c.task_id FROM queue_v1 c "
+    "{join}WHERE {gate}AND (NOT c.held OR c.task_id IN (SELECT task_id FROM a)) "
+    "AND c.held = (c.task_id IN (SELECT task_id FROM a)){lock})"
+)
+
+
+@cache
+def regate(backend: str) -> str:
+    """SQL: flip `held` on the rows of gate (`%(t)s`, `%(g)s`) whose admission changed: the
+    admitted ones no longer among the first, and the held ones now among them (found through
+    queue_v1_admitted and the two probes). SQLite's, one gate at a time."""
+    flip = _FLIP.format(join="", gate="c.stage_type = %(t)s AND c.gate = %(g)s ", lock="")
+    return f"WITH a AS ({admitted(backend, '%(t)s', '%(g)s')}) {flip}"
+
+
+@cache
+def regate_pairs(pairs: str) -> str:
+    """SQL: `regate` for every gate `pairs` (SQL giving rows `t`, `g`) names, in one statement
+    (PostgreSQL's: each gate's admitted rows a LATERAL probe). A row a claim holds is skipped
+    (FOR UPDATE SKIP LOCKED): the claim takes it, and its session checks the key's count under
+    the writer lock (`settle_claim`)."""
+    each = admitted("postgres", "p.t", "p.g")
+    flip = _FLIP.format(
+        join="JOIN p ON c.stage_type = p.t AND c.gate = p.g ",
+        gate="TRUE ",
+        lock=" FOR UPDATE OF c SKIP LOCKED",
+    )
+    return (
+        f"WITH p AS ({pairs}), a AS (SELECT x.task_id FROM p CROSS JOIN LATERAL ({each}) x) {flip}"
+    )
+
+
+# The gates (`t`, `g`) of stage types with a per-key limit that a command's `Gate` ops name:
+# their stages' (`{stages}`: a condition on `s.id`), their jobs' stages' (`{jobs}`: on
+# `s.job_id`), and every gate of their stage types (`{types}`: on `q.stage_type`).
+PAIRS: Final = (
+    "SELECT DISTINCT k.t, k.g FROM (SELECT s.type AS t, j.gate AS g FROM stages_v1 s "
+    "JOIN jobs_v1 j ON j.id = s.job_id WHERE {stages} OR {jobs} "
+    "UNION ALL SELECT q.stage_type, q.gate FROM queue_v1 q WHERE {types} AND q.gate IS NOT NULL) k "
+    f"JOIN {LIMITS} l ON l.stage_type = k.t WHERE l.max_in_progress_per_key IS NOT NULL"
+)
+
+KEYED_TYPES: Final = f"SELECT stage_type FROM {LIMITS} WHERE max_in_progress_per_key IS NOT NULL"
+
+# A stage type's rows as its per-key limit wants them (`Gate` by type, run before its gates are
+# worked out again): without one, no gate and nothing held; with one, every row that has no
+# gate yet gets its job's, held until its gate admits it.
+KEYED: Final = (
+    f"EXISTS (SELECT 1 FROM {LIMITS} l WHERE l.stage_type = %(t)s "
+    "AND l.max_in_progress_per_key IS NOT NULL)"
+)
+UNGATE: Final = (
+    "UPDATE queue_v1 SET gate = NULL, held = FALSE "
+    f"WHERE stage_type = %(t)s AND gate IS NOT NULL AND NOT {KEYED}"
+)
+ENGATE: Final = (
+    "UPDATE queue_v1 SET gate = (SELECT j.gate FROM jobs_v1 j WHERE j.id = queue_v1.job_id), "
+    f"held = TRUE WHERE stage_type = %(t)s AND gate IS NULL AND {KEYED}"
+)
+
+
+def gate_keys(keys: Iterable[Mapping[str, Any]]) -> tuple[list[Any], list[Any], list[str]]:
+    """The stages, jobs and stage types a command's `Gate` ops name, each once, in order."""
+    stages: dict[Any, None] = {}
+    jobs: dict[Any, None] = {}
+    types: dict[str, None] = {}
+    for key in keys:
+        if "stage_id" in key:
+            stages[key["stage_id"]] = None
+        elif "job_id" in key:
+            jobs[key["job_id"]] = None
+        else:
+            types[key["stage_type"]] = None
+    return list(stages), list(jobs), list(types)
+
+
+def model_admitted(
+    rows: Sequence[Mapping[str, Any]], limit: int, running: int
+) -> list[Mapping[str, Any]]:
+    """The rows of one gate (queue rows of one type and key) that `regate` admits, given the
+    limit and the key's tasks in progress: the in-memory model of the SQL above."""
+    open_rows = [r for r in rows if r["stage_open"] and r["job_open"]]
+    ready = sorted(
+        (r for r in open_rows if r["not_before"] is None),
+        key=lambda r: (r["priority_rank"], r["turn"], r["seq"]),
+    )
+    delayed = sorted(
+        (r for r in open_rows if r["not_before"] is not None),
+        key=lambda r: (r["not_before"], r["seq"]),
+    )
+    return [*ready, *delayed][: max(0, limit - running)]
