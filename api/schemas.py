@@ -38,7 +38,7 @@ from jobnik.domain.limits import CONCURRENCY_KEY_MAX
 from jobnik.domain.ports import Summary
 from jobnik.domain.statuses import JobMode, JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.domain.tasks import Task
-from jobnik.domain.turns import FAIRNESS_KEY_MAX
+from jobnik.domain.turns import FAIRNESS_KEY_MAX, FAIRNESS_WEIGHT_MAX
 from jobnik.projections.queries.results import JobView, StageView
 from jobnik.projections.queries.timetravel import in_utc
 
@@ -257,6 +257,15 @@ class CreateJob(Delayable):
         description="jobnik: at a stage type whose queue order is fair, the jobs of one key "
         "(a tenant, say) take their turns as one (1 to 100 characters; else 400 "
         "INVALID_FAIRNESS_KEY)",
+    )
+    fairness_weight: int | None = Field(
+        default=None,
+        # (documented bounds; the domain checks them, answering 400 INVALID_FAIRNESS_WEIGHT)
+        json_schema_extra={"minimum": 1, "maximum": FAIRNESS_WEIGHT_MAX},
+        description="jobnik: at a stage type whose queue order is fair, its tasks (or its "
+        "fairness key's) take this many places at each turn: a job of weight 3 gets three "
+        "tasks dequeued for each one of a job of weight 1 (1 to 100, default 1; else 400 "
+        "INVALID_FAIRNESS_WEIGHT)",
     )
     concurrency_key: str | None = Field(
         default=None,
@@ -547,6 +556,9 @@ class JobOut(OutModel):
     fairness_key: str | None = Field(
         default=None, description="jobnik: the jobs it takes turns with as one"
     )
+    fairness_weight: int | None = Field(
+        default=None, description="jobnik: its tasks per turn under a fair queue order"
+    )
     concurrency_key: str | None = Field(
         default=None, description="jobnik: the jobs it shares per-key limits with"
     )
@@ -579,5 +591,6 @@ class JobOut(OutModel):
             deadline=j.deadline,
             schedule_to_start_seconds=j.schedule_to_start_seconds,
             fairness_key=j.fairness_key,
+            fairness_weight=j.fairness_weight,
             concurrency_key=j.concurrency_key,
         )

@@ -42,6 +42,7 @@ class NewJob:
     deadline: datetime | None = None  # it fails if it has not ended by then
     schedule_to_start_seconds: int | None = None  # its stages' default
     fairness_key: str | None = None  # its tasks take turns as one with this key's other jobs'
+    fairness_weight: int | None = None  # its tasks (or its key's) per turn, under fair order
     concurrency_key: str | None = None  # its tasks count against this key's per-key limits
 
 
@@ -110,6 +111,7 @@ class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, To
                 deadline=new.deadline,
                 schedule_to_start_seconds=new.schedule_to_start_seconds,
                 fairness_key=new.fairness_key,
+                fairness_weight=new.fairness_weight,
                 concurrency_key=new.concurrency_key,
             )
             s.save(job)

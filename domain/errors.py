@@ -482,6 +482,12 @@ class InvalidFairnessKey(InvalidRequest):
     code = "INVALID_FAIRNESS_KEY"
 
 
+class InvalidFairnessWeight(InvalidRequest):
+    """fairnessWeight is a whole number from 1 to 100"""
+
+    code = "INVALID_FAIRNESS_WEIGHT"
+
+
 class InvalidConcurrencyKey(InvalidRequest):
     """concurrencyKey is 1 to 100 characters"""
 

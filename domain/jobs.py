@@ -27,7 +27,7 @@ from jobnik.domain.statuses import (
     Priority,
 )
 from jobnik.domain.statuses import JobStatus as S
-from jobnik.domain.turns import check_fairness_key
+from jobnik.domain.turns import check_fairness_key, check_fairness_weight
 
 
 class Job(Entity):
@@ -61,6 +61,7 @@ class Job(Entity):
         deadline: datetime | None
         schedule_to_start_seconds: int | None
         fairness_key: str | None
+        fairness_weight: int | None
         concurrency_key: str | None
 
     class JobCreated(Entity.Created):
@@ -86,6 +87,7 @@ class Job(Entity):
         schedule_to_start_seconds: int | None = field(default=None, kw_only=True)
         # Its tasks take turns with the other jobs of this key as one (domain/turns.py).
         fairness_key: str | None = field(default=None, kw_only=True)
+        fairness_weight: int | None = field(default=None, kw_only=True)  # tasks per turn (1)
         # Its tasks count against this key's per-key concurrency limit at each stage type
         # (domain/limits.py), as the other jobs' of the key do; None: its own.
         concurrency_key: str | None = field(default=None, kw_only=True)
@@ -100,6 +102,7 @@ class Job(Entity):
             job.deadline = self.deadline
             job.schedule_to_start_seconds = self.schedule_to_start_seconds
             job.fairness_key, job.concurrency_key = self.fairness_key, self.concurrency_key
+            job.fairness_weight = self.fairness_weight
             job.name, job.data, job.priority = self.name, self.data, self.priority
             job.user_metadata = self.user_metadata
             job.traceparent, job.tracestate = self.traceparent, self.tracestate
@@ -268,11 +271,13 @@ class Job(Entity):
         deadline: datetime | None = None,
         schedule_to_start_seconds: int | None = None,
         fairness_key: str | None = None,
+        fairness_weight: int | None = None,
         concurrency_key: str | None = None,
     ) -> Job:
         check_deadline(deadline, now)
         check_schedule_to_start(schedule_to_start_seconds)
         check_fairness_key(fairness_key)
+        check_fairness_weight(fairness_weight)
         check_concurrency_key(concurrency_key)
         return cls._create(
             cls.JobCreated,
@@ -294,6 +299,7 @@ class Job(Entity):
             deadline=deadline,
             schedule_to_start_seconds=schedule_to_start_seconds,
             fairness_key=fairness_key,
+            fairness_weight=fairness_weight,
             concurrency_key=concurrency_key,
         )
 

@@ -111,6 +111,7 @@ class Job:
     user_metadata: dict[str, Any]
     percentage: int
     fairness_key: str | None = None  # the jobs it takes turns with as one (a fair queue order)
+    fairness_weight: int | None = None  # its tasks per turn under a fair queue order
     concurrency_key: str | None = None  # the jobs it shares per-key limits with
 
     @classmethod
@@ -124,6 +125,7 @@ class Job:
             user_metadata=body.get("userMetadata") or {},
             percentage=body.get("percentage", 0),
             fairness_key=body.get("fairnessKey"),
+            fairness_weight=body.get("fairnessWeight"),
             concurrency_key=body.get("concurrencyKey"),
         )
 

@@ -41,6 +41,7 @@ class Producer:
         deadline: datetime | None = None,
         schedule_to_start_seconds: int | None = None,
         fairness_key: str | None = None,
+        fairness_weight: int | None = None,
         concurrency_key: str | None = None,
     ) -> Job:
         """`mode`: "runOnce" (default) or "standard" (open until `finish`); `parent_task_id`:
@@ -50,6 +51,7 @@ class Producer:
         `schedule_to_start_seconds`: its stages' default for how long a queued task may wait
         to be dequeued before it expires (fails, cause "expired"); `fairness_key`: at a stage
         type whose queue order is fair, the jobs of one key take their turns as one;
+        `fairness_weight`: there, its tasks (or its key's) take this many places at each turn;
         `concurrency_key`: at a stage type with a per-key limit, the jobs of one key share its
         tasks in progress (without one, the job is its own key)."""
         body: dict[str, Any] = {
@@ -65,6 +67,8 @@ class Producer:
             body["parentTaskId"] = parent_task_id
         if fairness_key is not None:
             body["fairnessKey"] = fairness_key
+        if fairness_weight is not None:
+            body["fairnessWeight"] = fairness_weight
         if concurrency_key is not None:
             body["concurrencyKey"] = concurrency_key
         return Job.from_json(self.client.post("/v1/jobs", body))

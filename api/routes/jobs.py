@@ -149,6 +149,7 @@ def create_job(
         mode=body.mode,
         parent_task_id=body.parent_task_id,
         fairness_key=body.fairness_key,
+        fairness_weight=body.fairness_weight,
         concurrency_key=body.concurrency_key,
         **body.timing(),
         **body.trace(incoming),  # type: ignore[arg-type]

@@ -72,7 +72,7 @@ def admitted(backend: str, t: str, g: str) -> str:
 
 
 _FLIP: Final = (
-    "UPDATE queue_v1 SET held = NOT held WHERE task_id IN (SELECT c.task_id FROM queue_v1 c "
+    "UPDATE queue_v1 SET held = NOT held WHERE {guard}task_id IN (SELECT c.task_id FROM queue_v1 c "
     "{join}WHERE {gate}AND (NOT c.held OR c.task_id IN (SELECT task_id FROM a)) "
     "AND c.held = (c.task_id IN (SELECT task_id FROM a)){lock})"
 )
@@ -83,7 +83,7 @@ def regate(backend: str) -> str:
     """SQL: flip `held` on the rows of gate (`%(t)s`, `%(g)s`) whose admission changed: the
     admitted ones no longer among the first, and the held ones now among them (found through
     queue_v1_admitted and the two probes). SQLite's, one gate at a time."""
-    flip = _FLIP.format(join="", gate="c.stage_type = %(t)s AND c.gate = %(g)s ", lock="")
+    flip = _FLIP.format(guard="", join="", gate="c.stage_type = %(t)s AND c.gate = %(g)s ", lock="")
     return f"WITH a AS ({admitted(backend, '%(t)s', '%(g)s')}) {flip}"
 
 
@@ -95,6 +95,7 @@ def regate_pairs(pairs: str) -> str:
     the writer lock (`settle_claim`)."""
     each = admitted("postgres", "p.t", "p.g")
     flip = _FLIP.format(
+        guard="EXISTS (SELECT FROM p) AND ",
         join="JOIN p ON c.stage_type = p.t AND c.gate = p.g ",
         gate="TRUE ",
         lock=" FOR UPDATE OF c SKIP LOCKED",
@@ -109,7 +110,9 @@ def regate_pairs(pairs: str) -> str:
 # `s.job_id`), and every gate of their stage types (`{types}`: on `q.stage_type`).
 PAIRS: Final = (
     "SELECT DISTINCT k.t, k.g FROM (SELECT s.type AS t, j.gate AS g FROM stages_v1 s "
-    "JOIN jobs_v1 j ON j.id = s.job_id WHERE {stages} OR {jobs} "
+    "JOIN jobs_v1 j ON j.id = s.job_id WHERE {stages} "
+    "UNION ALL SELECT s.type, j.gate FROM stages_v1 s JOIN jobs_v1 j ON j.id = s.job_id "
+    "WHERE {jobs} "
     "UNION ALL SELECT q.stage_type, q.gate FROM queue_v1 q WHERE {types} AND q.gate IS NOT NULL) k "
     f"JOIN {LIMITS} l ON l.stage_type = k.t WHERE l.max_in_progress_per_key IS NOT NULL"
 )

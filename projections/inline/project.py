@@ -95,6 +95,7 @@ def _job_created(e: Job.JobCreated, _: int) -> list[Op]:
                 "deadline": e.deadline,
                 "schedule_to_start_seconds": e.schedule_to_start_seconds,
                 "fairness_key": e.fairness_key,
+                "fairness_weight": e.fairness_weight,
                 "concurrency_key": e.concurrency_key,
                 "gate": gate_of(e.originator_id, e.concurrency_key),
             },

@@ -277,7 +277,13 @@ class SqlSession:
             return QueueTurns()
         r = rows[0]
         return QueueTurns(
-            r["queue_order"] == FAIR, r["head"] or 0, r["tail"] or 0, r["first"], r["last"]
+            r["queue_order"] == FAIR,
+            r["head"] or 0,
+            r["tail"] or 0,
+            r["first"],
+            r["last"],
+            int(r["weight"]),
+            int(r["at_last"]),
         )
 
     def all_completed(self, stage_id: UUID) -> bool:

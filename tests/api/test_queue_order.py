@@ -168,3 +168,40 @@ def test_jobs_queued_together_are_served_round_robin_within_each_priority(
     names = {stage: stage for _, stage, _ in jobs}
     assert taken(api, stage_type, len(expected), names) == expected
     api.dequeue_nothing(stage_type)
+
+
+def test_a_weighted_job_takes_as_many_places_at_each_turn(api: Api) -> None:
+    set_order(api, "render", "fair")
+    heavy = job_of(api, "render", 6, fairnessWeight=3)
+    light = job_of(api, "render", 3)
+    names = {heavy: "heavy", light: "light"}
+    assert taken(api, "render", 8, names) == ["heavy"] * 3 + ["light"] + ["heavy"] * 3 + ["light"]
+    assert api.http.get(f"/v1/jobs/{api.stage(heavy)['jobId']}").json()["fairnessWeight"] == 3
+
+
+def test_a_weighted_key_packs_its_tasks_across_commands(api: Api) -> None:
+    """Tasks queued one command at a time fill their key's last turn up to its weight."""
+    set_order(api, "render", "fair")
+    made = api.create_job(fairnessKey="t", fairnessWeight=2)
+    heavy = str(api.add_stage(made["id"], type="render")["id"])
+    for _ in range(4):
+        api.add_tasks(heavy, 1)
+    light = job_of(api, "render", 2)
+    assert taken(api, "render", 6, {heavy: "heavy", light: "light"}) == [
+        "heavy",
+        "heavy",
+        "light",
+        "heavy",
+        "heavy",
+        "light",
+    ]
+
+
+@pytest.mark.parametrize("weight", [0, -1, 101, 2.5])
+def test_a_bad_fairness_weight_is_a_named_400_and_writes_nothing(api: Api, weight: Any) -> None:
+    with api.nothing_written():
+        r = api.http.post(
+            "/v1/jobs", json={"name": "nightly", "data": {}, "fairnessWeight": weight}
+        )
+    assert r.status_code == 400, r.text
+    assert r.json()["code"] in ("INVALID_FAIRNESS_WEIGHT", "VALIDATION_ERROR")

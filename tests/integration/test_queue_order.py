@@ -97,3 +97,26 @@ def test_fairness_keys_live_and_in_a_rebuild(store: SqlStore) -> None:
     assert verify(store) == []
     claimed = [names[t.stage_id] for t in app.dequeue_batch("fair-k", 9)]
     assert claimed == ["a", "b"] * 3 + ["a"] * 3
+
+
+def test_fairness_weights_live_and_in_a_rebuild(store: SqlStore) -> None:
+    """A key of weight 2 takes two places a turn, its tasks queued in one command or one by
+    one (the second command fills the first's last turn)."""
+    app = Jobnik(store)
+    LimitCommands(store, app.clock).set_order("fair-w", "fair", reason="tenants")
+    heavy = app.create_job(NewJob(name="heavy", data={}, fairness_key="h", fairness_weight=2))
+    stage = app.add_stage(heavy.id, NewStage(type="fair-w", data={}))
+    app.add_tasks(stage.id, [NewTask(data={})])
+    app.add_tasks(stage.id, [NewTask(data={}) for _ in range(3)])
+    names = {stage.id: "h"}
+    light = app.create_job(NewJob(name="light", data={}))
+    other = app.add_stage(light.id, NewStage(type="fair-w", data={}))
+    app.add_tasks(other.id, [NewTask(data={}) for _ in range(2)])
+    names[other.id] = "l"
+
+    live = snapshot(store)
+    rebuild(store)
+    assert snapshot(store) == live
+    assert verify(store) == []
+    claimed = [names[t.stage_id] for t in app.dequeue_batch("fair-w", 6)]
+    assert claimed == ["h", "h", "l", "h", "h", "l"]

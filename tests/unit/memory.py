@@ -225,12 +225,15 @@ class Tables:
                 if r["stage_type"] == stage["type"] and r["fairness_key"] == key
             ]
         )
+        top = max(last, default=None)
         return QueueTurns(
             limits is not None and limits["queue_order"] == FAIR,
             min(ready, default=0),
             max(ready, default=0),
             min(own, default=None),
-            max(last, default=None),
+            top,
+            job.get("fairness_weight") or 1,
+            min(100, sum(1 for turn in last if turn == top)),
         )
 
     def room(self, stage_type: str, n: int) -> int:

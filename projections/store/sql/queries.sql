@@ -28,9 +28,18 @@ WHERE t.id IN ({next_batch_in_queue}) ORDER BY q.priority_rank, q.turn, q.seq;
 -- name: queue_turns
 -- What the turns of a stage's tasks queued now depend on (domain/turns.py): its type's queue
 -- order, the first and last turns ready to dequeue at its job's priority (probes of
--- queue_v1_next), its own queued tasks' lowest turn (of queue_v1_stage), and the highest of its
--- own or, when its job has a fairness key, of that key's at its type (queue_v1_fairness).
-SELECT l.queue_order,
+-- queue_v1_next), its own queued tasks' lowest turn (of queue_v1_stage), the highest of its
+-- own or, when its job has a fairness key, of that key's at its type (queue_v1_fairness), its
+-- job's fairness weight, and how many of its own (or its key's) hold that highest turn (at most
+-- the weight's worth are counted).
+SELECT t.queue_order, t.head, t.tail, t.first, t.last, t.weight,
+    (SELECT count(*) FROM (SELECT 1 FROM queue_v1 q WHERE t.fkey IS NULL AND q.stage_id = t.sid
+        AND q.turn = t.last LIMIT 100) c)
+    + (SELECT count(*) FROM (SELECT 1 FROM queue_v1 q WHERE t.fkey IS NOT NULL
+        AND q.stage_type = t.stype AND q.fairness_key = t.fkey AND q.turn = t.last LIMIT 100) k)
+    AS at_last
+FROM (SELECT l.queue_order, s.id AS sid, s.type AS stype, j.fairness_key AS fkey,
+    COALESCE(j.fairness_weight, 1) AS weight,
     (SELECT q.turn FROM queue_v1 q WHERE q.stage_type = s.type
         AND q.priority_rank = j.priority_rank AND q.stage_open AND q.job_open
         AND q.not_before IS NULL ORDER BY q.turn LIMIT 1) AS head,
@@ -44,7 +53,7 @@ SELECT l.queue_order,
             AND q.fairness_key = j.fairness_key ORDER BY q.turn DESC LIMIT 1) END AS last
 FROM stages_v1 s JOIN jobs_v1 j ON j.id = s.job_id
     LEFT JOIN stage_type_limits_v1 l ON l.stage_type = s.type
-WHERE s.id = %(id)s;
+WHERE s.id = %(id)s) t;
 
 -- name: stage_at
 SELECT * FROM stages_v1 WHERE job_id = %(job_id)s AND stage_order = %(o)s;

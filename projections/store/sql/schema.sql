@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS jobs_v1 (
     schedule_to_start_seconds INTEGER,
     fairness_key TEXT,
     concurrency_key TEXT,
-    gate TEXT
+    gate TEXT,
+    fairness_weight INTEGER
 );
 CREATE INDEX IF NOT EXISTS jobs_v1_name ON jobs_v1 (name);
 CREATE INDEX IF NOT EXISTS jobs_v1_creation_time ON jobs_v1 (creation_time);

@@ -155,6 +155,7 @@ def test_job_created_inserts_a_pending_job_row() -> None:
                 "deadline": None,
                 "schedule_to_start_seconds": None,
                 "fairness_key": None,
+                "fairness_weight": None,
                 "concurrency_key": None,
                 "gate": f"j:{job.id}",
             },

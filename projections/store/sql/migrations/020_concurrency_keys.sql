@@ -1,10 +1,12 @@
--- flow: per-key concurrency limits. A job's concurrency key (and its gate: the key, or the job
--- itself), a stage type's per-key limit, and each queued task's gate and whether it is held back
--- by its key's limit. No event before this has a key or a per-key limit: every job is its own
--- gate and no task is held, so nothing is rebuilt.
+-- flow: per-key concurrency limits and fairness weights. A job's concurrency key (and its gate:
+-- the key, or the job itself) and fairness weight, a stage type's per-key limit, and each queued
+-- task's gate and whether it is held back by its key's limit. No event before this has a key, a
+-- weight or a per-key limit: every job is its own gate of weight 1 and no task is held, so
+-- nothing is rebuilt.
 ALTER TABLE jobs_v1 ADD COLUMN concurrency_key TEXT;
 ALTER TABLE jobs_v1 ADD COLUMN gate TEXT;
 UPDATE jobs_v1 SET gate = 'j:' || CAST(id AS TEXT);
+ALTER TABLE jobs_v1 ADD COLUMN fairness_weight INTEGER;
 ALTER TABLE stage_type_limits_v1 ADD COLUMN max_in_progress_per_key INTEGER;
 ALTER TABLE queue_v1 ADD COLUMN gate TEXT;
 ALTER TABLE queue_v1 ADD COLUMN held {bool} NOT NULL DEFAULT {false};
