@@ -32,6 +32,7 @@ from jobnik.domain.ports import Session
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.statuses import TaskStatus
 from jobnik.domain.tasks import Task
+from jobnik.domain.turns import Turns
 from jobnik.domain.work import Report, Reporting, WorkCommands
 
 # What refuses one item of a batched report without touching the others: each is raised
@@ -158,6 +159,7 @@ class BatchCommands(WorkCommands):
         cascaded; an item's refusal is its outcome."""
         outcomes = []
         later: list[Task] = []  # outcomes saved together, then cascaded
+        turns = Turns(s)  # (two tasks of a stage queued again take two turns)
         accepted: dict[UUID, str | None] = {}  # the tasks a report changed, with its trace
         for item in items:
             r = item.report
@@ -170,7 +172,7 @@ class BatchCommands(WorkCommands):
                     item.by.check_stage_type(task.stage_type)
                     if item.seen is not None:
                         item.seen.check(version)
-                    refused = self._fenced_report(s, task, r, now, item.by, later)
+                    refused = self._fenced_report(s, task, r, now, item.by, later, turns)
             except ITEM_ERRORS as exc:
                 if task is not None and task.version != version:
                     raise  # the item changed something already: all or nothing

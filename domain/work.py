@@ -182,9 +182,10 @@ class WorkCommands:
         now: datetime,
         by: Principal,
         later: list[Task] | None = None,
+        turns: Turns | None = None,
     ) -> StaleAttempt | Forbidden | None:
         """Make `report` on `task` if `by` holds its attempt; else record the refusal and
-        return the error to raise after saving. `later`: as `_report`'s."""
+        return the error to raise after saving. `later`, `turns`: as `_report`'s."""
         refused: StaleAttempt | Forbidden | None = None
         attempt = report.attempt
         if task.held_by_another(by):
@@ -192,7 +193,7 @@ class WorkCommands:
         elif attempt is not None and not task.holds(attempt):
             refused = task.refuse(attempt, f"report {report.status}", now, by)
         else:
-            self._report(s, task, report, now, by, later)
+            self._report(s, task, report, now, by, later, turns)
             return None
         if later is None:
             s.save(task)
@@ -208,9 +209,12 @@ class WorkCommands:
         now: datetime,
         by: Principal,
         later: list[Task] | None = None,
+        turns: Turns | None = None,
     ) -> None:
         """The outcome, saved, and its cascade. With `later` (a batch), a COMPLETED, FAILED or
-        refused outcome joins `later` instead: saved with the batch's others, then cascaded."""
+        refused outcome joins `later` instead: saved with the batch's others, then cascaded;
+        `turns`: the batch's, so that two tasks of a stage queued again take two turns."""
+        turns = turns if turns is not None else Turns(s)
         stage, job = s.stage(task.stage_id), s.job(task.job_id)
         status, result = report.status, report.result
         if job.status == JobStatus.ABORTED and task.status == TaskStatus.IN_PROGRESS:
@@ -218,11 +222,11 @@ class WorkCommands:
             s.save(task)
             return
         if status == TaskStatus.DELEGATED:
-            self._delegate(s, task, now, by)
+            self._delegate(s, task, now, by, turns)
             return
         failure = stage.failure_in(result) if status == TaskStatus.COMPLETED else None
         # (a retry is queued again: its turn read only then)
-        turn = Turns(s).take(task.stage_id) if failure or status != TaskStatus.COMPLETED else 0
+        turn = turns.take(task.stage_id) if failure or status != TaskStatus.COMPLETED else 0
         if failure is not None:  # a failure pattern matched the result
             task.fail(now, Actor.SYSTEM, failure, turn=turn)
         else:
@@ -237,7 +241,7 @@ class WorkCommands:
         s.save(task)
         self._cascade(s, task, stage, job, now)
 
-    def _delegate(self, s: Session, task: Task, now: datetime, by: Principal) -> None:
+    def _delegate(self, s: Session, task: Task, now: datetime, by: Principal, turns: Turns) -> None:
         """The handler created child jobs: the task waits for them, or goes back to the queue
         at once when they have all ended already."""
         children = s.children_of(task.id)
@@ -252,7 +256,7 @@ class WorkCommands:
                 now,
                 Actor.SYSTEM,
                 "every child job had ended already",
-                turn=Turns(s).take(task.stage_id),
+                turn=turns.take(task.stage_id),
             )
         s.save(task)
 

@@ -205,3 +205,18 @@ def test_a_bad_fairness_weight_is_a_named_400_and_writes_nothing(api: Api, weigh
         )
     assert r.status_code == 400, r.text
     assert r.json()["code"] in ("INVALID_FAIRNESS_WEIGHT", "VALIDATION_ERROR")
+
+
+def test_two_retries_of_a_stage_in_one_batch_take_two_turns(api: Api) -> None:
+    set_order(api, "render", "fair")
+    a = job_of(api, "render", 2)
+    b = job_of(api, "render", 2)
+    c = job_of(api, "render", 3)
+    names = {a: "a", b: "b", c: "c"}
+    first = [api.dequeue("render") for _ in range(5)]
+    assert [names[t["stageId"]] for t in first] == ["a", "b", "c", "a", "b"]
+    failed = [{"id": t["id"], "attempt": 1, "status": "FAILED"} for t in first if t["stageId"] == a]
+    r = api.http.put("/v1/tasks/status", json=failed)
+    assert r.status_code == 200, r.text
+    # c's two at turns 1 and 2; a's retries at its next turns from the head: 1, then 2
+    assert taken(api, "render", 4, names) == ["c", "a", "c", "a"]
