@@ -27,8 +27,8 @@ StuckKind = Literal[
 class QueueOut(ApiModel):
     """One stage type's tasks: queued (PENDING or RETRIED), in progress, completed, failed; the
     oldest task a dequeue could take now and how long it has waited; the last dequeue; its
-    concurrency limit (null: none) and the queued tasks waiting on it; the queued tasks waiting
-    for their time; its queue order."""
+    concurrency limit (null: none) and the queued tasks waiting on it, and those its per-key
+    limit holds back; the queued tasks waiting for their time; its queue order."""
 
     stage_type: str
     queued: int
@@ -43,6 +43,10 @@ class QueueOut(ApiModel):
     )
     held_back: int = Field(
         default=0, description="queued tasks beyond the room the concurrency limit leaves"
+    )
+    held_by_key: int = Field(
+        default=0,
+        description="queued tasks a per-key limit holds back: their key has no room",
     )
     delayed: int = Field(
         default=0,
@@ -70,6 +74,7 @@ class QueueOut(ApiModel):
             last_dequeue_at=q.last_dequeue_at,
             max_in_progress=limit.max_in_progress if limit is not None else None,
             held_back=limit.held_back if limit is not None else 0,
+            held_by_key=limit.held_by_key if limit is not None else 0,
             delayed=q.delayed,
             order=cast(QueueOrder, limit.queue_order) if limit is not None else "fifo",
         )

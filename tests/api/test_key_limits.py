@@ -127,6 +127,7 @@ def test_queues_and_metrics_show_the_tasks_a_key_limit_holds_back(api: Api) -> N
     assert 'jobnik_tasks_held_back{reason="limit",stage_type="render"} 0.0' in metrics
     queue = api.http.get("/v1/queues").json()["items"][0]
     assert (queue["stageType"], queue["queued"], queue["heldBack"]) == ("render", 2, 0)
+    assert queue["heldByKey"] == 2
 
 
 @pytest.mark.parametrize("value", [0, -1, MAX_PER_KEY + 1])

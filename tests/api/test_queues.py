@@ -206,6 +206,7 @@ def test_queues_show_every_stage_type_with_tasks_and_the_oldest_age_moves(api: A
         "lastDequeueAt": render["lastDequeueAt"],
         "maxInProgress": None,  # no concurrency limit
         "heldBack": 0,
+        "heldByKey": 0,
         "delayed": 0,
         "order": "fifo",
     }
