@@ -99,8 +99,7 @@ class PostgresStore(SqlStore):
                     session = PostgresSession(self, conn)
                     session.begin()
                     try:
-                        yield session
-                        session.close()
+                        yield session  # (the store's `session` closes it: its last checks)
                     except BaseException:
                         if session.wrote:
                             session.abandon()

@@ -19,6 +19,8 @@ from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
 from jobnik.projections.store.migrations import MIGRATIONS
+from jobnik.projections.store.pgsession import PostgresSession
+from jobnik.projections.store.session import SqlSession
 
 ALL_VERSIONS = [m.version for m in MIGRATIONS]
 TASKS = 2000
@@ -188,3 +190,30 @@ def test_a_sweep_that_finds_no_expired_lease_opens_no_write_session(
     monkeypatch.setattr(SqlStore, "session", session)
     assert jobnik.sweep() == 0
     assert opened == [False]  # one look, no writer lock
+
+
+def test_a_write_session_sends_its_closing_checks_once(
+    store: SqlStore, jobnik: Jobnik, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session's last checks (a claim's limits, a report's stage completion) are sent when it
+    closes, and it closes once: run twice, each check would cost the database a statement more."""
+    job = jobnik.create_job(NewJob(name="closing", data={}))
+    stage = jobnik.add_stage(job.id, NewStage(type="closing", data={}))
+    jobnik.add_tasks(stage.id, [NewTask(data={})])
+    closed: list[SqlSession] = []  # (held: a freed session's id could be the next one's)
+    for kind in (SqlSession, PostgresSession):
+        monkeypatch.setattr(kind, "close", counted(kind.close, closed))
+    task = jobnik.dequeue("closing")
+    jobnik.report_task(task.id, TaskStatus.COMPLETED, attempt=task.attempt)
+    assert len(closed) == 2  # a session each, each closed once
+    assert closed[0] is not closed[1]
+
+
+def counted(close: Any, closed: list[SqlSession]) -> Any:
+    """`close`, noting each session it closes."""
+
+    def wrapper(self: SqlSession) -> None:
+        closed.append(self)
+        close(self)
+
+    return wrapper
