@@ -28,9 +28,9 @@ from jobnik.domain.turns import FIFO, QUEUE_ORDERS
 
 _NAMESPACE: Final = UUID("5d0c7f5e-8a1b-4f56-9c1e-3b7f4a2d9e61")
 MAX_IN_PROGRESS: Final = 1_000_000  # the highest concurrency limit, and rate, one may set
-# The highest per-key limit: each key's admitted tasks are found and counted at every start and
-# end of one of its tasks, so the limit bounds that work.
-MAX_PER_KEY: Final = 10_000
+# The highest per-key limit: a command that queues or ends a key's task reads up to that many of
+# its queued tasks (the first it may admit), so the limit bounds that work.
+MAX_PER_KEY: Final = 1_000
 MAX_INTERVAL: Final = 366 * 24 * 3600  # a rate's longest interval, in seconds
 STAGE_TYPE_MAX: Final = 50  # as a stage's type (api/schemas.py: StageType)
 # How many stage types may have a limit in force at once: each is a row every claim of its type,

@@ -71,11 +71,18 @@ def admitted(backend: str, t: str, g: str) -> str:
     )
 
 
+# The rows to look at are those to admit (`a`) and those admitted now (queue_v1_admitted): never
+# the gate's whole queue. Of them, those whose answer changed flip. `{any}`...`{end}` name a set
+# of task ids: PostgreSQL's `= ANY(ARRAY(...))`, which has the planner find them first and then
+# each row by its key (an IN would let it scan the queue), SQLite's IN.
 _FLIP: Final = (
-    "UPDATE queue_v1 SET held = NOT held WHERE {guard}task_id IN (SELECT c.task_id FROM queue_v1 c "
-    "{join}WHERE {gate}AND (NOT c.held OR c.task_id IN (SELECT task_id FROM a)) "
-    "AND c.held = (c.task_id IN (SELECT task_id FROM a)){lock})"
+    "UPDATE queue_v1 SET held = NOT held WHERE {guard}task_id {any}"
+    "SELECT c.task_id FROM queue_v1 c WHERE c.task_id {any}"
+    "SELECT task_id FROM a UNION SELECT n.task_id FROM queue_v1 n "
+    "{join}WHERE {gate}AND n.gate IS NOT NULL AND NOT n.held{end} "
+    "AND c.held = (c.task_id IN (SELECT task_id FROM a)){lock}{end}"
 )
+_SETS: Final = {"postgres": ("= ANY(ARRAY(", "))"), "sqlite": ("IN (", ")")}
 
 
 @cache
@@ -83,7 +90,15 @@ def regate(backend: str) -> str:
     """SQL: flip `held` on the rows of gate (`%(t)s`, `%(g)s`) whose admission changed: the
     admitted ones no longer among the first, and the held ones now among them (found through
     queue_v1_admitted and the two probes). SQLite's, one gate at a time."""
-    flip = _FLIP.format(guard="", join="", gate="c.stage_type = %(t)s AND c.gate = %(g)s ", lock="")
+    start, end = _SETS[backend]
+    flip = _FLIP.format(
+        guard="",
+        join="",
+        gate="n.stage_type = %(t)s AND n.gate = %(g)s ",
+        lock="",
+        any=start,
+        end=end,
+    )
     return f"WITH a AS ({admitted(backend, '%(t)s', '%(g)s')}) {flip}"
 
 
@@ -96,9 +111,11 @@ def regate_pairs(pairs: str) -> str:
     each = admitted("postgres", "p.t", "p.g")
     flip = _FLIP.format(
         guard="EXISTS (SELECT FROM p) AND ",
-        join="JOIN p ON c.stage_type = p.t AND c.gate = p.g ",
+        join="JOIN p ON n.stage_type = p.t AND n.gate = p.g ",
         gate="TRUE ",
         lock=" FOR UPDATE OF c SKIP LOCKED",
+        any=_SETS["postgres"][0],
+        end=_SETS["postgres"][1],
     )
     return (
         f"WITH p AS ({pairs}), a AS (SELECT x.task_id FROM p CROSS JOIN LATERAL ({each}) x) {flip}"
@@ -106,15 +123,21 @@ def regate_pairs(pairs: str) -> str:
 
 
 # The gates (`t`, `g`) of stage types with a per-key limit that a command's `Gate` ops name:
-# their stages' (`{stages}`: a condition on `s.id`), their jobs' stages' (`{jobs}`: on
-# `s.job_id`), and every gate of their stage types (`{types}`: on `q.stage_type`).
+# their stages' (`{stages}`: a condition on `s.id`) and their jobs' stages' (`{jobs}`: on
+# `s.job_id`), each found by key; or every gate of their stage types (`{types}`: on
+# `q.stage_type`), after a limit's change, which reads the type's queue.
+_KEYED_GATE: Final = (
+    f"JOIN {LIMITS} l ON l.stage_type = k.t WHERE l.max_in_progress_per_key IS NOT NULL"
+)
 PAIRS: Final = (
     "SELECT DISTINCT k.t, k.g FROM (SELECT s.type AS t, j.gate AS g FROM stages_v1 s "
     "JOIN jobs_v1 j ON j.id = s.job_id WHERE {stages} "
     "UNION ALL SELECT s.type, j.gate FROM stages_v1 s JOIN jobs_v1 j ON j.id = s.job_id "
-    "WHERE {jobs} "
-    "UNION ALL SELECT q.stage_type, q.gate FROM queue_v1 q WHERE {types} AND q.gate IS NOT NULL) k "
-    f"JOIN {LIMITS} l ON l.stage_type = k.t WHERE l.max_in_progress_per_key IS NOT NULL"
+    f"WHERE {{jobs}}) k {_KEYED_GATE}"
+)
+TYPE_PAIRS: Final = (
+    "SELECT DISTINCT k.t, k.g FROM (SELECT q.stage_type AS t, q.gate AS g FROM queue_v1 q "
+    f"WHERE {{types}} AND q.gate IS NOT NULL) k {_KEYED_GATE}"
 )
 
 KEYED_TYPES: Final = f"SELECT stage_type FROM {LIMITS} WHERE max_in_progress_per_key IS NOT NULL"

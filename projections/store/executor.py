@@ -14,6 +14,7 @@ from jobnik.projections.inline.gates import (
     ENGATE,
     KEYED_TYPES,
     PAIRS,
+    TYPE_PAIRS,
     UNGATE,
     gate_keys,
     regate,
@@ -137,26 +138,32 @@ class OpExecutor:
         (inline/gates.py): a stage type's rows first given or stripped of their gates, then its
         gates' rows admitted or held."""
         stages, jobs, types = gate_keys(keys)
-        d = self.d
         for stage_type in types:
             cur.execute(self._text(UNGATE), {"t": stage_type})
             cur.execute(self._text(ENGATE), {"t": stage_type})
+        if stages or jobs:
+            self._regate(cur, PAIRS, {"stages": ("s.id", stages), "jobs": ("s.job_id", jobs)})
+        if types:
+            self._regate(cur, TYPE_PAIRS, {"types": ("q.stage_type", types)})
+
+    def _regate(
+        self, cur: _Cursor, pairs: str, named: Mapping[str, tuple[str, Sequence[Any]]]
+    ) -> None:
+        """`regate` the gates `pairs` finds, its `{slot}`s each a column and its values: in one
+        statement where the backend has LATERAL, else a read and a statement per gate."""
+        d = self.d
         if d.laterals:
-            pairs = PAIRS.format(
-                stages="s.id = ANY(%(s)s::uuid[])",
-                jobs="s.job_id = ANY(%(j)s::uuid[])",
-                types="q.stage_type = ANY(%(v)s::text[])",
-            )
-            cur.execute(self._text(regate_pairs(pairs)), {"s": stages, "j": jobs, "v": types})
+            kinds = {"stages": "uuid[]", "jobs": "uuid[]", "types": "text[]"}
+            where = {k: f"{col} = ANY(%({k})s::{kinds[k]})" for k, (col, _) in named.items()}
+            params = {k: list(values) for k, (_, values) in named.items()}
+            cur.execute(self._text(regate_pairs(pairs.format(**where))), params)
             return
-        s_in, params = d.one_of("s.id", "s", [d.dump("id", v) for v in stages])
-        j_in, j_params = d.one_of("s.job_id", "j", [d.dump("id", v) for v in jobs])
-        t_in, t_params = d.one_of("q.stage_type", "v", types)
-        found = cur.all(
-            self._text(PAIRS.format(stages=s_in, jobs=j_in, types=t_in)),
-            {**params, **j_params, **t_params},
-        )
-        for pair in found:
+        where, params = {}, {}
+        for k, (col, values) in named.items():
+            dumped = [v if k == "types" else d.dump("id", v) for v in values]
+            where[k], found = d.one_of(col, k, dumped)
+            params.update(found)
+        for pair in cur.all(self._text(pairs.format(**where)), params):
             cur.execute(self._text(regate(d.name)), pair)
 
     def regate_all(self, cur: _Cursor) -> None:

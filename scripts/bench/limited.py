@@ -5,8 +5,8 @@ A limit set on a stage type makes every claim of it work out the room its limits
 tasks of the type in progress, counted on an index, and the tokens in its rate's bucket, which
 each claim then draws from), and a per-key limit makes every command that queues or ends one of
 its tasks work out its key's gate: the cost of flow control to work it does not hold back. Here a
-concurrency limit, a per-key limit and a rate are set far above what K threads can reach, so none
-binds;
+concurrency limit and a rate are set far above what K threads can reach, and a per-key limit
+twice K on the one job's key, so none binds;
 the figure is that type's tasks/s beside a type with no limits, alternated over ROUNDS rounds in
 one database.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from jobnik.domain.application import Jobnik
 from jobnik.domain.limit_commands import LimitCommands
-from jobnik.domain.limits import MAX_IN_PROGRESS, MAX_PER_KEY
+from jobnik.domain.limits import MAX_IN_PROGRESS
 from jobnik.domain.principals import Actor
 from jobnik.scripts.bench.context import Ctx, check
 from jobnik.scripts.bench.engine import drain, engine, populate
@@ -37,7 +37,7 @@ def fig_limits(ctx: Ctx) -> None:
                 if limited:
                     limits.set(stage_type, MAX_IN_PROGRESS, by=Actor.API, reason="bench")
                     limits.set_rate(stage_type, MAX_IN_PROGRESS, 1, by=Actor.API, reason="bench")
-                    limits.set_key_limit(stage_type, MAX_PER_KEY, by=Actor.API, reason="bench")
+                    limits.set_key_limit(stage_type, 2 * K, by=Actor.API, reason="bench")
                 populate(app, stage_type, n)
                 got = drain(app, stage_type, K)
                 check(got.tasks == n, f"completed {got.tasks} of {n}")
