@@ -5,10 +5,9 @@ A limit set on a stage type makes every claim of it work out the room its limits
 tasks of the type in progress, counted on an index, and the tokens in its rate's bucket, which
 each claim then draws from), and a per-key limit makes every command that queues or ends one of
 its tasks work out its key's gate: the cost of flow control to work it does not hold back. Here a
-concurrency limit and a rate are set far above what K threads can reach, and a per-key limit
-twice K on the one job's key, so none binds;
-the figure is that type's tasks/s beside a type with no limits, alternated over ROUNDS rounds in
-one database.
+concurrency limit and a rate are set far above what K threads can reach, and, on a third type, a
+per-key limit twice K on the one job's key, so none binds; the figures are those types' tasks/s
+beside a type with no limits, alternated over ROUNDS rounds in one database.
 """
 
 from __future__ import annotations
@@ -21,31 +20,39 @@ from jobnik.scripts.bench.context import Ctx, check
 from jobnik.scripts.bench.engine import drain, engine, populate
 
 K = 4  # worker threads
-ROUNDS = 2  # each variant's runs, alternated: without, with, without, with
+ROUNDS = 2  # each variant's runs, alternated: none, limits, per key, none, limits, per key
 GOAL = 0.9  # with limits that never bind, as a share of without: within noise
+# Each variant's limits on its stage type: none; a concurrency limit and a rate far above what K
+# threads reach; a per-key limit of twice K on the one job's key.
+VARIANTS = ("none", "limits", "per key")
+
+
+def _limit(limits: LimitCommands, variant: str, stage_type: str) -> None:
+    if variant == "limits":
+        limits.set(stage_type, MAX_IN_PROGRESS, by=Actor.API, reason="bench")
+        limits.set_rate(stage_type, MAX_IN_PROGRESS, 1, by=Actor.API, reason="bench")
+    elif variant == "per key":
+        limits.set_key_limit(stage_type, 2 * K, by=Actor.API, reason="bench")
 
 
 def fig_limits(ctx: Ctx) -> None:
     n = max(ctx.sizes.lifecycle_tasks // 4, 4)
-    rates: dict[bool, list[float]] = {False: [], True: []}
+    rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
     with ctx.database("limits") as url, engine(url) as store:
         app = Jobnik(store)
         limits = LimitCommands(store, app.clock)
         for r in range(ROUNDS):
-            for limited in (False, True):
-                stage_type = f"limits-{'on' if limited else 'off'}-{r}"
-                if limited:
-                    limits.set(stage_type, MAX_IN_PROGRESS, by=Actor.API, reason="bench")
-                    limits.set_rate(stage_type, MAX_IN_PROGRESS, 1, by=Actor.API, reason="bench")
-                    limits.set_key_limit(stage_type, 2 * K, by=Actor.API, reason="bench")
+            for variant in VARIANTS:
+                stage_type = f"limits-{variant.replace(' ', '-')}-{r}"
+                _limit(limits, variant, stage_type)
                 populate(app, stage_type, n)
                 got = drain(app, stage_type, K)
                 check(got.tasks == n, f"completed {got.tasks} of {n}")
-                rates[limited].append(got.rate)
-    ctx.share(
-        "engine lifecycle, a concurrency limit, a per-key limit and a rate that never bind",
-        rates,
-        "the same stage type without limits",
-        f"{n:,} tasks, {K} threads, best of {ROUNDS} alternated runs each",
-        GOAL,
-    )
+                rates[variant].append(got.rate)
+    note = f"{n:,} tasks, {K} threads, best of {ROUNDS} alternated runs each"
+    for variant, name in (
+        ("limits", "engine lifecycle, a concurrency limit and a rate that never bind"),
+        ("per key", "engine lifecycle, a per-key limit that never binds"),
+    ):
+        both = {False: rates["none"], True: rates[variant]}
+        ctx.share(name, both, "the same stage type without limits", note, GOAL)
