@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from uuid import UUID
 
-from jobnik.domain.archives import Archive
+from jobnik.domain.archives import ARCHIVED
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import TASK_QUEUED
@@ -218,7 +218,7 @@ class Activity(CatchUpProjection):
         MINUTES: ("stage_type", "epoch_minute"),
         JOB_MINUTES: ("job_id", "epoch_minute"),
     }
-    events = (*STEP, Archive.JobArchived)
+    events = (*STEP, *ARCHIVED)
     leave_with_job = ((STAGES, "job_id IN ({jobs})"), (JOB_MINUTES, "job_id IN ({jobs})"))
     # Not per job: the horizon follows the newest event of any job, so one process replays
     # the log in order (`per_job` False).

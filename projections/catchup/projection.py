@@ -11,7 +11,7 @@ from uuid import UUID
 
 from eventsourcing.utils import get_topic
 
-from jobnik.domain.archives import Archive
+from jobnik.domain.archives import ARCHIVED
 from jobnik.projections.inline.tables import ARCHIVES
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.dialect import Dialect
@@ -55,7 +55,7 @@ class CatchUpProjection(ABC):
     per_job: ClassVar[bool] = False
     # Indexes a rebuild may build after the bulk of its replay (no replay statement uses them).
     late_indexes: ClassVar[frozenset[str]] = frozenset()
-    # The rows that leave with an archived job, removed in this order on its `JobArchived`:
+    # The rows that leave with an archived job, removed in this order on its archive record:
     # (table, condition), `{jobs}` in the condition standing for SQL that lists job ids.
     leave_with_job: ClassVar[tuple[tuple[str, str], ...]] = ()
 
@@ -108,8 +108,8 @@ class CatchUpProjection(ABC):
 
 
 def archived_in(batch: Batch) -> set[UUID]:
-    """The jobs whose `JobArchived` is in `batch`."""
-    return {e.job_id for _, e in batch if type(e) is Archive.JobArchived}
+    """The jobs an archive record in `batch` names."""
+    return {f.job_id for _, e in batch if type(e) in ARCHIVED for f in e.files}
 
 
 def batch_by_batch(projection: CatchUpProjection, sql: Sql) -> Replay:

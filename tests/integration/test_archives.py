@@ -166,6 +166,23 @@ def test_an_archive_run_archives_exactly_the_jobs_ended_more_than_the_period_ago
     assert archiver.run().archived == []
 
 
+def test_a_run_that_archives_the_logs_newest_events_hands_none_of_their_positions_out_again(
+    store: SqlStore, engine: Jobnik, clock: Clock, archiver: Archiver
+) -> None:
+    first = ended_job(engine, "nightly")
+    clock.advance(8 * DAY)
+    settle(store)
+    with store.cursor(write=False) as cur:
+        head = store.log_head(cur)
+
+    assert archiver.run().archived == [first]
+    later = ended_job(engine, "nightly")
+    settle(store)
+
+    assert min(live_history(store, later)) > head
+    assert verify(store) == []
+
+
 def test_an_archived_jobs_history_is_read_from_its_archive_as_it_was(
     store: SqlStore, engine: Jobnik, clock: Clock, archiver: Archiver
 ) -> None:
