@@ -32,8 +32,6 @@ from .test_archives import PER_JOB, PER_TASK, Clock, ended_job, settle, spanning
 from .test_schedules import TEMPLATE
 
 ALICE = Principal("alice", Role.PRODUCER)
-# (the inline read models lose an archived run's fire key on a rebuild, schedule_fires_v1 being
-# written by the job's creation event alone: not this module's subject)
 NAMES = [p.name for p in CATCH_UP]
 PERIOD = 3600  # (the archived jobs' activity minutes are within the day the projection keeps)
 
@@ -149,3 +147,27 @@ def test_a_seed_an_older_version_copied_with_archived_jobs_rows_loses_them_when_
     assert spanning(store) == without(kept, [*first, second]) != kept
     assert answers(store, schedule_id) == answered
     assert verify(store, names=NAMES) == []
+
+
+def fire_keys(store: SqlStore) -> list[dict[str, Any]]:
+    with store.cursor(write=False) as cur:
+        return cur.all("SELECT * FROM schedule_fires_v1 ORDER BY schedule_id, nominal_time")
+
+
+def test_an_archived_schedule_runs_fire_key_stays_through_an_inline_rebuild(
+    store: SqlStore, world: World
+) -> None:
+    clock, engine, archiver = world.clock, world.engine, world.archiver
+    _, schedule_id = jobs_with_every_kind_of_row(engine, clock)
+    clock.advance(2 * PERIOD)
+    settle(store)
+    assert len(archiver.run().archived) == 3
+    settle(store)
+    fires = fire_keys(store)
+
+    differences = verify(store, names=["inline"])
+    rebuild(store, names=["inline"])
+
+    assert differences == []
+    assert fire_keys(store) == fires != []
+    assert [r.status for r in ScheduleViews(store).runs(schedule_id, None, 10)] == ["ARCHIVED"]
