@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from jobnik.domain.archives import RetentionCommands
 from jobnik.domain.errors import ArchiveUnreachable, InvalidRetentionPeriod, JobNotFound
 from jobnik.domain.principals import Actor
 from jobnik.domain.statuses import JobStatus, TaskStatus
+from jobnik.projections.catchup.activity import COUNTERS
 from jobnik.projections.catchup.registry import CATCH_UP
 from jobnik.projections.catchup.runner import catch_up
 from jobnik.projections.queries.archives import Candidate, retention
@@ -121,9 +123,10 @@ PER_TASK: frozenset[str] = frozenset({"operations_v1_leases"})
 
 
 def without(
-    tables: dict[str, list[dict[str, Any]]], archived: list[UUID]
+    tables: dict[str, list[dict[str, Any]]], archived: list[UUID], at: datetime | None = None
 ) -> dict[str, list[dict[str, Any]]]:
-    """`tables` without the per-job rows an archived job's `JobArchived` removes."""
+    """`tables` without the per-job rows an archived job's record removes, and with its queued
+    tasks gone from their stage types' activity at `at`, when it was archived."""
     gone = set(archived)
     stages = {r["stage_id"] for r in tables["operations_v1_stages"] if r["job_id"] in gone}
 
@@ -132,7 +135,24 @@ def without(
             return row["job_id"] not in gone
         return table not in PER_TASK or row["stage_id"] not in stages
 
-    return {t: [r for r in rows if kept(t, r)] for t, rows in tables.items()}
+    out = {t: [r for r in rows if kept(t, r)] for t, rows in tables.items()}
+    left: Counter[str] = Counter()
+    for r in tables["activity_v1_stages"]:
+        if r["job_id"] in gone:
+            left[r["stage_type"]] += r["queued"]
+    if not +left:
+        return out
+    assert at is not None
+    minute = int(at.timestamp() // 60)
+    out["activity_v1_types"] = [
+        {**r, "queued": r["queued"] - left[r["stage_type"]]} for r in out["activity_v1_types"]
+    ]
+    rows = {(r["stage_type"], r["epoch_minute"]): dict(r) for r in out["activity_v1_minutes"]}
+    for stage_type, n in (+left).items():
+        zero = {"stage_type": stage_type, "epoch_minute": minute, **dict.fromkeys(COUNTERS, 0)}
+        rows.setdefault((stage_type, minute), zero)["queued_change"] -= n
+    out["activity_v1_minutes"] = [rows[k] for k in sorted(rows)]
+    return out
 
 
 def live_history(store: SqlStore, job_id: UUID) -> list[int]:
@@ -280,7 +300,7 @@ def test_archiving_changes_no_read_model_that_spans_jobs_nor_does_a_rebuild_afte
     rebuilt = spanning(store)
 
     assert len(archived) == 3
-    assert after == without(before, archived) != before
+    assert after == without(before, archived, clock.now) != before
     assert differences == []
     assert rebuilt == after
 
@@ -405,7 +425,8 @@ def test_archiving_a_random_part_of_random_jobs_changes_no_spanning_read_model(
     settle(store)
 
     assert archived
-    assert after == without(before, archived)
+    record = archives_module.record(store, archived[0])
+    assert after == without(before, archived, record.archived_at if record else None)
     assert differences == []
     assert rebuilt == after
     assert verify(store) == []
