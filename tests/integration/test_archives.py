@@ -20,7 +20,7 @@ from jobnik.api import archives as archives_module
 from jobnik.api.archives import Archiver
 from jobnik.api.sweeper import Sweeper
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
-from jobnik.domain.archives import RetentionCommands
+from jobnik.domain.archives import ArchiveFile, RetentionCommands, location
 from jobnik.domain.errors import ArchiveUnreachable, InvalidRetentionPeriod, JobNotFound
 from jobnik.domain.principals import Actor
 from jobnik.domain.statuses import JobStatus, TaskStatus
@@ -30,11 +30,12 @@ from jobnik.projections.catchup.runner import catch_up
 from jobnik.projections.queries.archives import Candidate, retention
 from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.catchup_views import CatchUpViews
-from jobnik.projections.rebuild import parallel, seeds
+from jobnik.projections.rebuild import archiving, parallel, seeds
 from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.rebuild.verify import verify
 from jobnik.projections.store.base import SqlStore
 
+from ..unit.builders import per_job_record
 from .test_rebuild import random_workload
 
 START = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
@@ -303,6 +304,49 @@ def test_archiving_changes_no_read_model_that_spans_jobs_nor_does_a_rebuild_afte
     assert after == without(before, archived, clock.now) != before
     assert differences == []
     assert rebuilt == after
+
+
+class PerJobRecords:
+    """Archive records as earlier releases wrote them, one per job, saved as one aggregate."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self.events, self.id = events, events[0].originator_id
+
+    @classmethod
+    def record(cls, files: list[ArchiveFile], *, now: datetime, actor: Any) -> PerJobRecords:
+        return cls([per_job_record(f, now) for f in files])
+
+    def collect_events(self) -> list[Any]:
+        events, self.events = self.events, []
+        return events
+
+
+def test_records_written_one_per_job_read_as_before_and_a_rebuild_after_them_is_exact(
+    store: SqlStore, engine: Jobnik, clock: Clock, archiver: Archiver, monkeypatch: Any
+) -> None:
+    first = [ended_job(engine, "a", "FAILED"), ended_job(engine, "b")]
+    clock.advance(8 * DAY)
+    settle(store)
+    with monkeypatch.context() as older:
+        older.setattr(archiving, "ArchiveBatch", PerJobRecords)
+        assert sorted(archiver.run().archived, key=str) == sorted(first, key=str)
+    second = ended_job(engine, "a")
+    clock.advance(8 * DAY)
+    assert archiver.run().archived == [second]
+    settle(store)
+    live = spanning(store)
+
+    differences = verify(store)
+    rebuild(store)
+
+    assert differences == []
+    assert spanning(store) == live
+    assert list(archiver.verify()) == []
+    for job_id in (*first, second):
+        found = archiver.record(job_id)
+        assert found is not None
+        assert found.file.location == location(job_id)
+        assert archiver.page(job_id, 0, 100)[0]
 
 
 def test_batches_whose_jobs_lie_before_the_seed_copy_no_seed_and_a_rebuild_is_still_exact(
