@@ -1,5 +1,7 @@
 """The retention and archive read models: `retention_v1`, the retention period an operator set
-per job name (the latest change of each name), and `archives_v1`, one row per archived job.
+per job name (the latest change of each name), and `archives_v2`, one row per archived job: the
+log position of its archive record (which holds the rest), and its file and checksum once an
+erasure rewrote them.
 
 An archive record (`JobsArchived`, one per batch; `JobArchived`, one per job, from before) also
 removes every row each of its jobs had in the inline read models (its job, stages, summaries,
@@ -57,7 +59,7 @@ def job_rows(job_id: Any) -> list[Op]:
     ]
 
 
-def _archived(file: ArchiveFile, e: Any) -> list[Op]:
+def _archived(file: ArchiveFile, position: int) -> list[Op]:
     """A job's archive: its rows leave, its record enters (and a schedule's run's fire key is
     written again as it was: a rebuild, without the run's events, gets it from here)."""
     job = {"job_id": file.job_id}
@@ -65,20 +67,7 @@ def _archived(file: ArchiveFile, e: Any) -> list[Op]:
         *job_rows(file.job_id),
         Delete(JOB_EVENTS, job),
         Delete(ENTITY_JOBS, job),
-        Insert(
-            ARCHIVES,
-            {
-                "job_id": file.job_id,
-                "name": file.name,
-                "location": file.location,
-                "checksum": file.checksum,
-                "events": file.events,
-                "last_position": file.last_position,
-                "ended_at": file.ended_at,
-                "archived_by": e.actor,
-                "archived_at": e.timestamp,
-            },
-        ),
+        Insert(ARCHIVES, {"job_id": file.job_id, "position": position}),
     ]
     if file.fire is not None:
         f = file.fire
@@ -88,8 +77,8 @@ def _archived(file: ArchiveFile, e: Any) -> list[Op]:
     return ops
 
 
-def _jobs_archived(e: Any, _: int) -> list[Op]:
-    return [op for file in e.files for op in _archived(file, e)]
+def _jobs_archived(e: Any, position: int) -> list[Op]:
+    return [op for file in e.files for op in _archived(file, position)]
 
 
 ARCHIVE_PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {

@@ -242,7 +242,7 @@ def test_an_archived_jobs_run_statistics_leave_with_it_and_are_answered_archived
     with pytest.raises(JobNotFound):
         views.job_statistics(uuid4())
     with store.cursor(write=False) as cur:
-        assert not cur.all("SELECT * FROM run_stats_v1_stages s JOIN archives_v1 a USING (job_id)")
+        assert not cur.all("SELECT * FROM run_stats_v1_stages s JOIN archives_v2 a USING (job_id)")
     assert verify(store) == []
 
 

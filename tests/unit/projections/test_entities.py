@@ -976,11 +976,7 @@ def test_an_archive_record_removes_each_jobs_rows_and_history_index_and_records_
         removed = {op.table for op in mine if isinstance(op, Delete)}
         assert removed == {QUEUE, LOGS, TASKS, SUMMARIES, STAGES, JOBS, ENTITY_JOBS, JOB_EVENTS}
         [insert] = [op for op in mine if isinstance(op, Insert)]
-        assert (insert.table, insert.row["job_id"], insert.row["location"]) == (
-            ARCHIVES,
-            job.id,
-            location(job.id),
-        )
+        assert insert == Insert(ARCHIVES, {"job_id": job.id, "position": POSITION})
     assert entity_ops(per_job_record(files[0], NOW), POSITION) == ops[:half]
 
 
