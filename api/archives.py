@@ -5,7 +5,7 @@ their name, else JOBNIK_RETENTION_SECONDS), oldest end first, `batch` at a time.
 writes the job's history (every event of the job, its stages and its tasks, each line what
 `GET /v1/jobs/{id}/history` answers for it) to its archive file and syncs it; then, in one
 transaction, the jobs whose events are still those of their files leave the log and the read
-models, and each gets its `JobArchived` record (projections/rebuild/archiving.py). Runs hold the
+models, and they get one `JobsArchived` record (projections/rebuild/archiving.py). Runs hold the
 rebuild lock: a run and a rebuild or verify never overlap (a rebuild starts from the seeds a run
 moves). Without an archive directory nothing is archived.
 """
@@ -26,8 +26,9 @@ from pydantic.alias_generators import to_camel
 from jobnik.api.pages import render_event
 from jobnik.api.settings import Settings
 from jobnik.domain.application import Jobnik
-from jobnik.domain.archives import ArchiveErasure, ArchiveFile
+from jobnik.domain.archives import ArchiveErasure, ArchiveFile, FireKey, location
 from jobnik.domain.errors import ArchiveUnreachable, JobNotFound
+from jobnik.domain.jobs import Job
 from jobnik.domain.principals import Actor, Principal
 from jobnik.projections.catchup.registry import CATCH_UP
 from jobnik.projections.catchup.runner import catch_up
@@ -115,14 +116,18 @@ class Archiver:
 
     def _write(self, directory: Path, c: Candidate) -> ArchiveFile:
         seen = {"events": 0, "last": 0}
+        fires: list[FireKey] = []
 
         def lines() -> Iterator[str]:
             for entry in history(Audit(self.store), c.job_id):
                 seen["events"] += 1
                 seen["last"] = entry.position
+                e = entry.event
+                if isinstance(e, Job.JobCreatedBySchedule):  # (the record keeps its fire key)
+                    fires.append(FireKey(e.schedule_id, e.nominal_time, e.trigger, e.timestamp))
                 yield render_event(entry)
 
-        where = archive_files.location(c.job_id)
+        where = location(c.job_id)
         checksum = archive_files.write(directory, where, lines())
         return ArchiveFile(
             job_id=c.job_id,
@@ -132,6 +137,7 @@ class Archiver:
             events=seen["events"],
             last_position=seen["last"],
             ended_at=c.ended_at,
+            fire=fires[0] if fires else None,
         )
 
     def erase(self, job_id: UUID, *, by: Principal, reason: str) -> None:
@@ -147,7 +153,7 @@ class Archiver:
             raise JobNotFound
         if self.directory is None:
             raise _unreachable(found, "no archive directory is configured here")
-        new = archive_files.location(job_id, erased=True)
+        new = location(job_id, erased=True)
         checksum = archive_files.write(self.directory, new, erased(self.lines(job_id)))
         erasure = ArchiveErasure.record(
             job_id, new, checksum, now=self.clock(), actor=by, reason=reason
@@ -155,7 +161,7 @@ class Archiver:
         with self.store.session(write=True) as s:
             s.erase_user_data(job_id)  # (its events left the log: the answers that name it)
             s.save(erasure)
-        for old in {found.file.location, archive_files.location(job_id)} - {new}:
+        for old in {found.file.location, location(job_id)} - {new}:
             (self.directory / old).unlink(missing_ok=True)
 
     # -- reads ---------------------------------------------------------------------------------

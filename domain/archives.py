@@ -1,21 +1,22 @@
-"""Retention and archives: how long ended jobs stay in the live log, and the record of each job
-whose events left it for an archive file.
+"""Retention and archives: how long ended jobs stay in the live log, and the record of the jobs
+whose events left it for archive files.
 
 Each change of a job name's retention period is an aggregate of its own (`RetentionChange`): it
 is never loaded again, so setting a period needs no read of the previous one, and the read model
-keeps the latest change per name (inline/archives.py). An archived job's record (`Archive`, one
-per job, its id derived from the job's) is appended in the transaction that removes the job's
-events: its inline projection removes the job's rows from the read models, so a rebuild, which
-no longer sees the removed events, ends with the same rows. Erasing an archived job's user data
-rewrites its archive file and records the new one (`ArchiveErasure`).
+keeps the latest change per name (inline/archives.py). The jobs archived in one transaction get
+one record (`ArchiveBatch`: an entry per job, its file's checksum, events and last position),
+appended in the transaction that removes their events: its inline projection removes each job's
+rows from the read models, so a rebuild, which no longer sees the removed events, ends with the
+same rows. Records written one per job (`Archive`) read the same. Erasing an archived job's user
+data rewrites its archive file and records the new one (`ArchiveErasure`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 from uuid import NAMESPACE_URL, UUID, uuid4, uuid5
 
 from jobnik.domain.base import Entity, cause
@@ -41,8 +42,15 @@ def check_period(seconds: int) -> int:
 
 
 def archive_id(job_id: UUID) -> UUID:
-    """The id of job `job_id`'s archive record: one per job, so a second one is refused."""
+    """The id of job `job_id`'s archive record, when records were one per job."""
     return uuid5(_ARCHIVES, str(job_id))
+
+
+def location(job_id: UUID, *, erased: bool = False) -> str:
+    """Where job `job_id`'s archive is, relative to the archive directory (`erased`: the one
+    written again without its user data)."""
+    text = str(job_id)
+    return f"{text[:2]}/{text}{'.erased' if erased else ''}.ndjson.gz"
 
 
 class RetentionChange(Entity):
@@ -85,6 +93,17 @@ class RetentionChange(Entity):
 
 
 @dataclass(frozen=True)
+class FireKey:
+    """The fire key of a schedule's run: the row its creation wrote (inline/schedules.py),
+    which stays when the run is archived."""
+
+    schedule_id: UUID
+    nominal_time: datetime
+    started_by: str
+    fired_at: datetime
+
+
+@dataclass(frozen=True)
 class ArchiveFile:
     """A job's archive file, written and synced: where it is and what it holds."""
 
@@ -95,10 +114,59 @@ class ArchiveFile:
     events: int  # the job's events in it (its stages' and tasks' too)
     last_position: int  # the log position of the last of them
     ended_at: datetime
+    fire: FireKey | None = None  # a schedule's run: its fire key
+
+
+def _entry(file: ArchiveFile) -> dict[str, Any]:
+    """A job's entry in its batch's record: JSON text and numbers only (no typed envelopes),
+    its location left out (the job's id gives it)."""
+    entry: dict[str, Any] = {
+        "job_id": str(file.job_id),
+        "name": file.name,
+        "checksum": file.checksum,
+        "events": file.events,
+        "last_position": file.last_position,
+        "ended_at": file.ended_at.isoformat(),
+    }
+    if file.fire is not None:
+        f = file.fire
+        entry["fire"] = {
+            "schedule_id": str(f.schedule_id),
+            "nominal_time": f.nominal_time.isoformat(),
+            "started_by": f.started_by,
+            "fired_at": f.fired_at.isoformat(),
+        }
+    return entry
+
+
+def _file(entry: dict[str, Any]) -> ArchiveFile:
+    job_id = UUID(entry["job_id"])
+    f = entry.get("fire")
+    fire = (
+        None
+        if f is None
+        else FireKey(
+            UUID(f["schedule_id"]),
+            datetime.fromisoformat(f["nominal_time"]),
+            f["started_by"],
+            datetime.fromisoformat(f["fired_at"]),
+        )
+    )
+    return ArchiveFile(
+        job_id=job_id,
+        name=entry["name"],
+        location=location(job_id),
+        checksum=entry["checksum"],
+        events=int(entry["events"]),
+        last_position=int(entry["last_position"]),
+        ended_at=datetime.fromisoformat(entry["ended_at"]),
+        fire=fire,
+    )
 
 
 class Archive(Entity):
-    """The record of a job whose events left the live log for an archive file."""
+    """The record of one job whose events left the live log for an archive file, as records
+    were written before they were one per batch (`ArchiveBatch`); still read."""
 
     if TYPE_CHECKING:
         job_id: UUID
@@ -115,17 +183,57 @@ class Archive(Entity):
         def apply(self, archive: Archive) -> None:
             archive.job_id = self.job_id
 
+        @property
+        def files(self) -> list[ArchiveFile]:
+            """The archived job's file."""
+            return [
+                ArchiveFile(
+                    self.job_id,
+                    self.name,
+                    self.location,
+                    self.checksum,
+                    self.events,
+                    self.last_position,
+                    self.ended_at,
+                )
+            ]
+
+
+class ArchiveBatch(Entity):
+    """The record of the jobs whose events left the live log in one archive transaction, an
+    entry per job: one event's envelope and index entries serve the whole batch."""
+
+    if TYPE_CHECKING:
+        jobs: list[dict[str, Any]]
+
+    class JobsArchived(Entity.Created):
+        jobs: list[dict[str, Any]]
+
+        def apply(self, batch: ArchiveBatch) -> None:
+            batch.jobs = self.jobs
+
+        @property
+        def files(self) -> list[ArchiveFile]:
+            """The archived jobs' files, in the record's order."""
+            return [_file(entry) for entry in self.jobs]
+
     @classmethod
-    def record(cls, file: ArchiveFile, *, now: datetime, actor: Principal) -> Archive:
-        """The record of the archive `file` of its job."""
+    def record(
+        cls, files: Sequence[ArchiveFile], *, now: datetime, actor: Principal
+    ) -> ArchiveBatch:
+        """The record of the archive `files` of their jobs."""
         return cls._create(
-            cls.JobArchived,
-            id=archive_id(file.job_id),
+            cls.JobsArchived,
+            id=uuid4(),
             timestamp=now,
             reason=None,
             **cause(actor),
-            **asdict(file),
+            jobs=[_entry(f) for f in files],
         )
+
+
+# The events that record archived jobs; each has `files`, one per job it archived.
+ARCHIVED: Final = (Archive.JobArchived, ArchiveBatch.JobsArchived)
 
 
 class ArchiveErasure(Entity):

@@ -11,8 +11,10 @@ Tables:
   of the events' times) the counts, and `queued_change`, the net change of its queued tasks;
 - activity_v1_job_minutes: per job and minute, the tasks completed.
 
-An archived job's stages and minutes rows leave with it on its `JobArchived` (it has ended: no
-task event of it comes again); its stage types' queued tasks and minutes keep what it added.
+An archived job's stages and minutes rows leave with it on its archive record (it has ended: no
+task event of it comes again); its stage types' minutes keep what it added, and their queued
+tasks lose the job's, as when a job is deleted (a job that FAILED may have left tasks queued,
+which no worker takes now and `GET /v1/queues` no longer counts).
 
 Queued depth over time is derived, not sampled: at the end of minute m a type had its queued
 tasks now minus the `queued_change` of every later minute (queries/activity.py). Both are
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from uuid import UUID
 
-from jobnik.domain.archives import Archive
+from jobnik.domain.archives import ARCHIVED
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import TASK_QUEUED
@@ -117,9 +119,18 @@ def _stage_added(state: State, e: Any) -> None:
 
 def _job_deleted(state: State, e: Any) -> None:
     """The job's stages go, and their queued tasks leave their types' counts."""
-    minute = epoch_minute(e)
+    _leave(state, {e.originator_id}, epoch_minute(e))
+
+
+def _jobs_archived(state: State, e: Any) -> None:
+    """An archive record: its jobs' stages go as a deleted job's do (a job that FAILED may
+    leave queued tasks that no worker will take now)."""
+    _leave(state, {f.job_id for f in e.files}, epoch_minute(e))
+
+
+def _leave(state: State, jobs: set[UUID], minute: int) -> None:
     for stage_id, stage in sorted(state.stages.items(), key=lambda s: str(s[0])):
-        if stage.job_id != e.originator_id:
+        if stage.job_id not in jobs:
             continue
         if stage.queued:
             state.queued[stage.stage_type] -= stage.queued
@@ -137,6 +148,7 @@ def _aborted(state: State, e: Any) -> None:
 STEP: Final[dict[type, Callable[[State, Any], None]]] = {
     Stage.StageAdded: _stage_added,
     Job.JobDeleted: _job_deleted,
+    **dict.fromkeys(ARCHIVED, _jobs_archived),
     Task.TaskCreated: _counts("enqueued", queued=1),
     Task.TaskReturned: _counts("enqueued", queued=1),
     Task.TaskRedispatched: _counts("enqueued", queued=1),
@@ -210,7 +222,7 @@ class Activity(CatchUpProjection):
     completed per job and minute, and each stage type's queued tasks now."""
 
     name = "activity"
-    version = 2  # 2: archived jobs' stages and minutes leave
+    version = 3  # 2: archived jobs' stages and minutes leave; 3: and their queued tasks
     tables = (STAGES, TYPES, MINUTES, JOB_MINUTES)
     keys = {
         STAGES: ("stage_id",),
@@ -218,7 +230,7 @@ class Activity(CatchUpProjection):
         MINUTES: ("stage_type", "epoch_minute"),
         JOB_MINUTES: ("job_id", "epoch_minute"),
     }
-    events = (*STEP, Archive.JobArchived)
+    events = tuple(STEP)
     leave_with_job = ((STAGES, "job_id IN ({jobs})"), (JOB_MINUTES, "job_id IN ({jobs})"))
     # Not per job: the horizon follows the newest event of any job, so one process replays
     # the log in order (`per_job` False).
@@ -305,9 +317,10 @@ class Activity(CatchUpProjection):
 
     def _load(self, cur: Cursor, batch: Batch, sql: Sql) -> dict[UUID, StageRow]:
         """The stored rows of the stages the batch's task events name, and of the stages of the
-        jobs it deletes."""
+        jobs it deletes or archives."""
         stage_ids = {e.stage_id for _, e in batch if hasattr(e, "stage_id")}
         deleted = {e.originator_id for _, e in batch if isinstance(e, Job.JobDeleted)}
+        deleted |= archived_in(batch)
         select = "SELECT * FROM activity_v1_stages"
         rows = select_in(cur, sql, select, "stage_id", stage_ids)
         rows += select_in(cur, sql, select, "job_id", deleted)

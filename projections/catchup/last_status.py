@@ -41,7 +41,7 @@ from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
 
-from jobnik.domain.archives import Archive
+from jobnik.domain.archives import ARCHIVED
 from jobnik.domain.jobs import Job
 from jobnik.domain.statuses import JobStatus
 from jobnik.domain.tasks import Task
@@ -176,7 +176,7 @@ class LastStatus(CatchUpProjection):
     version = 4
     tables = (NAMES, JOBS, COUNTS)
     keys = {NAMES: ("name",), JOBS: ("job_id",), COUNTS: ("name", "status")}
-    events = (*STATUS_AFTER, Archive.JobArchived)
+    events = (*STATUS_AFTER, *ARCHIVED)
     # (an archived job has ended: no event moves it again, and its name's row and counts
     # already hold what it contributed)
     leave_with_job = ((JOBS, "job_id IN ({jobs})"),)

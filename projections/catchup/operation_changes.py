@@ -16,7 +16,7 @@ from uuid import UUID
 
 from eventsourcing.domain import DomainEvent
 
-from jobnik.domain.archives import Archive
+from jobnik.domain.archives import ARCHIVED
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import EXPIRED, FATAL, TIMEOUT
@@ -157,8 +157,8 @@ def fold(batch: Batch) -> Changes:
     """The changes `batch` (in log order) makes to the rows. Pure."""
     c = Changes()
     for _, e in batch:
-        if type(e) is Archive.JobArchived:
-            c.archived.add(e.job_id)
+        if type(e) in ARCHIVED:
+            c.archived.update(f.job_id for f in e.files)
             continue
         c.events[type(e).__name__] += 1
         _seen(c, e)

@@ -13,7 +13,7 @@ lease ever expired):
 - operations_v1_leases: per task, how many of its leases expired (`TaskRetried` or `TaskFailed`
   with cause timeout) and when the latest did.
 
-An archived job's stages, job and leases rows leave on its `JobArchived` (no event of it comes
+An archived job's stages, job and leases rows leave on its archive record (no event of it comes
 again; the totals keep what it added), which is not counted among the events appended.
 
 Times are event times and the later of two wins, so a batch's changes commute and a replay from
@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
 
-from jobnik.domain.archives import Archive
+from jobnik.domain.archives import ARCHIVED
 from jobnik.projections.catchup.operation_changes import ALL_EVENTS, COUNTERS, Changes, fold, later
 from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Replay, Sql
 from jobnik.projections.store.cursor import Cursor
@@ -102,7 +102,7 @@ class Operations(CatchUpProjection):
         LEASES: ("task_id",),
         FAILURES: ("subject", "cause"),
     }
-    events = (*ALL_EVENTS, Archive.JobArchived)
+    events = (*ALL_EVENTS, *ARCHIVED)
     leave_with_job = (
         (LEASES, f"stage_id IN (SELECT stage_id FROM {STAGES} WHERE job_id IN ({{jobs}}))"),
         (STAGES, "job_id IN ({jobs})"),

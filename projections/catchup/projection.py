@@ -6,12 +6,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache, cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 from uuid import UUID
 
 from eventsourcing.utils import get_topic
 
-from jobnik.domain.archives import Archive
+from jobnik.domain.archives import ARCHIVED
 from jobnik.projections.inline.tables import ARCHIVES
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.dialect import Dialect
@@ -21,6 +21,7 @@ Batch = Sequence[tuple[int, Any]]  # (log position, decoded domain event), in lo
 # A rebuild pass's writer of one projection: (cursor, batch, what `prepare` made of it); an
 # empty batch ends the pass (`CatchUpProjection.replay`).
 Replay = Callable[[Cursor, Batch, Any], None]
+REPLAYED: Final = "jobnik_archives_replayed"  # (a seed's planting: jobs its replay archives)
 
 
 class Sql:
@@ -55,7 +56,7 @@ class CatchUpProjection(ABC):
     per_job: ClassVar[bool] = False
     # Indexes a rebuild may build after the bulk of its replay (no replay statement uses them).
     late_indexes: ClassVar[frozenset[str]] = frozenset()
-    # The rows that leave with an archived job, removed in this order on its `JobArchived`:
+    # The rows that leave with an archived job, removed in this order on its archive record:
     # (table, condition), `{jobs}` in the condition standing for SQL that lists job ids.
     leave_with_job: ClassVar[tuple[tuple[str, str], ...]] = ()
 
@@ -95,11 +96,25 @@ class CatchUpProjection(ABC):
         for statement in self.removals("%(job_id)s"):
             cur.executemany(sql(statement), gone)
 
-    def forget_archived(self, cur: Cursor, sql: Sql) -> None:
+    def forget_archived(self, cur: Cursor, sql: Sql, replayed: Collection[UUID] = ()) -> None:
         """Remove from the tables `sql` names the rows of every job already archived (a seed
-        copied by an older version may hold them)."""
-        for statement in self.removals(f"SELECT job_id FROM {ARCHIVES}"):
+        copied by an older version may hold them), but those of the `replayed` jobs, whose
+        archive records lie after the seed: the replay of each record removes its jobs' rows
+        as the live projection did, which may read them first (activity)."""
+        if not self.leave_with_job:
+            return
+        jobs = f"SELECT job_id FROM {ARCHIVES}"
+        if replayed:
+            cur.execute(f"CREATE TEMP TABLE {REPLAYED} (job_id {cur.dialect.types['uuid']})")
+            cur.executemany(
+                f"INSERT INTO {REPLAYED} (job_id) VALUES ({cur.dialect.param('j')})",
+                [{"j": cur.dialect.dump("job_id", j)} for j in sorted(replayed, key=str)],
+            )
+            jobs += f" WHERE job_id NOT IN (SELECT job_id FROM {REPLAYED})"
+        for statement in self.removals(jobs):
             cur.execute(sql(statement))
+        if replayed:
+            cur.execute(f"DROP TABLE {REPLAYED}")
 
     def prepare(self, batch: Batch) -> Any:
         """The pure part of `apply` (no database), which a rebuild runs on another thread;
@@ -108,8 +123,8 @@ class CatchUpProjection(ABC):
 
 
 def archived_in(batch: Batch) -> set[UUID]:
-    """The jobs whose `JobArchived` is in `batch`."""
-    return {e.job_id for _, e in batch if type(e) is Archive.JobArchived}
+    """The jobs an archive record in `batch` names."""
+    return {f.job_id for _, e in batch if type(e) in ARCHIVED for f in e.files}
 
 
 def batch_by_batch(projection: CatchUpProjection, sql: Sql) -> Replay:

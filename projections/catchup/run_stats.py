@@ -23,7 +23,7 @@ its end_time its COMPLETED/FAILED/ABORTED. After the job ends:
 created == successful + retried* + failed* + expired + canceled + obsolete (+ tasks still
 IN_PROGRESS).
 The rows stay when the job is deleted (`deleted` becomes true): they are history, until the job
-is archived: its `JobArchived` removes them (the live database stays bounded by its live jobs;
+is archived: its archive record removes them (the live database stays bounded by its live jobs;
 the job's history is then its archive's, api/archives.py). A rerun
 (JobReopened) takes the job back out of its end: status again, no end_time, no obsolete tasks
 (they are queued for it again), and the invariant holds again once it ends again.
@@ -41,7 +41,7 @@ from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
 
-from jobnik.domain.archives import Archive
+from jobnik.domain.archives import ARCHIVED
 from jobnik.domain.jobs import Job
 from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import EXPIRED, FATAL, JOB_FINAL, TIMEOUT, JobStatus, TaskStatus
@@ -174,7 +174,7 @@ STEP: Final[dict[type, Callable[[Changes, Any], None]]] = {
     Stage.StageStarted: lambda c, e: c.set_stage(e.originator_id, start_time=e.timestamp),
     Task.TaskCreated: lambda c, e: c.add(e.stage_id, CREATED),
     Task.TaskRerun: lambda c, e: c.add(e.stage_id, CREATED),
-    Archive.JobArchived: lambda c, e: c.archived.add(e.job_id),
+    **dict.fromkeys(ARCHIVED, lambda c, e: c.archived.update(f.job_id for f in e.files)),
     Task.TaskDequeued: lambda c, e: c.add(e.stage_id, DEQUEUED),
     Task.TaskReturned: lambda c, e: c.add(e.stage_id, RETURNED),
     Task.TaskCompleted: lambda c, e: c.ended(e.stage_id, SUCCESSFUL, e.timestamp),
@@ -210,7 +210,7 @@ EVENTS: Final = (
     Task.TaskFailed,
     Task.TaskAborted,
     Task.TaskRerun,
-    Archive.JobArchived,
+    *ARCHIVED,
 )
 
 INSERT_JOB: Final = (

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
 
-from jobnik.domain.archives import Archive
+from jobnik.domain.archives import ARCHIVED
 from jobnik.domain.jobs import Job
 from jobnik.domain.statuses import JobStatus
 from jobnik.projections.catchup.projection import (
@@ -143,7 +143,7 @@ class ScheduleRuns(CatchUpProjection):
     version = 2  # 2: archived jobs' runs leave
     tables = (RUNS, OUTCOMES)
     keys = {RUNS: ("job_id",), OUTCOMES: ("schedule_id",)}
-    events = (Job.JobCreatedBySchedule, *STATUS_AFTER, Archive.JobArchived)
+    events = (Job.JobCreatedBySchedule, *STATUS_AFTER, *ARCHIVED)
     leave_with_job = ((RUNS, "job_id IN ({jobs})"),)
     ddl = """
     CREATE TABLE IF NOT EXISTS schedule_runs_v1 (

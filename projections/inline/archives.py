@@ -1,10 +1,14 @@
 """The retention and archive read models: `retention_v1`, the retention period an operator set
-per job name (the latest change of each name), and `archives_v1`, one row per archived job.
+per job name (the latest change of each name), and `archives_v2`, one row per archived job: the
+log position of its archive record (which holds the rest), and its file and checksum once an
+erasure rewrote them.
 
-A job's `JobArchived` also removes every row the job had in the inline read models (its job,
-stages, summaries, tasks, queue rows, log lines and history index), in the transaction that
-removes its events from the log. A rebuild no longer sees those events, so its removals find no
-rows: live tables and rebuilt ones end the same.
+An archive record (`JobsArchived`, one per batch; `JobArchived`, one per job, from before) also
+removes every row each of its jobs had in the inline read models (its job, stages, summaries,
+tasks, queue rows, log lines and history index), in the transaction that removes their events
+from the log. A rebuild no longer sees those events, so its removals find no rows: live tables
+and rebuilt ones end the same. A schedule's run keeps its fire key (`schedule_fires_v1`, written
+by the run's creation event): the record writes it again from its entry, so a rebuild has it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from jobnik.domain.archives import Archive, ArchiveErasure, RetentionChange
+from jobnik.domain.archives import ARCHIVED, ArchiveErasure, ArchiveFile, RetentionChange
 from jobnik.projections.inline.ops import Delete, Insert, Op, Update
 from jobnik.projections.inline.tables import (
     ARCHIVES,
@@ -22,6 +26,7 @@ from jobnik.projections.inline.tables import (
     LOGS,
     QUEUE,
     RETENTION,
+    SCHEDULE_FIRES,
     STAGES,
     SUMMARIES,
     TASKS,
@@ -54,32 +59,31 @@ def job_rows(job_id: Any) -> list[Op]:
     ]
 
 
-def _job_archived(e: Any, _: int) -> list[Op]:
-    job = {"job_id": e.job_id}
-    return [
-        *job_rows(e.job_id),
+def _archived(file: ArchiveFile, position: int) -> list[Op]:
+    """A job's archive: its rows leave, its record enters (and a schedule's run's fire key is
+    written again as it was: a rebuild, without the run's events, gets it from here)."""
+    job = {"job_id": file.job_id}
+    ops: list[Op] = [
+        *job_rows(file.job_id),
         Delete(JOB_EVENTS, job),
         Delete(ENTITY_JOBS, job),
-        Insert(
-            ARCHIVES,
-            {
-                "job_id": e.job_id,
-                "name": e.name,
-                "location": e.location,
-                "checksum": e.checksum,
-                "events": e.events,
-                "last_position": e.last_position,
-                "ended_at": e.ended_at,
-                "archived_by": e.actor,
-                "archived_at": e.timestamp,
-            },
-        ),
+        Insert(ARCHIVES, {"job_id": file.job_id, "position": position}),
     ]
+    if file.fire is not None:
+        f = file.fire
+        key = {"schedule_id": f.schedule_id, "nominal_time": f.nominal_time}
+        row = {**key, "job_id": file.job_id, "started_by": f.started_by, "fired_at": f.fired_at}
+        ops += [Delete(SCHEDULE_FIRES, key), Insert(SCHEDULE_FIRES, row)]
+    return ops
+
+
+def _jobs_archived(e: Any, position: int) -> list[Op]:
+    return [op for file in e.files for op in _archived(file, position)]
 
 
 ARCHIVE_PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
     RetentionChange.RetentionSet: _retention_set,
-    Archive.JobArchived: _job_archived,
+    **dict.fromkeys(ARCHIVED, _jobs_archived),
     # (its file now: the one written without the job's user data)
     ArchiveErasure.ArchiveErased: lambda e, _: [
         Update(ARCHIVES, {"job_id": e.job_id}, {"location": e.location, "checksum": e.checksum})

@@ -10,7 +10,7 @@ ENTITY_JOBS, JOB_EVENTS = "entity_jobs_v1", "job_events_v1"
 TOKENS = "tokens_v1"
 SCHEDULES, SCHEDULE_FIRES = "schedules_v1", "schedule_fires_v1"
 LIMITS = "stage_type_limits_v1"
-RETENTION, ARCHIVES = "retention_v1", "archives_v1"
+RETENTION, ARCHIVES = "retention_v1", "archives_v2"
 TABLES: Final = (
     *(JOBS, STAGES, SUMMARIES, TASKS, QUEUE, LOGS, ENTITY_JOBS, JOB_EVENTS, TOKENS),
     *(SCHEDULES, SCHEDULE_FIRES, LIMITS, RETENTION, ARCHIVES),

@@ -4,13 +4,14 @@ where each archived job's events are."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Final
 from uuid import UUID
 
-from jobnik.domain.archives import ArchiveFile
+from jobnik.domain.archives import ArchiveFile, location
 from jobnik.domain.statuses import JOB_FINAL
+from jobnik.projections.inline.tables import ARCHIVES
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
 
@@ -94,68 +95,88 @@ def _ended(
     rows = cur.all(
         "SELECT j.job_id, j.name, j.end_time FROM run_stats_v1_jobs j "
         f"WHERE {' AND '.join(where)} AND NOT EXISTS "
-        "(SELECT 1 FROM archives_v1 a WHERE a.job_id = j.job_id) "
+        f"(SELECT 1 FROM {ARCHIVES} a WHERE a.job_id = j.job_id) "
         f"ORDER BY j.end_time LIMIT {int(limit)}",
         params,
     )
     return [Candidate(r["job_id"], r["name"], r["end_time"]) for r in rows]
 
 
-def _record(row: dict[str, Any]) -> Record:
-    file = ArchiveFile(
-        job_id=row["job_id"],
-        name=row["name"],
-        location=row["location"],
-        checksum=row["checksum"],
-        events=int(row["events"]),
-        last_position=int(row["last_position"]),
-        ended_at=row["ended_at"],
-    )
-    return Record(file, row["archived_by"], row["archived_at"])
-
-
-def record_in(cur: Cursor, job_id: UUID) -> Record | None:
-    """Job `job_id`'s archive record, read in `cur`'s transaction; None when it is not
+def location_in(cur: Cursor, job_id: UUID) -> str | None:
+    """Where job `job_id`'s archive is, read in `cur`'s transaction; None when it is not
     archived."""
     row = cur.one(
-        f"SELECT * FROM archives_v1 WHERE job_id = {cur.dialect.param('j')}",
+        f"SELECT job_id, location FROM {ARCHIVES} WHERE job_id = {cur.dialect.param('j')}",
         {"j": cur.dialect.dump("job_id", job_id)},
     )
-    return _record(row) if row is not None else None
+    return None if row is None else row["location"] or location(job_id)
+
+
+class _Records:
+    """Archive rows made whole from the records they name, each record read and decoded once
+    for a run of rows that share it (rows read in record order)."""
+
+    def __init__(self, store: SqlStore, cur: Cursor) -> None:
+        self.store, self.cur = store, cur
+        self.position = 0  # the last record read, and its jobs' files
+        self.files: dict[UUID, ArchiveFile] = {}
+        self.by, self.at = "", datetime.min
+
+    def __call__(self, row: dict[str, Any]) -> Record:
+        position = int(row["position"])
+        if position != self.position:
+            [stored] = self.store.events_after(self.cur, position - 1, 1, stop=position)
+            event: Any = self.store.decode(stored)  # (one of ARCHIVED)
+            self.files = {f.job_id: f for f in event.files}
+            self.position, self.by, self.at = position, event.actor, event.timestamp
+        file = self.files[row["job_id"]]
+        if row["location"] is not None:  # (erased: written again, to a file of its own)
+            file = replace(file, location=row["location"], checksum=row["checksum"])
+        return Record(file, self.by, self.at)
 
 
 def record(store: SqlStore, job_id: UUID) -> Record | None:
     """Job `job_id`'s archive record; None when it is not archived."""
     with store.cursor(write=False) as cur:
-        return record_in(cur, job_id)
+        row = cur.one(
+            f"SELECT * FROM {ARCHIVES} WHERE job_id = {cur.dialect.param('j')}",
+            {"j": cur.dialect.dump("job_id", job_id)},
+        )
+        return _Records(store, cur)(row) if row is not None else None
 
 
 def recent(store: SqlStore, limit: int, skip: int = 0) -> list[Record]:
     """The `limit` jobs archived last after the `skip` archived later still, the last first (a
-    probe of archives_v1_archived_at; callers cap `skip`)."""
+    probe of archives_v2_position; callers cap `skip`)."""
     with store.cursor(write=False) as cur:
         rows = cur.all(
-            "SELECT * FROM archives_v1 ORDER BY archived_at DESC, job_id DESC "
+            f"SELECT * FROM {ARCHIVES} ORDER BY position DESC, job_id DESC "
             f"LIMIT {int(limit)} OFFSET {int(skip)}"
         )
-    return [_record(r) for r in rows]
+        return list(map(_Records(store, cur), rows))
 
 
 def records(store: SqlStore, page: int = 500) -> Iterator[Record]:
-    """Every archive record, by job id; read page by page."""
-    after: UUID | None = None
+    """Every archive record, by its log position and job id; read page by page."""
+    after: tuple[int, UUID] | None = None
     while True:
         with store.cursor(write=False) as cur:
             d, p = cur.dialect, cur.dialect.param
-            where = "" if after is None else f"WHERE job_id > {p('a')}"
-            rows = cur.all(
-                f"SELECT * FROM archives_v1 {where} ORDER BY job_id LIMIT {int(page)}",
-                {} if after is None else {"a": d.dump("job_id", after)},
+            where = (
+                ""
+                if after is None
+                else (f"WHERE position > {p('r')} OR (position = {p('r')} AND job_id > {p('j')})")
             )
-        yield from (_record(r) for r in rows)
+            params = {} if after is None else {"r": after[0], "j": d.dump("job_id", after[1])}
+            rows = cur.all(
+                f"SELECT * FROM {ARCHIVES} {where} ORDER BY position, job_id LIMIT {int(page)}",
+                params,
+            )
+            found = list(map(_Records(store, cur), rows))
+        yield from found
         if len(rows) < page:
             return
-        after = rows[-1]["job_id"]
+        after = (int(rows[-1]["position"]), rows[-1]["job_id"])
 
 
 def retention(store: SqlStore) -> list[Retention]:

@@ -17,7 +17,7 @@ from uuid import UUID
 from jobnik.domain.errors import ArchiveUnreachable, JobNotFound
 from jobnik.projections.catchup import last_status, run_stats, tracking
 from jobnik.projections.catchup.runner import wait_for
-from jobnik.projections.queries.archives import record_in
+from jobnik.projections.queries.archives import location_in
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
 
@@ -76,5 +76,5 @@ class CatchUpViews:
 def _statistics(cur: Cursor, job_id: UUID) -> run_stats.JobStatistics | str | None:
     """The job's run statistics; its archive's location once it is archived (the archive
     record is inline: the answer does not wait for the projection to remove the rows)."""
-    archived = record_in(cur, job_id)
-    return archived.file.location if archived else run_stats.read(cur, job_id)
+    archived = location_in(cur, job_id)
+    return archived if archived is not None else run_stats.read(cur, job_id)

@@ -4,13 +4,14 @@ matter.
 
 The caller wrote and synced each job's archive file first. Here, in one write transaction under
 the writer lock: each job's events are checked to be the ones its file holds (a rerun since, or
-an archive by another run, and the job is left alone), removed, and its `JobArchived` record
-appended (its inline projection removes the job's read-model rows). A seed (seeds.py) holds what
-every event before its position contributed, and every catch-up projection has folded those
-events; so jobs whose events all lie before the seeds' position leave the log as they are. Only
-when a job's last event is at or after it is every catch-up projection first brought to the
-log's head (so each has folded the events about to go) and the seeds copied again, of the head:
-with jobs archived a retention period after they end, about once a period, not once a batch. A
+an archive by another run, and the job is left alone) and removed, and one `JobsArchived`
+record of the jobs removed is appended (its inline projection removes their read-model rows).
+A seed (seeds.py) holds what every event before its position contributed, and every catch-up
+projection has folded those events; so jobs whose events all lie before the seeds' position
+leave the log as they are. Only when a job's last event is at or after it is every catch-up
+projection first brought to the log's head (so each has folded the events about to go) and the
+seeds copied again, of the head: with jobs archived a retention period after they end, about
+once a period, not once a batch. A
 crash before the commit leaves every job fully live (its file is written again by the next run);
 after it, fully archived.
 """
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
-from jobnik.domain.archives import Archive, ArchiveFile
+from jobnik.domain.archives import ArchiveBatch, ArchiveFile
 from jobnik.domain.principals import Principal
 from jobnik.projections.catchup.registry import CATCH_UP
 from jobnik.projections.rebuild import seeds
@@ -46,7 +47,6 @@ def commit(
 ) -> list[UUID]:
     """Archive the jobs of `written` whose events are still exactly those of their file, in one
     transaction (see the module); the ids of the jobs archived."""
-    done: list[UUID] = []
     with store.session(write=True) as s:
         s.lock()
         cur = s.cur
@@ -57,18 +57,28 @@ def commit(
         if reseed:
             for projection in CATCH_UP:
                 catch_up_in(store, cur, projection, head)
-        for w in written:
-            if extent(cur, w.job_id) != (w.events, w.last_position):
-                continue
+        done = [w for w in written if extent(cur, w.job_id) == (w.events, w.last_position)]
+        # The log's head event goes after the record is appended, so that the record's position
+        # lies past it: SQLite gives a new row the largest rowid plus one, and would hand a
+        # removed head's position out again, behind every reader of the log.
+        last = head if any(w.last_position == head for w in done) else None
+        p = cur.dialect.param
+        for w in done:
             delete_positions(
                 cur,
                 store.events_table,
                 store.position_column,
-                f"SELECT position FROM job_events_v1 WHERE job_id = {cur.dialect.param('j')}",
-                {"j": cur.dialect.dump("job_id", w.job_id)},
+                f"SELECT position FROM job_events_v1 WHERE job_id = {p('j')} "
+                f"AND position <> {p('last')}",
+                {"j": cur.dialect.dump("job_id", w.job_id), "last": last or 0},
             )
-            s.save(Archive.record(w, now=now, actor=actor))
-            done.append(w.job_id)
+        if done:
+            s.save(ArchiveBatch.record(done, now=now, actor=actor))
+        if last is not None:
+            cur.execute(
+                f"DELETE FROM {store.events_table} WHERE {store.position_column} = {p('last')}",
+                {"last": last},
+            )
         if done and reseed:
             seeds.refresh(cur, CATCH_UP, head)
-    return done
+    return [w.job_id for w in done]

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Final
+from uuid import UUID
 
 from eventsourcing.persistence import Notification
 
@@ -115,6 +116,7 @@ class Pass:
         """Shadows without their late indexes, which are kept for `settle`: empty, or a
         seeded catch-up projection's with its seed's rows (seeds.py)."""
         self.late = []
+        replayed: dict[int, set[UUID]] = {}  # by seed position
         with self.store.cursor(write=True, lock=False) as cur:
             for s in self.shadows:
                 drop_shadows(cur, s.projection.tables)
@@ -125,7 +127,9 @@ class Pass:
                         continue
                     cur.execute(s.rename(statement))
                 if s.seeded and isinstance(s.projection, CatchUpProjection):
-                    seeds.plant(cur, s.projection, s.rename)
+                    if s.seeded not in replayed:
+                        replayed[s.seeded] = seeds.archived_after(self.store, s.seeded)
+                    seeds.plant(cur, s.projection, s.rename, replayed[s.seeded])
 
     def settle(self) -> None:
         """Shadows fit to be swapped in: every index built. (A verify's shadows are compared

@@ -14,10 +14,15 @@ archived) it starts from empty tables at position 0, as before.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Final
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, Final
+from uuid import UUID
 
+from eventsourcing.utils import get_topic
+
+from jobnik.domain.archives import ARCHIVED
 from jobnik.projections.catchup.projection import CatchUpProjection, Sql
+from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
 
 SEEDS: Final = "archive_seeds_v1"
@@ -48,11 +53,28 @@ def refresh(cur: Cursor, projections: Sequence[CatchUpProjection], position: int
         )
 
 
-def plant(cur: Cursor, projection: CatchUpProjection, rename: Callable[[str], str]) -> None:
+def plant(
+    cur: Cursor,
+    projection: CatchUpProjection,
+    rename: Callable[[str], str],
+    replayed: Collection[UUID] = (),
+) -> None:
     """Fill the empty shadows of `projection`'s tables (`rename`: SQL naming the live tables
     made to name them) with its seed, column by name: a seed copied before a new version added a
-    column (with its default) fills the columns it has."""
+    column (with its default) fills the columns it has. `replayed`: the jobs whose archive
+    records the replay after the seed reads (`archived_after`)."""
     for table in projection.tables:
         cols = ", ".join(cur.columns(seed_of(table)))
         cur.execute(f"INSERT INTO {rename(table)} ({cols}) SELECT {cols} FROM {seed_of(table)}")
-    projection.forget_archived(cur, Sql(cur.dialect, rename))
+    projection.forget_archived(cur, Sql(cur.dialect, rename), replayed)
+
+
+def archived_after(store: SqlStore, position: int, page: int = 500) -> set[UUID]:
+    """The jobs whose archive records lie after log `position`."""
+    topics = [get_topic(cls) for cls in ARCHIVED]
+    jobs: set[UUID] = set()
+    while batch := store.notifications(position, page, topics=topics):
+        records: list[Any] = [store.decode(n) for n in batch]  # (each of ARCHIVED)
+        jobs.update(f.job_id for record in records for f in record.files)
+        position = batch[-1].id
+    return jobs

@@ -16,9 +16,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Final
-from uuid import UUID
 
-SUFFIX: Final = ".ndjson.gz"
 CHUNK: Final = 1024 * 1024
 
 
@@ -33,13 +31,6 @@ def writable_directory(path: str) -> None:
             pass
     except OSError as exc:
         raise ValueError(f"{path} is not writable ({exc.strerror})") from None
-
-
-def location(job_id: UUID, *, erased: bool = False) -> str:
-    """Where job `job_id`'s archive is, relative to the archive directory (`erased`: the one
-    written again without its user data)."""
-    text = str(job_id)
-    return f"{text[:2]}/{text}{'.erased' if erased else ''}{SUFFIX}"
 
 
 def checksum(path: Path) -> str:

@@ -28,7 +28,7 @@ META: Final = (
     "(version INTEGER PRIMARY KEY, description TEXT NOT NULL)"
 )
 # After these, rows written before them are rebuilt from the log (through the upcasters).
-REBUILD_AFTER: Final = frozenset({2, 3, 11})
+REBUILD_AFTER: Final = frozenset({2, 3, 11, 21})
 
 
 def statements(text: str, dialect: Dialect) -> list[str]:

@@ -24,7 +24,7 @@ TIME_COLUMNS: Final = frozenset(
     | {"expires_at", "issued_at", "revoked_at"}  # tokens
     | {"cursor_time", "next_fire_at", "buffered_time", "last_fire_time"}  # schedules
     | {"nominal_time", "fired_at", "failing_since"}
-    | {"set_time", "ended_at", "archived_at"}  # retention and archives
+    | {"set_time"}  # retention
     | {"not_before", "deadline"}  # time
 )
 BOOL_COLUMNS: Final = frozenset(

@@ -10,7 +10,8 @@ would otherwise do first).
 
 - live size: the database after each round's archive run (PostgreSQL: `pg_database_size` after
   a plain VACUUM, whose freed space the next round reuses; SQLite: the file and its WAL after a
-  checkpoint), the last round's against the first's; goal at most 1.10x;
+  checkpoint), the last round's against the first's; goal at most 1.10x; each round after the
+  first also says which tables and indexes grew most;
 - the archive holds every event: the archive records' event counts summed equal the events read
   (a run whose counts differ fails the figure);
 - archiving rate: events archived per second against events read and decoded per second;
@@ -79,9 +80,33 @@ def live_size(store: SqlStore) -> int:
     return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
 
+def relation_sizes(store: SqlStore) -> dict[str, int]:
+    """The bytes of each table and index of the database (after `live_size`)."""
+    if isinstance(store, PostgresStore):
+        with store.pg.get_connection() as conn:
+            rows = conn.execute(
+                "SELECT c.relname AS name, pg_relation_size(c.oid) AS n FROM pg_class c "
+                "JOIN pg_namespace s ON s.oid = c.relnamespace "
+                "WHERE s.nspname = current_schema() AND c.relkind IN ('r', 'i')"
+            ).fetchall()
+            return {r["name"]: int(r["n"]) for r in rows}
+    assert isinstance(store, SqliteStore)
+    with store.lite.get_connection(commit=False) as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT name, SUM(pgsize) AS n FROM dbstat GROUP BY name")
+        return {str(name): int(n) for name, n in cur.fetchall()}
+
+
+def growth(before: dict[str, int], after: dict[str, int], most: int = 6) -> str:
+    """The tables and indexes that grew most from `before` to `after`, in KB."""
+    grown = sorted(((after[k] - before.get(k, 0), k) for k in after), reverse=True)[:most]
+    return ", ".join(f"{k} {n / 1e3:+.0f} KB" for n, k in grown if n > 0)
+
+
 def fig_retention(ctx: Ctx) -> None:
     jobs = max(ctx.sizes.lifecycle_tasks // 20, 2)
     sizes: list[int] = []
+    relations: dict[str, int] = {}
     read = archived = 0
     read_s = archive_s = 0.0
     with (
@@ -110,6 +135,9 @@ def fig_retention(ctx: Ctx) -> None:
             sizes.append(live_size(store))
             say(f"# {ctx.backend} retention round {r + 1}: {events:,} events archived, "
                 f"live size {sizes[-1] / 1e6:.1f} MB")  # fmt: skip
+            relations, before = relation_sizes(store), relations
+            if r:
+                say(f"#   grew most: {growth(before, relations)}")
         during_archive(ctx, store, url, archiver)
     mb = 1e6
     f = ctx.add(

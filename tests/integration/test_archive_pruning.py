@@ -6,7 +6,7 @@ kept those rows loses them when a rebuild plants it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -32,8 +32,6 @@ from .test_archives import PER_JOB, PER_TASK, Clock, ended_job, settle, spanning
 from .test_schedules import TEMPLATE
 
 ALICE = Principal("alice", Role.PRODUCER)
-# (the inline read models lose an archived run's fire key on a rebuild, schedule_fires_v1 being
-# written by the job's creation event alone: not this module's subject)
 NAMES = [p.name for p in CATCH_UP]
 PERIOD = 3600  # (the archived jobs' activity minutes are within the day the projection keeps)
 
@@ -95,7 +93,22 @@ def answers(store: SqlStore, schedule_id: UUID) -> dict[str, Any]:
     }
 
 
-def test_an_archived_jobs_rows_leave_each_per_job_table_and_no_spanning_answer_changes(
+def counts(answered: dict[str, Any]) -> dict[str, Any]:
+    """The answers but the activity's queued tasks (an archived job's leave them, and a type
+    with none queued and nothing done in the window is not shown)."""
+    _, types = answered["activity"]
+    done = {
+        t.stage_type: [
+            (m.start, m.enqueued, m.dequeued, m.completed, m.retried, m.failed)
+            for m in t.minutes
+            if m.enqueued or m.dequeued or m.completed or m.retried or m.failed
+        ]
+        for t in types
+    }
+    return {**answered, "activity": {t: ms for t, ms in done.items() if ms}}
+
+
+def test_an_archived_jobs_rows_leave_each_per_job_table_and_no_spanning_count_changes(
     store: SqlStore, world: World
 ) -> None:
     clock, engine, archiver = world.clock, world.engine, world.archiver
@@ -111,19 +124,19 @@ def test_an_archived_jobs_rows_leave_each_per_job_table_and_no_spanning_answer_c
     settle(store)
     after = spanning(store)
 
-    gone = without(before, due)
+    gone = without(before, due, clock.now)  # (and the FAILED job's queued tasks)
     for table in PER_JOB | PER_TASK:  # (each held rows of the archived jobs)
         assert len(gone[table]) < len(before[table]), table
     assert after == gone
-    assert without(after, [kept]) != after  # (the live job keeps its rows)
-    assert answers(store, schedule_id) == answered
+    assert without(after, [kept], clock.now) != after  # (the live job keeps its rows)
+    assert counts(answers(store, schedule_id)) == counts(answered)
     assert [r.status for r in schedules.runs(schedule_id, None, 10)] == ["ARCHIVED"]
     assert schedules.get(schedule_id).last_status == "ARCHIVED"
     assert ActivityViews(store).job(due[0]) == []
     assert verify(store, names=NAMES) == []
     rebuild(store, names=NAMES)
     assert spanning(store) == after
-    assert answers(store, schedule_id) == answered
+    assert counts(answers(store, schedule_id)) == counts(answered)
 
 
 def test_a_seed_an_older_version_copied_with_archived_jobs_rows_loses_them_when_planted(
@@ -149,3 +162,58 @@ def test_a_seed_an_older_version_copied_with_archived_jobs_rows_loses_them_when_
     assert spanning(store) == without(kept, [*first, second]) != kept
     assert answers(store, schedule_id) == answered
     assert verify(store, names=NAMES) == []
+
+
+def fire_keys(store: SqlStore) -> list[dict[str, Any]]:
+    with store.cursor(write=False) as cur:
+        return cur.all("SELECT * FROM schedule_fires_v1 ORDER BY schedule_id, nominal_time")
+
+
+def test_an_archived_schedule_runs_fire_key_stays_through_an_inline_rebuild(
+    store: SqlStore, world: World
+) -> None:
+    clock, engine, archiver = world.clock, world.engine, world.archiver
+    _, schedule_id = jobs_with_every_kind_of_row(engine, clock)
+    clock.advance(2 * PERIOD)
+    settle(store)
+    assert len(archiver.run().archived) == 3
+    settle(store)
+    fires = fire_keys(store)
+
+    differences = verify(store, names=["inline"])
+    rebuild(store, names=["inline"])
+
+    assert differences == []
+    assert fire_keys(store) == fires != []
+    assert [r.status for r in ScheduleViews(store).runs(schedule_id, None, 10)] == ["ARCHIVED"]
+
+
+def queued(store: SqlStore, now: datetime) -> dict[str, int]:
+    """Each stage type's queued tasks: the activity's count, and the queues' count."""
+    _, activity = ActivityViews(store).stage_types(now, 24 * 60, limit=100)
+    queues = OperationsViews(store).queues(now)
+    assert {q.stage_type: q.queued for q in queues if q.queued} == {
+        t.stage_type: t.queued for t in activity if t.queued
+    }
+    return {t.stage_type: t.queued for t in activity}
+
+
+def test_an_archived_failed_jobs_queued_tasks_leave_its_stage_types_queued_count(
+    store: SqlStore, world: World
+) -> None:
+    clock, engine, archiver = world.clock, world.engine, world.archiver
+    failed = ended_job(engine, "nightly", "FAILED", tasks=3)
+    clock.advance(2 * PERIOD)
+    live = engine.create_job(NewJob(name="nightly", data={}))
+    stage = engine.add_stage(live.id, NewStage(type="nightly-work", data={}))
+    engine.add_tasks(stage.id, [NewTask(data={})])
+    settle(store)
+    assert queued(store, clock.now) == {"nightly-work": 3}
+
+    assert archiver.run().archived == [failed]
+    settle(store)
+
+    assert queued(store, clock.now) == {"nightly-work": 1}
+    assert verify(store, names=NAMES) == []
+    rebuild(store, names=NAMES)
+    assert queued(store, clock.now) == {"nightly-work": 1}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,20 +20,22 @@ from jobnik.api import archives as archives_module
 from jobnik.api.archives import Archiver
 from jobnik.api.sweeper import Sweeper
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
-from jobnik.domain.archives import RetentionCommands
+from jobnik.domain.archives import ArchiveFile, RetentionCommands, location
 from jobnik.domain.errors import ArchiveUnreachable, InvalidRetentionPeriod, JobNotFound
 from jobnik.domain.principals import Actor
 from jobnik.domain.statuses import JobStatus, TaskStatus
+from jobnik.projections.catchup.activity import COUNTERS
 from jobnik.projections.catchup.registry import CATCH_UP
 from jobnik.projections.catchup.runner import catch_up
 from jobnik.projections.queries.archives import Candidate, retention
 from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.catchup_views import CatchUpViews
-from jobnik.projections.rebuild import parallel, seeds
+from jobnik.projections.rebuild import archiving, parallel, seeds
 from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.rebuild.verify import verify
 from jobnik.projections.store.base import SqlStore
 
+from ..unit.builders import per_job_record
 from .test_rebuild import random_workload
 
 START = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
@@ -121,9 +124,10 @@ PER_TASK: frozenset[str] = frozenset({"operations_v1_leases"})
 
 
 def without(
-    tables: dict[str, list[dict[str, Any]]], archived: list[UUID]
+    tables: dict[str, list[dict[str, Any]]], archived: list[UUID], at: datetime | None = None
 ) -> dict[str, list[dict[str, Any]]]:
-    """`tables` without the per-job rows an archived job's `JobArchived` removes."""
+    """`tables` without the per-job rows an archived job's record removes, and with its queued
+    tasks gone from their stage types' activity at `at`, when it was archived."""
     gone = set(archived)
     stages = {r["stage_id"] for r in tables["operations_v1_stages"] if r["job_id"] in gone}
 
@@ -132,7 +136,24 @@ def without(
             return row["job_id"] not in gone
         return table not in PER_TASK or row["stage_id"] not in stages
 
-    return {t: [r for r in rows if kept(t, r)] for t, rows in tables.items()}
+    out = {t: [r for r in rows if kept(t, r)] for t, rows in tables.items()}
+    left: Counter[str] = Counter()
+    for r in tables["activity_v1_stages"]:
+        if r["job_id"] in gone:
+            left[r["stage_type"]] += r["queued"]
+    if not +left:
+        return out
+    assert at is not None
+    minute = int(at.timestamp() // 60)
+    out["activity_v1_types"] = [
+        {**r, "queued": r["queued"] - left[r["stage_type"]]} for r in out["activity_v1_types"]
+    ]
+    rows = {(r["stage_type"], r["epoch_minute"]): dict(r) for r in out["activity_v1_minutes"]}
+    for stage_type, n in (+left).items():
+        zero = {"stage_type": stage_type, "epoch_minute": minute, **dict.fromkeys(COUNTERS, 0)}
+        rows.setdefault((stage_type, minute), zero)["queued_change"] -= n
+    out["activity_v1_minutes"] = [rows[k] for k in sorted(rows)]
+    return out
 
 
 def live_history(store: SqlStore, job_id: UUID) -> list[int]:
@@ -164,6 +185,23 @@ def test_an_archive_run_archives_exactly_the_jobs_ended_more_than_the_period_ago
     assert live_history(store, recent)
     assert live_history(store, running)
     assert archiver.run().archived == []
+
+
+def test_a_run_that_archives_the_logs_newest_events_hands_none_of_their_positions_out_again(
+    store: SqlStore, engine: Jobnik, clock: Clock, archiver: Archiver
+) -> None:
+    first = ended_job(engine, "nightly")
+    clock.advance(8 * DAY)
+    settle(store)
+    with store.cursor(write=False) as cur:
+        head = store.log_head(cur)
+
+    assert archiver.run().archived == [first]
+    later = ended_job(engine, "nightly")
+    settle(store)
+
+    assert min(live_history(store, later)) > head
+    assert verify(store) == []
 
 
 def test_an_archived_jobs_history_is_read_from_its_archive_as_it_was(
@@ -204,7 +242,7 @@ def test_an_archived_jobs_run_statistics_leave_with_it_and_are_answered_archived
     with pytest.raises(JobNotFound):
         views.job_statistics(uuid4())
     with store.cursor(write=False) as cur:
-        assert not cur.all("SELECT * FROM run_stats_v1_stages s JOIN archives_v1 a USING (job_id)")
+        assert not cur.all("SELECT * FROM run_stats_v1_stages s JOIN archives_v2 a USING (job_id)")
     assert verify(store) == []
 
 
@@ -263,9 +301,52 @@ def test_archiving_changes_no_read_model_that_spans_jobs_nor_does_a_rebuild_afte
     rebuilt = spanning(store)
 
     assert len(archived) == 3
-    assert after == without(before, archived) != before
+    assert after == without(before, archived, clock.now) != before
     assert differences == []
     assert rebuilt == after
+
+
+class PerJobRecords:
+    """Archive records as earlier releases wrote them, one per job, saved as one aggregate."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self.events, self.id = events, events[0].originator_id
+
+    @classmethod
+    def record(cls, files: list[ArchiveFile], *, now: datetime, actor: Any) -> PerJobRecords:
+        return cls([per_job_record(f, now) for f in files])
+
+    def collect_events(self) -> list[Any]:
+        events, self.events = self.events, []
+        return events
+
+
+def test_records_written_one_per_job_read_as_before_and_a_rebuild_after_them_is_exact(
+    store: SqlStore, engine: Jobnik, clock: Clock, archiver: Archiver, monkeypatch: Any
+) -> None:
+    first = [ended_job(engine, "a", "FAILED"), ended_job(engine, "b")]
+    clock.advance(8 * DAY)
+    settle(store)
+    with monkeypatch.context() as older:
+        older.setattr(archiving, "ArchiveBatch", PerJobRecords)
+        assert sorted(archiver.run().archived, key=str) == sorted(first, key=str)
+    second = ended_job(engine, "a")
+    clock.advance(8 * DAY)
+    assert archiver.run().archived == [second]
+    settle(store)
+    live = spanning(store)
+
+    differences = verify(store)
+    rebuild(store)
+
+    assert differences == []
+    assert spanning(store) == live
+    assert list(archiver.verify()) == []
+    for job_id in (*first, second):
+        found = archiver.record(job_id)
+        assert found is not None
+        assert found.file.location == location(job_id)
+        assert archiver.page(job_id, 0, 100)[0]
 
 
 def test_batches_whose_jobs_lie_before_the_seed_copy_no_seed_and_a_rebuild_is_still_exact(
@@ -388,7 +469,8 @@ def test_archiving_a_random_part_of_random_jobs_changes_no_spanning_read_model(
     settle(store)
 
     assert archived
-    assert after == without(before, archived)
+    record = archives_module.record(store, archived[0])
+    assert after == without(before, archived, record.archived_at if record else None)
     assert differences == []
     assert rebuilt == after
     assert verify(store) == []

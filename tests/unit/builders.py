@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
+from jobnik.domain.archives import Archive, ArchiveFile, archive_id
 from jobnik.domain.base import Entity
 from jobnik.domain.delays import RetryPolicy
 from jobnik.domain.jobs import Job
@@ -195,3 +196,18 @@ def replay(events: Sequence[Any]) -> Any:
     for event in events[1:]:
         aggregate = event.mutate(aggregate)
     return aggregate
+
+
+def per_job_record(file: ArchiveFile, now: datetime) -> Archive.JobArchived:
+    """A job's archive record as records were written one per job (still read)."""
+    fields = {k: v for k, v in vars(file).items() if k != "fire"}
+    record = Archive._create(
+        Archive.JobArchived,
+        id=archive_id(file.job_id),
+        timestamp=now,
+        reason=None,
+        actor=str(Actor.SYSTEM),
+        **fields,
+    )
+    [event] = record.collect_events()
+    return event  # type: ignore[return-value]

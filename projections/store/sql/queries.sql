@@ -219,7 +219,7 @@ SELECT count(*) AS n FROM schedules_v1 s WHERE {where};
 SELECT s.*, j.status AS last_job_status, a.job_id AS archived_job, o.completed AS o_completed,
     o.failed AS o_failed, o.aborted AS o_aborted, o.failing AS o_failing
 FROM schedules_v1 s LEFT JOIN jobs_v1 j ON j.id = s.last_job_id
-    LEFT JOIN archives_v1 a ON a.job_id = s.last_job_id
+    LEFT JOIN archives_v2 a ON a.job_id = s.last_job_id
     LEFT JOIN schedule_outcomes_v1 o ON o.schedule_id = s.id
 WHERE {where} ORDER BY s.name LIMIT %(limit)s OFFSET %(offset)s;
 
@@ -230,7 +230,7 @@ SELECT f.nominal_time, f.started_by, f.fired_at, f.job_id, j.status AS job_statu
     r.status AS run_status, a.job_id AS archived_job
 FROM schedule_fires_v1 f LEFT JOIN jobs_v1 j ON j.id = f.job_id
     LEFT JOIN schedule_runs_v1 r ON r.job_id = f.job_id
-    LEFT JOIN archives_v1 a ON a.job_id = f.job_id
+    LEFT JOIN archives_v2 a ON a.job_id = f.job_id
 WHERE f.schedule_id = %(s)s AND {before} ORDER BY f.nominal_time DESC LIMIT %(limit)s;
 
 -- name: failing_schedules

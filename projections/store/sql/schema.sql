@@ -297,19 +297,17 @@ CREATE TABLE IF NOT EXISTS retention_v1 (
     set_by TEXT NOT NULL,
     set_time {time} NOT NULL
 );
-CREATE TABLE IF NOT EXISTS archives_v1 (
+-- Each archived job: the log position of its archive record, which holds the rest
+-- (domain/archives.py); its file and checksum here only once an erasure rewrote them.
+CREATE TABLE IF NOT EXISTS archives_v2 (
     job_id {uuid} PRIMARY KEY,
-    name TEXT NOT NULL,
-    location TEXT NOT NULL,
-    checksum TEXT NOT NULL,
-    events BIGINT NOT NULL,
-    last_position BIGINT NOT NULL,
-    ended_at {time} NOT NULL,
-    archived_by TEXT NOT NULL,
-    archived_at {time} NOT NULL
+    position BIGINT NOT NULL,
+    location TEXT,
+    checksum TEXT
 );
--- The console's archives archived last (queries/archives.py: recent).
-CREATE INDEX IF NOT EXISTS archives_v1_archived_at ON archives_v1 (archived_at);
+-- The console's archives archived last, and verify's walk, record by record
+-- (queries/archives.py).
+CREATE INDEX IF NOT EXISTS archives_v2_position ON archives_v2 (position);
 CREATE TABLE IF NOT EXISTS archive_seeds_v1 (
     projection TEXT PRIMARY KEY,
     position BIGINT NOT NULL

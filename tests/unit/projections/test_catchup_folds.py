@@ -3,7 +3,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from jobnik.domain.archives import Archive, ArchiveFile
+import pytest
+
+from jobnik.domain.archives import ArchiveBatch, ArchiveFile
 from jobnik.domain.jobs import Job
 from jobnik.domain.principals import Actor
 from jobnik.domain.stages import Stage
@@ -12,7 +14,7 @@ from jobnik.domain.tasks import Task
 from jobnik.projections.catchup import last_status, operation_changes, run_stats
 from jobnik.projections.rebuild.shadow import Renamer, live_of
 
-from ..builders import at, new_job, new_stage, new_task
+from ..builders import at, new_job, new_stage, new_task, per_job_record
 
 
 def positioned(*events: Any) -> list[tuple[int, Any]]:
@@ -162,14 +164,20 @@ def test_operations_read_every_event_and_a_job_closes_with_its_end() -> None:
     assert c.job_seen == {job.id: at(5)}
 
 
-def test_operations_take_an_archived_job_out_without_counting_its_record_as_an_event() -> None:
+@pytest.mark.parametrize("per_job", [False, True])
+def test_operations_take_an_archived_job_out_without_counting_its_record_as_an_event(
+    per_job: bool,
+) -> None:
     job = new_job()
     job.request_status(JobStatus.ABORTED, at(5))
     file = ArchiveFile(job.id, "nightly", "ab/x.ndjson.gz", "sha256:0", 2, 2, at(5))
-    [archived] = Archive.record(file, now=at(9), actor=Actor.SYSTEM).collect_events()
+    if per_job:
+        archived = per_job_record(file, at(9))
+    else:
+        [archived] = ArchiveBatch.record([file], now=at(9), actor=Actor.SYSTEM).collect_events()
 
     c = operation_changes.fold(positioned(*job.collect_events(), archived))
 
     assert c.archived == {job.id}
-    assert "JobArchived" not in c.events
+    assert not {"JobArchived", "JobsArchived"} & set(c.events)
     assert c.job_seen == {job.id: at(5)}

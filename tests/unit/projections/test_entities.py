@@ -8,7 +8,15 @@ import pytest
 from eventsourcing.domain import Aggregate
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
-from jobnik.domain.archives import Archive, ArchiveErasure, ArchiveFile, RetentionChange
+from jobnik.domain.archives import (
+    Archive,
+    ArchiveBatch,
+    ArchiveErasure,
+    ArchiveFile,
+    FireKey,
+    RetentionChange,
+    location,
+)
 from jobnik.domain.errors import JobNotEnded, TaskNotRerunnable
 from jobnik.domain.jobs import Job
 from jobnik.domain.limits import StageTypeLimits
@@ -59,6 +67,7 @@ from ..builders import (
     new_job,
     new_stage,
     new_task,
+    per_job_record,
     stage_in,
     task_in,
 )
@@ -98,6 +107,7 @@ AGGREGATES = (
     StageTypeLimits,
     RetentionChange,
     Archive,
+    ArchiveBatch,
     ArchiveErasure,
 )
 DOMAIN_EVENTS = [cls for agg in AGGREGATES for cls in _event_classes(agg)]
@@ -954,20 +964,38 @@ def test_every_event_is_filed_under_its_job_and_creations_map_their_entity() -> 
 # -- archives -------------------------------------------------------------------------------
 
 
-def test_job_archived_removes_the_jobs_rows_and_history_index_and_records_the_archive() -> None:
-    job = new_job(Priority.HIGH)
-    archive = Archive.record(
-        ArchiveFile(job.id, "nightly", "ab/x.ndjson.gz", "sha256:00", 3, 9, NOW),
-        now=NOW,
-        actor=Actor.SYSTEM,
-    )
+def test_an_archive_record_removes_each_jobs_rows_and_history_index_and_records_it() -> None:
+    jobs = [new_job(Priority.HIGH), new_job()]
+    files = [ArchiveFile(j.id, "nightly", location(j.id), "sha256:00", 3, 9, NOW) for j in jobs]
+    record = ArchiveBatch.record(files, now=NOW, actor=Actor.SYSTEM)
 
-    ops = entity_ops(only_event(archive), POSITION)
+    ops = entity_ops(only_event(record), POSITION)
 
-    removed = {op.table for op in ops if isinstance(op, Delete)}
-    assert removed == {QUEUE, LOGS, TASKS, SUMMARIES, STAGES, JOBS, ENTITY_JOBS, JOB_EVENTS}
-    [insert] = [op for op in ops if isinstance(op, Insert)]
-    assert (insert.table, insert.row["job_id"], insert.row["events"]) == (ARCHIVES, job.id, 3)
+    half = len(ops) // 2
+    for job, mine in zip(jobs, (ops[:half], ops[half:]), strict=True):
+        removed = {op.table for op in mine if isinstance(op, Delete)}
+        assert removed == {QUEUE, LOGS, TASKS, SUMMARIES, STAGES, JOBS, ENTITY_JOBS, JOB_EVENTS}
+        [insert] = [op for op in mine if isinstance(op, Insert)]
+        assert insert == Insert(ARCHIVES, {"job_id": job.id, "position": POSITION})
+    assert entity_ops(per_job_record(files[0], NOW), POSITION) == ops[:half]
+
+
+def test_an_archived_schedule_runs_record_writes_its_fire_key_again() -> None:
+    job, schedule_id = new_job(), uuid4()
+    fire = FireKey(schedule_id, at(1), "schedule", at(2))
+    file = ArchiveFile(job.id, "nightly", location(job.id), "sha256:00", 3, 9, NOW, fire)
+    [event] = ArchiveBatch.record([file], now=NOW, actor=Actor.SYSTEM).collect_events()
+
+    ops = entity_ops(event, POSITION)
+
+    key = {"schedule_id": schedule_id, "nominal_time": at(1)}
+    assert ops[-2:] == [
+        Delete(SCHEDULE_FIRES, key),
+        Insert(
+            SCHEDULE_FIRES, {**key, "job_id": job.id, "started_by": "schedule", "fired_at": at(2)}
+        ),
+    ]
+    assert ArchiveBatch.JobsArchived.files.fget(event) == [file]  # type: ignore[attr-defined]
 
 
 def test_a_retention_change_replaces_the_names_period_and_none_removes_it() -> None:
