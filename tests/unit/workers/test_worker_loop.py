@@ -476,6 +476,11 @@ def test_stop_waits_for_running_handlers_and_returns_once_they_finish() -> None:
 
     def handler(task: Task, context: TaskContext) -> None:
         started.release()
+        # busy until the stop, then a while longer: a loaded machine cannot let one finish
+        # (and the worker dequeue the third) before the test stops it
+        deadline = time.monotonic() + TIMEOUT
+        while not worker.stopping and time.monotonic() < deadline:
+            time.sleep(0.01)
         time.sleep(0.3)
 
     worker = make_worker(fake, handler, concurrency=2, grace_period=10.0)
