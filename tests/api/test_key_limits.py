@@ -191,3 +191,15 @@ def test_random_work_never_runs_more_of_a_key_than_its_limit_nor_leaves_one_wait
         waiting = {key_of[s] for s, n in queued.items() if n > 0 and s not in closed}
         if len(got) < count:  # nothing more: every key with queued tasks is full
             assert all(per_key.get(key, 0) == limit for key in waiting), (per_key, waiting)
+
+
+def test_the_openapi_document_names_every_key_limit_answer(api: Api) -> None:
+    document = api.http.get("/openapi.json").json()
+    keys = document["paths"]["/v1/limits/{stageType}/keys"]
+    assert "INVALID_LIMIT" in keys["put"]["responses"]["400"]["description"]
+    assert "LIMIT_NOT_FOUND" in keys["delete"]["responses"]["404"]["description"]
+    body = document["components"]["schemas"]["KeyLimitBody"]["properties"]["maxInProgress"]
+    assert (body["minimum"], body["maximum"]) == (1, MAX_PER_KEY)
+    job = document["components"]["schemas"]["CreateJob"]["properties"]
+    assert job["concurrencyKey"]["maxLength"] == 100
+    assert (job["fairnessWeight"]["minimum"], job["fairnessWeight"]["maximum"]) == (1, 100)
