@@ -72,54 +72,33 @@ def admitted(backend: str, t: str, g: str) -> str:
 
 
 # The rows to look at are those to admit (`a`) and those admitted now (queue_v1_admitted): never
-# the gate's whole queue. Of them, those whose answer changed flip. `{any}`...`{end}` name a set
-# of task ids: PostgreSQL's `= ANY(ARRAY(...))`, which has the planner find them first and then
-# each row by its key (an IN would let it scan the queue), SQLite's IN.
+# the gate's whole queue. Of them, those whose answer changed flip. The set of task ids is
+# `= ANY(ARRAY(...))`, which has the planner find them first and then each row by its key (an IN
+# would let it scan the queue).
 _FLIP: Final = (
-    "UPDATE queue_v1 SET held = NOT held WHERE {guard}task_id {any}"
-    "SELECT c.task_id FROM queue_v1 c WHERE c.task_id {any}"
+    "UPDATE queue_v1 SET held = NOT held WHERE EXISTS (SELECT FROM p) AND task_id = ANY(ARRAY("
+    "SELECT c.task_id FROM queue_v1 c WHERE c.task_id = ANY(ARRAY("
     "SELECT task_id FROM a UNION SELECT n.task_id FROM queue_v1 n "
-    "{join}WHERE {gate}AND n.gate IS NOT NULL AND NOT n.held{end} "
-    "AND c.held = (c.task_id IN (SELECT task_id FROM a)){lock}{end}"
+    "JOIN p ON n.stage_type = p.t AND n.gate = p.g WHERE n.gate IS NOT NULL AND NOT n.held)) "
+    "AND c.held = (c.task_id IN (SELECT task_id FROM a)) FOR UPDATE OF c SKIP LOCKED))"
 )
-_SETS: Final = {"postgres": ("= ANY(ARRAY(", "))"), "sqlite": ("IN (", ")")}
-
-
-@cache
-def regate(backend: str) -> str:
-    """SQL: flip `held` on the rows of gate (`%(t)s`, `%(g)s`) whose admission changed: the
-    admitted ones no longer among the first, and the held ones now among them (found through
-    queue_v1_admitted and the two probes). SQLite's, one gate at a time."""
-    start, end = _SETS[backend]
-    flip = _FLIP.format(
-        guard="",
-        join="",
-        gate="n.stage_type = %(t)s AND n.gate = %(g)s ",
-        lock="",
-        any=start,
-        end=end,
-    )
-    return f"WITH a AS ({admitted(backend, '%(t)s', '%(g)s')}) {flip}"
+# The rows of gate (`%(t)s`, `%(g)s`) admitted now: SQLite reads them and those to admit, and
+# flips the rows in one set and not the other (`OpExecutor`).
+ADMITTED_NOW: Final = (
+    "SELECT task_id FROM queue_v1 WHERE stage_type = %(t)s AND gate = %(g)s "
+    "AND gate IS NOT NULL AND NOT held"
+)
 
 
 @cache
 def regate_pairs(pairs: str) -> str:
-    """SQL: `regate` for every gate `pairs` (SQL giving rows `t`, `g`) names, in one statement
-    (PostgreSQL's: each gate's admitted rows a LATERAL probe). A row a claim holds is skipped
-    (FOR UPDATE SKIP LOCKED): the claim takes it, and its session checks the key's count under
-    the writer lock (`settle_claim`)."""
+    """SQL: flip `held` on the rows whose admission changed, of every gate `pairs` (SQL giving
+    rows `t`, `g`) names, in one statement (PostgreSQL's: each gate's rows to admit a LATERAL
+    probe). A row a claim holds is skipped (FOR UPDATE SKIP LOCKED): the claim takes it, and its
+    session checks the key's count under the writer lock (`settle_claim`)."""
     each = admitted("postgres", "p.t", "p.g")
-    flip = _FLIP.format(
-        guard="EXISTS (SELECT FROM p) AND ",
-        join="JOIN p ON n.stage_type = p.t AND n.gate = p.g ",
-        gate="TRUE ",
-        lock=" FOR UPDATE OF c SKIP LOCKED",
-        any=_SETS["postgres"][0],
-        end=_SETS["postgres"][1],
-    )
-    return (
-        f"WITH p AS ({pairs}), a AS (SELECT x.task_id FROM p CROSS JOIN LATERAL ({each}) x) {flip}"
-    )
+    each_gate = f"SELECT x.task_id FROM p CROSS JOIN LATERAL ({each}) x"
+    return f"WITH p AS ({pairs}), a AS ({each_gate}) {_FLIP}"
 
 
 # The gates (`t`, `g`) of stage types with a per-key limit that a command's `Gate` ops name:

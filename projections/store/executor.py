@@ -11,13 +11,14 @@ from typing import Any, Final, Protocol
 from eventsourcing.domain import DomainEventProtocol
 
 from jobnik.projections.inline.gates import (
+    ADMITTED_NOW,
     ENGATE,
     KEYED_TYPES,
     PAIRS,
     TYPE_PAIRS,
     UNGATE,
+    admitted,
     gate_keys,
-    regate,
     regate_pairs,
 )
 from jobnik.projections.inline.ops import (
@@ -149,8 +150,10 @@ class OpExecutor:
     def _regate(
         self, cur: _Cursor, pairs: str, named: Mapping[str, tuple[str, Sequence[Any]]]
     ) -> None:
-        """`regate` the gates `pairs` finds, its `{slot}`s each a column and its values: in one
-        statement where the backend has LATERAL, else a read and a statement per gate."""
+        """Flip `held` on the rows whose admission changed, of the gates `pairs` finds (its
+        `{slot}`s each a column and its values): in one statement where the backend has LATERAL,
+        else, per gate, a read of the rows to admit and of those admitted, and one statement
+        flipping the rows in one and not the other."""
         d = self.d
         if d.laterals:
             kinds = {"stages": "uuid[]", "jobs": "uuid[]", "types": "text[]"}
@@ -164,7 +167,15 @@ class OpExecutor:
             where[k], found = d.one_of(col, k, dumped)
             params.update(found)
         for pair in cur.all(self._text(pairs.format(**where)), params):
-            cur.execute(self._text(regate(d.name)), pair)
+            first = cur.all(self._text(admitted(d.name, "%(t)s", "%(g)s")), pair)
+            now = cur.all(self._text(ADMITTED_NOW), pair)
+            changed = {r["task_id"] for r in first} ^ {r["task_id"] for r in now}
+            if changed:
+                ids = [d.dump("task_id", v) for v in sorted(changed, key=str)]
+                where_ids, flip = d.one_of("task_id", "f", ids)
+                cur.execute(
+                    self._text(f"UPDATE queue_v1 SET held = NOT held WHERE {where_ids}"), flip
+                )
 
     def regate_all(self, cur: _Cursor) -> None:
         """`regate` every stage type with a per-key limit: a rebuild's fold skips each event's
