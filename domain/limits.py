@@ -199,15 +199,24 @@ class StageTypeLimits(Entity):
     ) -> bool:
         """False (no event) when the limit already has this value."""
         check_limit(self.stage_type, max_in_progress)
-        if self.max_in_progress == max_in_progress:
+        return self._set_most(
+            self.ConcurrencyLimitSet, self.max_in_progress, max_in_progress, now, actor, reason
+        )
+
+    def _set_most(
+        self,
+        event: type[Entity.Event],
+        now_set: int | None,
+        max_in_progress: int,
+        now: datetime,
+        actor: Principal,
+        reason: str | None,
+    ) -> bool:
+        """Emit `event` setting `max_in_progress` (checked), unless it is `now_set` already."""
+        if now_set == max_in_progress:
             return False
         self._emit(
-            self.ConcurrencyLimitSet,
-            now,
-            actor,
-            reason,
-            stage_type=self.stage_type,
-            max_in_progress=max_in_progress,
+            event, now, actor, reason, stage_type=self.stage_type, max_in_progress=max_in_progress
         )
         return True
 
@@ -259,17 +268,9 @@ class StageTypeLimits(Entity):
     ) -> bool:
         """False (no event) when the per-key limit already has this value."""
         check_limit(self.stage_type, max_in_progress, MAX_PER_KEY)
-        if self.max_in_progress_per_key == max_in_progress:
-            return False
-        self._emit(
-            self.KeyLimitSet,
-            now,
-            actor,
-            reason,
-            stage_type=self.stage_type,
-            max_in_progress=max_in_progress,
+        return self._set_most(
+            self.KeyLimitSet, self.max_in_progress_per_key, max_in_progress, now, actor, reason
         )
-        return True
 
     def remove_key_limit(self, now: datetime, actor: Principal, reason: str | None) -> None:
         """LimitNotFound when there is no per-key limit to remove."""

@@ -55,6 +55,7 @@ class OpExecutor:
         self.d = dialect
         self.rename = rename
         self.sql = cache(self._renamed)
+        self._text = cache(self._text_of)
 
     def _renamed(self, kind: type, table: str, keys: tuple[str, ...], cols: tuple[str, ...]) -> str:
         sql = self._sql(kind, table, keys, cols)
@@ -80,8 +81,6 @@ class OpExecutor:
             return self.d.sql("file_event")
         if kind is QueueChange:
             return self.d.params(queue_change(cols, keys[0], self.d))
-        if kind is str:  # a statement of its own (`_text`)
-            return self.d.params(table)
         return self.d.sql("enqueue", expiry=self.d.params(enqueued_expiry(self.d)))  # Enqueue
 
     def statement(self, op: Op) -> tuple[str, dict[str, Any]]:
@@ -184,9 +183,10 @@ class OpExecutor:
         if keyed:
             self.regate(cur, [{"stage_type": r["stage_type"]} for r in keyed])
 
-    def _text(self, template: str) -> str:
-        """`template` in this dialect, renamed."""
-        return self.sql(str, template, (), ())
+    def _text_of(self, template: str) -> str:
+        """`template` (a statement of its own, `%(name)s` parameters) in this dialect, renamed."""
+        sql = self.d.params(template)
+        return self.rename(sql) if self.rename is not None else sql
 
     def _batch(self, cur: _Cursor, ops: list[Op], single: list[tuple[str, dict[str, Any]]]) -> None:
         if all(isinstance(op, Add) for op in ops):
