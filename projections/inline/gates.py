@@ -6,19 +6,20 @@ or the job itself (its `gate`, jobs_v1). The claim stays one probe of the queue'
 task of such a type that its key has no room for is **held** (`queue_v1.held`), and held rows are
 not in the claim's indexes (`queue_v1_next`, `queue_v1_due`), so no claim walks past them.
 
-Which rows are held is a function of the read models alone, worked out again by `regate` after
-every event that can change it (a task of the key queued, started or ended; its stage or job
-opened, closed or reprioritised; the limit set, changed or removed): of a gate's queued rows that
-can be dequeued, the first `room` are admitted (not held), where room is the limit less the key's
-tasks IN_PROGRESS; the order is the claim's (priority, turn, queue position) for the rows ready
-now, then the delayed ones by due time. Every other row of the gate is held. A claim takes an
-admitted row, which leaves the queue as the key's tasks in progress grow by one: the admitted
-rows stay the first `room` without a change, so the claim itself writes nothing here. Being a
-function of the rows, the result does not depend on how events were grouped into commands: a
-rebuild works it out once at its end (`regate_all`) and finds the same rows.
+Which rows are held is a function of the read models alone, worked out again (store/executor.py:
+`OpExecutor.regate`) after every event that can change it (a task of the key queued, started or
+ended; its stage or job opened, closed or reprioritised; the limit set, changed or removed): of a
+gate's queued rows that can be dequeued, the first `room` are admitted (not held), where room is
+the limit less the key's tasks IN_PROGRESS; the order is the claim's (priority, turn, queue
+position) for the rows ready now, then the delayed ones by due time. Every other row of the gate
+is held. A claim takes an admitted row, which leaves the queue as the key's tasks in progress grow
+by one: the admitted rows stay the first `room` without a change, so the claim itself writes
+nothing here. Being a function of the rows, the result does not depend on how events were grouped
+into commands: a rebuild works it out once at its end (`regate_all`) and finds the same rows.
 
-A row of a type without a per-key limit has no gate (NULL) and is never held, so types without
-one pay one probe of an empty index range per event that ends or queues a task.
+A row of a type without a per-key limit has no gate (NULL) and is never held: a command that ends
+or queues one of its tasks finds no gate for it (its stage by key, its type's limits row) and
+stops there.
 """
 
 from __future__ import annotations
