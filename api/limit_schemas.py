@@ -35,6 +35,22 @@ class KeyLimitBody(ApiModel):
     reason: Reason | None = None
 
 
+class KeyRateBody(ApiModel):
+    """The per-key rate to set; a value out of range (a zero interval too) is refused as
+    INVALID_LIMIT."""
+
+    starts: int = Field(
+        description="at most this many task starts per interval per concurrency key (each "
+        "key's bucket's size)",
+        json_schema_extra={"minimum": 1, "maximum": MAX_PER_KEY},
+    )
+    interval_seconds: int = Field(
+        description="the interval, in seconds: each key's bucket refills `starts` tokens over it",
+        json_schema_extra={"minimum": 1, "maximum": MAX_INTERVAL},
+    )
+    reason: Reason | None = None
+
+
 class RateBody(ApiModel):
     """The rate to set; a value out of range (a zero interval too) is refused as INVALID_LIMIT."""
 
@@ -70,11 +86,20 @@ class RateOut(OutModel):
     tokens: int
 
 
-class KeyLimitOut(OutModel):
-    """A per-key concurrency limit: at most `maxInProgress` tasks in progress per concurrency
-    key, and the queued tasks it holds back now (their key has no room)."""
+class KeyRateOut(OutModel):
+    """A per-key rate limit: `starts` per `intervalSeconds` for each concurrency key."""
 
-    max_in_progress: int
+    starts: int
+    interval_seconds: int
+
+
+class KeyLimitOut(OutModel):
+    """The limits per concurrency key: at most `maxInProgress` tasks in progress (absent: none)
+    and a rate (absent: none) for each key, and the queued tasks they hold back now (their key
+    has no room, or no token)."""
+
+    max_in_progress: int | None = None
+    rate: KeyRateOut | None = None
     held_back: int
 
 
@@ -115,8 +140,18 @@ class LimitOut(OutModel):
             in_progress=v.in_progress,
             per_key=(
                 None
-                if v.max_in_progress_per_key is None
-                else KeyLimitOut(max_in_progress=v.max_in_progress_per_key, held_back=v.held_by_key)
+                if not v.keyed
+                else KeyLimitOut(
+                    max_in_progress=v.max_in_progress_per_key,
+                    rate=(
+                        None
+                        if v.key_rate_starts is None or v.key_rate_interval_seconds is None
+                        else KeyRateOut(
+                            starts=v.key_rate_starts, interval_seconds=v.key_rate_interval_seconds
+                        )
+                    ),
+                    held_back=v.held_by_key,
+                )
             ),
             rate=rate,
             room=v.room,

@@ -1,6 +1,6 @@
 """Stage type limit commands: an operator sets, changes and removes a stage type's concurrency
-limit, per-key concurrency limit and rate limit, and sets its queue order, each change one
-transaction and one event."""
+limit, per-key concurrency limit, rate limit and per-key rate limit, and sets its queue order,
+each change one transaction and one event."""
 
 from __future__ import annotations
 
@@ -148,6 +148,33 @@ class LimitCommands:
     ) -> StageTypeLimits:
         """LimitNotFound when the stage type has no rate limit."""
         return self._remove(stage_type, lambda limits, now: limits.remove_rate(now, by, reason))
+
+    @command
+    def set_key_rate(
+        self,
+        stage_type: str,
+        starts: int,
+        interval_seconds: int,
+        *,
+        by: Principal = Actor.API,
+        reason: str | None = None,
+    ) -> StageTypeLimits:
+        """At most `starts` task starts of `stage_type` per `interval_seconds` per concurrency
+        key from now on: a bucket of `starts` tokens per key, refilled continuously at that rate,
+        each claim taking one per task of the key."""
+        check_rate(stage_type, starts, interval_seconds, MAX_PER_KEY)
+        return self._set(
+            stage_type,
+            by,
+            lambda limits, now: limits.set_key_rate(starts, interval_seconds, now, by, reason),
+        )
+
+    @command
+    def remove_key_rate(
+        self, stage_type: str, *, by: Principal = Actor.API, reason: str | None = None
+    ) -> StageTypeLimits:
+        """LimitNotFound when the stage type has no per-key rate limit."""
+        return self._remove(stage_type, lambda limits, now: limits.remove_key_rate(now, by, reason))
 
     @command
     def set_order(

@@ -7,6 +7,8 @@ worker and server process.
 - a per-key concurrency limit: at most `max_in_progress_per_key` tasks of the type IN_PROGRESS at
   once for each concurrency key, a job's key being its `concurrencyKey` or, without one, the job
   itself (`gate_of`);
+- a per-key rate limit: at most `key_rate_starts` task starts per `key_rate_interval_seconds` for
+  each concurrency key, a token bucket per key;
 - its queue order: first in, first out, or fair turns between jobs (domain/turns.py).
 
 One aggregate per stage type, its id derived from the type (`limit_id`), so setting a type's
@@ -28,8 +30,8 @@ from jobnik.domain.turns import FIFO, QUEUE_ORDERS
 
 _NAMESPACE: Final = UUID("5d0c7f5e-8a1b-4f56-9c1e-3b7f4a2d9e61")
 MAX_IN_PROGRESS: Final = 1_000_000  # the highest concurrency limit, and rate, one may set
-# The highest per-key limit: a command that queues or ends a key's task reads up to that many of
-# its queued tasks (the first it may admit), so the limit bounds that work.
+# The highest per-key limit, and per-key rate: a command that queues or ends a key's task reads up
+# to that many of its queued tasks (the first it may admit), so the limit bounds that work.
 MAX_PER_KEY: Final = 1_000
 MAX_INTERVAL: Final = 366 * 24 * 3600  # a rate's longest interval, in seconds
 STAGE_TYPE_MAX: Final = 50  # as a stage's type (api/schemas.py: StageType)
@@ -83,12 +85,14 @@ def check_order(stage_type: str, order: str) -> None:
         raise InvalidLimit(f"order must be one of {', '.join(QUEUE_ORDERS)}, not {order!r}")
 
 
-def check_rate(stage_type: str, starts: int, interval_seconds: int) -> None:
-    """InvalidLimit unless `starts` is 1 to MAX_IN_PROGRESS and `interval_seconds` 1 to
-    MAX_INTERVAL (a zero interval is no rate)."""
+def check_rate(
+    stage_type: str, starts: int, interval_seconds: int, high: int = MAX_IN_PROGRESS
+) -> None:
+    """InvalidLimit unless `starts` is 1 to `high` and `interval_seconds` 1 to MAX_INTERVAL (a
+    zero interval is no rate)."""
     check_stage_type(stage_type)
-    if not _whole(starts, 1, MAX_IN_PROGRESS):
-        raise InvalidLimit(f"starts must be a whole number from 1 to {MAX_IN_PROGRESS}")
+    if not _whole(starts, 1, high):
+        raise InvalidLimit(f"starts must be a whole number from 1 to {high}")
     if not _whole(interval_seconds, 1, MAX_INTERVAL):
         raise InvalidLimit(f"intervalSeconds must be a whole number from 1 to {MAX_INTERVAL}")
 
@@ -104,6 +108,8 @@ class StageTypeLimits(Entity):
         rate_interval_seconds: int | None
         queue_order: str
         max_in_progress_per_key: int | None
+        key_rate_starts: int | None
+        key_rate_interval_seconds: int | None
 
     @property
     def in_force(self) -> bool:
@@ -113,6 +119,7 @@ class StageTypeLimits(Entity):
             or self.rate_starts is not None
             or self.queue_order != FIFO
             or self.max_in_progress_per_key is not None
+            or self.key_rate_starts is not None
         )
 
     class LimitsCreated(Entity.Created):
@@ -125,6 +132,7 @@ class StageTypeLimits(Entity):
             limits.rate_starts = limits.rate_interval_seconds = None
             limits.queue_order = FIFO
             limits.max_in_progress_per_key = None
+            limits.key_rate_starts = limits.key_rate_interval_seconds = None
 
     class ConcurrencyLimitSet(Entity.Event):
         """At most `max_in_progress` tasks of the type in progress at once, from now on."""
@@ -182,6 +190,24 @@ class StageTypeLimits(Entity):
         def apply(self, limits: StageTypeLimits) -> None:
             limits.max_in_progress_per_key = None
 
+    class KeyRateSet(Entity.Event):
+        """At most `starts` task starts of the type per `interval_seconds` per concurrency key
+        (`gate_of`), from now on."""
+
+        stage_type: str
+        starts: int
+        interval_seconds: int
+
+        def apply(self, limits: StageTypeLimits) -> None:
+            limits.key_rate_starts = self.starts
+            limits.key_rate_interval_seconds = self.interval_seconds
+
+    class KeyRateRemoved(Entity.Event):
+        stage_type: str
+
+        def apply(self, limits: StageTypeLimits) -> None:
+            limits.key_rate_starts = limits.key_rate_interval_seconds = None
+
     @classmethod
     def create(cls, stage_type: str, *, now: datetime, actor: Principal) -> StageTypeLimits:
         check_stage_type(stage_type)
@@ -220,11 +246,30 @@ class StageTypeLimits(Entity):
         )
         return True
 
+    def _remove(
+        self,
+        event: type[Entity.Event],
+        now_set: int | None,
+        what: str,
+        now: datetime,
+        actor: Principal,
+        reason: str | None,
+    ) -> None:
+        """Emit `event` removing a limit; LimitNotFound when it is not set (`now_set` None)."""
+        if now_set is None:
+            raise LimitNotFound(f"stage type '{self.stage_type}' has no {what}")
+        self._emit(event, now, actor, reason, stage_type=self.stage_type)
+
     def remove_concurrency(self, now: datetime, actor: Principal, reason: str | None) -> None:
         """LimitNotFound when there is no concurrency limit to remove."""
-        if self.max_in_progress is None:
-            raise LimitNotFound(f"stage type '{self.stage_type}' has no concurrency limit")
-        self._emit(self.ConcurrencyLimitRemoved, now, actor, reason, stage_type=self.stage_type)
+        self._remove(
+            self.ConcurrencyLimitRemoved,
+            self.max_in_progress,
+            "concurrency limit",
+            now,
+            actor,
+            reason,
+        )
 
     def set_rate(
         self,
@@ -236,10 +281,26 @@ class StageTypeLimits(Entity):
     ) -> bool:
         """False (no event) when the rate already has these values."""
         check_rate(self.stage_type, starts, interval_seconds)
-        if (self.rate_starts, self.rate_interval_seconds) == (starts, interval_seconds):
+        now_set = (self.rate_starts, self.rate_interval_seconds)
+        return self._set_rate(
+            self.RateLimitSet, now_set, starts, interval_seconds, now, actor, reason
+        )
+
+    def _set_rate(
+        self,
+        event: type[Entity.Event],
+        now_set: tuple[int | None, int | None],
+        starts: int,
+        interval_seconds: int,
+        now: datetime,
+        actor: Principal,
+        reason: str | None,
+    ) -> bool:
+        """Emit `event` setting a rate (checked), unless it is `now_set` already."""
+        if now_set == (starts, interval_seconds):
             return False
         self._emit(
-            self.RateLimitSet,
+            event,
             now,
             actor,
             reason,
@@ -251,9 +312,7 @@ class StageTypeLimits(Entity):
 
     def remove_rate(self, now: datetime, actor: Principal, reason: str | None) -> None:
         """LimitNotFound when there is no rate limit to remove."""
-        if self.rate_starts is None:
-            raise LimitNotFound(f"stage type '{self.stage_type}' has no rate limit")
-        self._emit(self.RateLimitRemoved, now, actor, reason, stage_type=self.stage_type)
+        self._remove(self.RateLimitRemoved, self.rate_starts, "rate limit", now, actor, reason)
 
     def set_order(self, order: str, now: datetime, actor: Principal, reason: str | None) -> bool:
         """False (no event) when the type's queue already has this order."""
@@ -274,6 +333,27 @@ class StageTypeLimits(Entity):
 
     def remove_key_limit(self, now: datetime, actor: Principal, reason: str | None) -> None:
         """LimitNotFound when there is no per-key limit to remove."""
-        if self.max_in_progress_per_key is None:
-            raise LimitNotFound(f"stage type '{self.stage_type}' has no per-key limit")
-        self._emit(self.KeyLimitRemoved, now, actor, reason, stage_type=self.stage_type)
+        self._remove(
+            self.KeyLimitRemoved, self.max_in_progress_per_key, "per-key limit", now, actor, reason
+        )
+
+    def set_key_rate(
+        self,
+        starts: int,
+        interval_seconds: int,
+        now: datetime,
+        actor: Principal,
+        reason: str | None,
+    ) -> bool:
+        """False (no event) when the per-key rate already has these values."""
+        check_rate(self.stage_type, starts, interval_seconds, MAX_PER_KEY)
+        now_set = (self.key_rate_starts, self.key_rate_interval_seconds)
+        return self._set_rate(
+            self.KeyRateSet, now_set, starts, interval_seconds, now, actor, reason
+        )
+
+    def remove_key_rate(self, now: datetime, actor: Principal, reason: str | None) -> None:
+        """LimitNotFound when there is no per-key rate to remove."""
+        self._remove(
+            self.KeyRateRemoved, self.key_rate_starts, "per-key rate limit", now, actor, reason
+        )

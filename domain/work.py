@@ -124,15 +124,16 @@ class WorkCommands:
         """Claim the next eligible task of `stage_type`; TaskNotFound when there is none."""
         by.check_stage_type(stage_type)
         now = self.clock()
-        with self._write() as s:
+        with self._write() as s:  # (committed also when it finds none: what a claim let through)
             task = s.claim(stage_type, now)
-            if task is None:
-                raise TaskNotFound
-            stage, job = s.stage(task.stage_id), s.job(task.job_id)
-            task.dequeue(now, by, lease_seconds or self.lease_seconds)
-            if stage.start(now, Actor.SYSTEM):
-                job.start(now, Actor.SYSTEM)
-            s.save(task, stage, job)
+            if task is not None:
+                stage, job = s.stage(task.stage_id), s.job(task.job_id)
+                task.dequeue(now, by, lease_seconds or self.lease_seconds)
+                if stage.start(now, Actor.SYSTEM):
+                    job.start(now, Actor.SYSTEM)
+                s.save(task, stage, job)
+        if task is None:
+            raise TaskNotFound
         return task
 
     def report_task(

@@ -1,5 +1,5 @@
 """`jobnik limits list | set | remove | keys | unkeys | rate | unrate | order`: the stage types'
-concurrency limits, per-key limits, rate limits and queue orders.
+concurrency limits, per-key limits, rate limits (per type or per key) and queue orders.
 
 A client of the API (JOBNIK_API_URL, token from JOBNIK_TOKEN), like `jobnik schedules`: the same
 permissions as the HTTP routes (an operator's to change), and each change an event naming the
@@ -23,8 +23,8 @@ T = TypeVar("T")
 
 limits = typer.Typer(
     help="Limits per stage type: at most N tasks in progress at once, at most N per "
-    "concurrency key (or job), at most N starts per interval, and the queue's order (fifo, or "
-    "fair turns between jobs).",
+    "concurrency key (or job), at most N starts per interval (per type or per key), and the "
+    "queue's order (fifo, or fair turns between jobs).",
     no_args_is_help=True,
     rich_markup_mode="markdown",
 )
@@ -36,7 +36,11 @@ def _limits(v: Limit) -> str:
     """`2/3` (in progress / concurrency limit) and `5 per 60 s (4 left)`, those it has."""
     parts = [] if v.max_in_progress is None else [f"{v.in_progress}/{v.max_in_progress}"]
     if v.max_in_progress_per_key is not None:
-        parts.append(f"{v.max_in_progress_per_key} per key ({v.held_by_key} held)")
+        parts.append(f"{v.max_in_progress_per_key} per key")
+    if v.key_rate_starts is not None:
+        parts.append(f"{v.key_rate_starts} per {v.key_rate_interval_seconds} s per key")
+    if v.max_in_progress_per_key is not None or v.key_rate_starts is not None:
+        parts.append(f"({v.held_by_key} held by key)")
     if v.rate_starts is not None:
         parts.append(f"{v.rate_starts} per {v.rate_interval_seconds} s ({v.rate_tokens} left)")
     if v.order != "fifo":
@@ -111,28 +115,52 @@ def unkeys(
     typer.echo(f"{stage_type}: no per-key limit")
 
 
+PerKey = Annotated[
+    bool,
+    typer.Option(
+        "--per-key", help="each concurrency key's rate (a job's concurrencyKey, or else the job)"
+    ),
+]
+
+
 @limits.command("rate")
 def rate(
     stage_type: StageType,
     starts: Annotated[int, typer.Argument(help="at most this many task starts")],
     per: Annotated[str, typer.Option(help="per this interval: 90s, 15m, 2h, 1d")] = "1m",
+    per_key: PerKey = False,
     reason: Reason = None,
     api_url: ApiUrl = DEFAULT_URL,
     token: Token = None,
 ) -> None:
-    """Set or change a stage type's rate: at most STARTS task starts per interval."""
+    """Set or change a stage type's rate: at most STARTS task starts per interval (with
+    `--per-key`, per concurrency key)."""
     seconds = int(parse_duration(per).total_seconds())
-    v = _call(api_url, token, lambda p: p.set_rate(stage_type, starts, seconds, reason=reason))
+    v = _call(
+        api_url,
+        token,
+        lambda p: (p.set_key_rate if per_key else p.set_rate)(
+            stage_type, starts, seconds, reason=reason
+        ),
+    )
     typer.echo(f"{v.stage_type}  {_limits(v)}")
 
 
 @limits.command("unrate")
 def unrate(
-    stage_type: StageType, reason: Reason = None, api_url: ApiUrl = DEFAULT_URL, token: Token = None
+    stage_type: StageType,
+    per_key: PerKey = False,
+    reason: Reason = None,
+    api_url: ApiUrl = DEFAULT_URL,
+    token: Token = None,
 ) -> None:
-    """Remove a stage type's rate limit."""
-    _call(api_url, token, lambda p: p.remove_rate(stage_type, reason=reason))
-    typer.echo(f"{stage_type}: no rate limit")
+    """Remove a stage type's rate limit (with `--per-key`, its per-key rate)."""
+    _call(
+        api_url,
+        token,
+        lambda p: (p.remove_key_rate if per_key else p.remove_rate)(stage_type, reason=reason),
+    )
+    typer.echo(f"{stage_type}: no {'per-key ' if per_key else ''}rate limit")
 
 
 @limits.command("order")

@@ -323,7 +323,8 @@ class Limit:
     """A stage type's limits: at most `max_in_progress` of its tasks in progress at once (None:
     no such limit), at most `rate_starts` starts per `rate_interval_seconds` (None: no rate) with
     `rate_tokens` left now; at most `max_in_progress_per_key` in progress per concurrency key
-    (None: no such limit) and the queued tasks it holds back now (`held_by_key`); `in_progress`
+    (None: no such limit) and `key_rate_starts` starts per `key_rate_interval_seconds` per key
+    (None: no such rate), and the queued tasks they hold back now (`held_by_key`); `in_progress`
     now, the `room` a dequeue has; its queue `order` ("fifo" or "fair"); who changed them last
     and why."""
 
@@ -338,12 +339,15 @@ class Limit:
     rate_tokens: int | None = None
     order: str = "fifo"
     max_in_progress_per_key: int | None = None
+    key_rate_starts: int | None = None
+    key_rate_interval_seconds: int | None = None
     held_by_key: int = 0
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Limit:
         rate = body.get("rate") or {}
         per_key = body.get("perKey") or {}
+        key_rate = per_key.get("rate") or {}
         return cls(
             stage_type=body["stageType"],
             max_in_progress=body.get("maxInProgress"),
@@ -356,5 +360,7 @@ class Limit:
             rate_tokens=rate.get("tokens"),
             order=body.get("order", "fifo"),
             max_in_progress_per_key=per_key.get("maxInProgress"),
+            key_rate_starts=key_rate.get("starts"),
+            key_rate_interval_seconds=key_rate.get("intervalSeconds"),
             held_by_key=per_key.get("heldBack", 0),
         )

@@ -350,6 +350,18 @@ class Producer:
     def remove_key_limit(self, stage_type: str, *, reason: str | None = None) -> None:
         self._remove(f"/v1/limits/{quote(stage_type, safe='')}/keys", reason)
 
+    def set_key_rate(
+        self, stage_type: str, starts: int, interval_seconds: int, *, reason: str | None = None
+    ) -> Limit:
+        """At most `starts` task starts of `stage_type` per `interval_seconds` per concurrency
+        key (a bucket per key)."""
+        body = _with_reason({"starts": starts, "intervalSeconds": interval_seconds}, reason)
+        path = f"/v1/limits/{quote(stage_type, safe='')}/keys/rate"
+        return Limit.from_json(self.client.put(path, body))
+
+    def remove_key_rate(self, stage_type: str, *, reason: str | None = None) -> None:
+        self._remove(f"/v1/limits/{quote(stage_type, safe='')}/keys/rate", reason)
+
     def set_order(self, stage_type: str, order: str, *, reason: str | None = None) -> Limit:
         """Dequeue `stage_type`'s tasks in `order` after priority: "fifo" (first in, first out,
         the default) or "fair" (the jobs of one priority take turns)."""

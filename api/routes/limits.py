@@ -11,6 +11,7 @@ from jobnik.api.deps import reject_unknown_query
 from jobnik.api.errors import error_answers
 from jobnik.api.limit_schemas import (
     KeyLimitBody,
+    KeyRateBody,
     LimitBody,
     LimitOut,
     LimitsOut,
@@ -154,6 +155,47 @@ def remove_key_limit(
     any, stay)."""
     limits.remove_key_limit(stage_type, by=by, reason=reason)
     return Message(code="KEY_LIMIT_REMOVED_SUCCESSFULLY")
+
+
+@router.put(
+    "/limits/{stageType}/keys/rate",
+    responses=error_answers(MALFORMED, InvalidLimit, TooManyLimits),
+    openapi_extra=needs(P.OPERATE),
+)
+def set_key_rate(
+    limits: LimitsDep,
+    views: LimitViewsDep,
+    stage_type: StageTypePath,
+    body: KeyRateBody,
+    by: PrincipalDep,
+) -> LimitOut:
+    """jobnik: at most `starts` task starts of the stage type per `intervalSeconds` per
+    concurrency key (a job's `concurrencyKey`, or else the job itself), across every worker and
+    server process: a token bucket of `starts` tokens per key, kept in the database and refilled
+    continuously by its clock, each dequeued task taking one of its key's. A key's queued tasks
+    beyond its whole tokens wait (`perKey.heldBack`) and dequeues take the other keys' tasks
+    meanwhile; a dequeue that finds fewer tasks than it asks for first lets through those of
+    the keys whose buckets gained a token since (up to 50 keys). Setting or removing it works
+    out every queued task of the type once. Setting the values it has changes nothing;
+    `reason` is recorded on the event."""
+    limits.set_key_rate(stage_type, body.starts, body.interval_seconds, by=by, reason=body.reason)
+    return LimitOut.of(views.get(stage_type))
+
+
+@router.delete(
+    "/limits/{stageType}/keys/rate",
+    responses=error_answers(MALFORMED, NO_LIMIT),
+    openapi_extra=needs(P.OPERATE),
+)
+def remove_key_rate(
+    limits: LimitsDep,
+    stage_type: StageTypePath,
+    by: PrincipalDep,
+    reason: ReasonQuery = None,
+) -> Message:
+    """jobnik: the stage type's keys are held to no rate (its other limits, if any, stay)."""
+    limits.remove_key_rate(stage_type, by=by, reason=reason)
+    return Message(code="KEY_RATE_LIMIT_REMOVED_SUCCESSFULLY")
 
 
 @router.put(

@@ -63,11 +63,11 @@ class LimitMetrics(Collector):
         families = limit, running, tokens, held = self.families()
         found = self.views.all()
         label = shown({v.stage_type: v.in_progress + v.queued for v in found}, self.most)
-        others, other_keys = 0, None  # (a series for the others' keys when one has a key limit)
+        others, other_keys = 0, None  # (a series for the others' keys when one has a limit per key)
         for v in found:
             if label(v.stage_type) == OTHER:
                 others += v.held_back
-                if v.max_in_progress_per_key is not None:
+                if v.keyed:
                     other_keys = (other_keys or 0) + v.held_by_key
                 continue
             if v.max_in_progress is not None:
@@ -76,7 +76,7 @@ class LimitMetrics(Collector):
             if (left := v.rate_tokens) is not None:
                 tokens.add_metric([v.stage_type], left)
             held.add_metric([v.stage_type, REASON], v.held_back)
-            if v.max_in_progress_per_key is not None:
+            if v.keyed:
                 held.add_metric([v.stage_type, KEY], v.held_by_key)
         if len(label.types) < len(found):
             held.add_metric([OTHER, REASON], others)

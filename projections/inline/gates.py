@@ -1,10 +1,12 @@
-"""Per-key concurrency limits: which queued tasks pass their key's gate.
+"""Per-key limits: which queued tasks pass their key's gate.
 
 A stage type with a per-key limit (`max_in_progress_per_key`, domain/limits.py) lets at most that
-many tasks of each concurrency key be IN_PROGRESS at once; a job's key is its `concurrencyKey`,
-or the job itself (its `gate`, jobs_v1). The claim stays one probe of the queue's index: a queued
-task of such a type that its key has no room for is **held** (`queue_v1.held`), and held rows are
-not in the claim's indexes (`queue_v1_next`, `queue_v1_due`), so no claim walks past them.
+many tasks of each concurrency key be IN_PROGRESS at once, and one with a per-key rate
+(`key_rate_starts`) at most that many start per interval, a token bucket per key; a job's key is
+its `concurrencyKey`, or the job itself (its `gate`, jobs_v1). The claim stays one probe of the
+queue's index: a queued task of such a type that its key has no room for is **held**
+(`queue_v1.held`), and held rows are not in the claim's indexes (`queue_v1_next`,
+`queue_v1_due`), so no claim walks past them.
 
 Which rows are held is a function of the read models alone, worked out again (store/executor.py:
 `OpExecutor.regate`) after every event that can change it (a task of the key queued, started or
@@ -13,9 +15,13 @@ gate's queued rows that can be dequeued, the first `room` are admitted (not held
 the limit less the key's tasks IN_PROGRESS; the order is the claim's (priority, turn, queue
 position) for the rows ready now, then the delayed ones by due time. Every other row of the gate
 is held. A claim takes an admitted row, which leaves the queue as the key's tasks in progress grow
-by one: the admitted rows stay the first `room` without a change, so the claim itself writes
-nothing here. Being a function of the rows, the result does not depend on how events were grouped
-into commands: a rebuild works it out once at its end (`regate_all`) and finds the same rows.
+by one (and its bucket's tokens shrink by one): the admitted rows stay the first `room` without a
+change, so the claim itself writes nothing here. Tokens also come back with time, not with an
+event: a claim that finds fewer tasks than it asks for first lets through the held rows of the
+keys whose buckets gained a whole token since (`due_gates`, the buckets' `wake_at`). Being a
+function of the rows (and the buckets, which a rebuild leaves as they are), the result does not
+depend on how events were grouped into commands: a rebuild works it out once at its end
+(`regate_all`) and finds the same rows.
 
 A row of a type without a per-key limit has no gate (NULL) and is never held: a command that ends
 or queues one of its tasks finds no gate for it (its stage by key, its type's limits row) and
@@ -28,7 +34,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any, Final
 
-from jobnik.projections.inline.limits import FUNCTIONS
+from jobnik.domain.limits import MAX_PER_KEY
+from jobnik.projections.inline.limits import BUCKETS, FUNCTIONS, KEY_RATE, PER_KEY, tokens
 from jobnik.projections.inline.tables import LIMITS
 
 
@@ -40,13 +47,26 @@ def _running(t: str, g: str) -> str:
 
 
 def _room(backend: str, t: str, g: str) -> str:
-    """How many rows of gate (`t`, `g`) may be admitted now: the type's per-key limit less the
-    key's tasks IN_PROGRESS (counted on the type's tasks in progress, which the claim keeps few),
-    never below 0; 0 when the type has no per-key limit."""
-    greatest = FUNCTIONS[backend]["greatest"]
+    """How many rows of gate (`t`, `g`) may be admitted now: no more than the type's per-key
+    limit less the key's tasks IN_PROGRESS (counted on the type's tasks in progress, which the
+    claim keeps few) and the whole tokens in the key's bucket (full when it has none yet), never
+    below 0; 0 when the type has no limit per key."""
+    f = FUNCTIONS[backend]
+    bucket = (
+        f"(SELECT {tokens(backend, 'b', KEY_RATE)} FROM {BUCKETS} b "
+        f"WHERE b.stage_type = {t} AND b.gate = {g})"
+    )
+    concurrency = (
+        f"CASE WHEN l.max_in_progress_per_key IS NULL THEN {MAX_PER_KEY} "
+        f"ELSE l.max_in_progress_per_key - {_running(t, g)} END"
+    )
+    rate = (
+        f"CASE WHEN l.key_rate_starts IS NULL THEN {MAX_PER_KEY} "
+        f"ELSE {f['floor'].format(f'COALESCE({bucket}, l.key_rate_starts)')} END"
+    )
     return (
-        f"COALESCE((SELECT {greatest}(0, l.max_in_progress_per_key - {_running(t, g)}) "
-        f"FROM {LIMITS} l WHERE l.stage_type = {t}), 0)"
+        f"COALESCE((SELECT {f['greatest']}(0, {f['least']}({concurrency}, {rate})) "
+        f"FROM {LIMITS} l WHERE l.stage_type = {t} AND {PER_KEY}), 0)"
     )
 
 
@@ -91,6 +111,12 @@ ADMITTED_NOW: Final = (
 )
 
 
+# The most keys a claim lets through when it finds fewer tasks than it asks for (`DUE_GATES`).
+WAKE_BATCH: Final = 50
+# The gates (`t`, `g`) of stage type `%(v)s` named by the array `%(g)s` (PostgreSQL's).
+GATES_OF_TYPE: Final = "SELECT %(v)s::text AS t, g FROM unnest(%(g)s::text[]) AS g"
+
+
 @cache
 def regate_pairs(pairs: str) -> str:
     """SQL: flip `held` on the rows whose admission changed, of every gate `pairs` (SQL giving
@@ -106,9 +132,7 @@ def regate_pairs(pairs: str) -> str:
 # their stages' (`{stages}`: a condition on `s.id`) and their jobs' stages' (`{jobs}`: on
 # `s.job_id`), each found by key; or every gate of their stage types (`{types}`: on
 # `q.stage_type`), after a limit's change, which reads the type's queue.
-_KEYED_GATE: Final = (
-    f"JOIN {LIMITS} l ON l.stage_type = k.t WHERE l.max_in_progress_per_key IS NOT NULL"
-)
+_KEYED_GATE: Final = f"JOIN {LIMITS} l ON l.stage_type = k.t WHERE {PER_KEY}"
 PAIRS: Final = (
     "SELECT DISTINCT k.t, k.g FROM (SELECT s.type AS t, j.gate AS g FROM stages_v1 s "
     "JOIN jobs_v1 j ON j.id = s.job_id WHERE {stages} "
@@ -120,15 +144,12 @@ TYPE_PAIRS: Final = (
     f"WHERE {{types}} AND q.gate IS NOT NULL) k {_KEYED_GATE}"
 )
 
-KEYED_TYPES: Final = f"SELECT stage_type FROM {LIMITS} WHERE max_in_progress_per_key IS NOT NULL"
+KEYED_TYPES: Final = f"SELECT l.stage_type FROM {LIMITS} l WHERE {PER_KEY}"
 
 # A stage type's rows as its per-key limit wants them (`Gate` by type, run before its gates are
 # worked out again): without one, no gate and nothing held; with one, every row that has no
 # gate yet gets its job's, held until its gate admits it.
-KEYED: Final = (
-    f"EXISTS (SELECT 1 FROM {LIMITS} l WHERE l.stage_type = %(t)s "
-    "AND l.max_in_progress_per_key IS NOT NULL)"
-)
+KEYED: Final = f"EXISTS (SELECT 1 FROM {LIMITS} l WHERE l.stage_type = %(t)s AND {PER_KEY})"
 UNGATE: Final = (
     "UPDATE queue_v1 SET gate = NULL, held = FALSE "
     f"WHERE stage_type = %(t)s AND gate IS NOT NULL AND NOT {KEYED}"

@@ -80,6 +80,8 @@ def limit_from_row(row: Mapping[str, Any]) -> StageTypeLimits:
             "rate_interval_seconds",
             "queue_order",
             "max_in_progress_per_key",
+            "key_rate_starts",
+            "key_rate_interval_seconds",
         )
     }
     return StageTypeLimits.restore(

@@ -30,11 +30,18 @@ class LimitView:
     tokens: float | None  # in the rate's bucket now (None: full, no claim drew from it yet)
     queue_order: str  # fifo or fair (domain/turns.py)
     max_in_progress_per_key: int | None  # per concurrency key (domain/limits.py)
-    held_by_key: int  # queued tasks that could be dequeued but for their key's limit
+    key_rate_starts: int | None  # per concurrency key, a bucket each
+    key_rate_interval_seconds: int | None
+    held_by_key: int  # queued tasks that could be dequeued but for their key's limits
     updated_by: str
     reason: str | None
     creation_time: datetime
     update_time: datetime
+
+    @property
+    def keyed(self) -> bool:
+        """Whether a limit per concurrency key holds the type's tasks (a gate per key)."""
+        return self.max_in_progress_per_key is not None or self.key_rate_starts is not None
 
     @property
     def rate_tokens(self) -> float | None:
@@ -69,6 +76,8 @@ def _view(row: Mapping[str, Any]) -> LimitView:
         None if row["tokens"] is None else float(row["tokens"]),
         row["queue_order"],
         row["max_in_progress_per_key"],
+        row["key_rate_starts"],
+        row["key_rate_interval_seconds"],
         int(row["held_by_key"]),
         row["updated_by"],
         row["reason"],

@@ -13,6 +13,7 @@ from eventsourcing.domain import DomainEventProtocol
 from jobnik.projections.inline.gates import (
     ADMITTED_NOW,
     ENGATE,
+    GATES_OF_TYPE,
     KEYED_TYPES,
     PAIRS,
     TYPE_PAIRS,
@@ -166,15 +167,29 @@ class OpExecutor:
             where[k], found = d.one_of(col, k, dumped)
             params.update(found)
         for pair in cur.all(self._text(pairs.format(**where)), params):
-            first = cur.all(self._text(admitted(d.name, "%(t)s", "%(g)s")), pair)
-            now = cur.all(self._text(ADMITTED_NOW), pair)
-            changed = {r["task_id"] for r in first} ^ {r["task_id"] for r in now}
-            if changed:
-                ids = [d.dump("task_id", v) for v in sorted(changed, key=str)]
-                where_ids, flip = d.one_of("task_id", "f", ids)
-                cur.execute(
-                    self._text(f"UPDATE queue_v1 SET held = NOT held WHERE {where_ids}"), flip
-                )
+            self._regate_gate(cur, pair)
+
+    def _regate_gate(self, cur: _Cursor, pair: Mapping[str, Any]) -> None:
+        """Flip `held` on the rows of gate `pair` (`t`, `g`) whose admission changed: a read of
+        the rows to admit and of those admitted, and one statement flipping the rows in one and
+        not the other (a backend without LATERAL)."""
+        d = self.d
+        first = cur.all(self._text(admitted(d.name, "%(t)s", "%(g)s")), pair)
+        now = cur.all(self._text(ADMITTED_NOW), pair)
+        changed = {r["task_id"] for r in first} ^ {r["task_id"] for r in now}
+        if changed:
+            ids = [d.dump("task_id", v) for v in sorted(changed, key=str)]
+            where_ids, flip = d.one_of("task_id", "f", ids)
+            cur.execute(self._text(f"UPDATE queue_v1 SET held = NOT held WHERE {where_ids}"), flip)
+
+    def regate_gates(self, cur: _Cursor, stage_type: str, gates: Sequence[str]) -> None:
+        """Work out again which queued tasks of `stage_type`'s `gates` pass their key's limits
+        (a claim's, after their keys' buckets gained tokens)."""
+        if self.d.laterals:
+            cur.execute(self._text(regate_pairs(GATES_OF_TYPE)), {"v": stage_type, "g": gates})
+            return
+        for gate in gates:
+            self._regate_gate(cur, {"t": stage_type, "g": gate})
 
     def regate_all(self, cur: _Cursor) -> None:
         """`regate` every stage type with a per-key limit: a rebuild's fold skips each event's

@@ -135,15 +135,19 @@ class PostgresSession(SqlSession):
     def settle_claims(self) -> None:
         """A claim read its stage type's room before the writer lock, beside other claims of
         the type: under the lock, with every earlier claim committed, its tasks take their
-        tokens from the type's rate bucket, which must not go below 0, the type's tasks
-        IN_PROGRESS must be within its concurrency limit, and the keys of the claimed tasks'
-        jobs within its per-key limit; else the command runs again (and then finds the room
-        taken). Sent with the commit; for a type without limits, one probe of a small table."""
+        tokens from the type's rate bucket and their keys' (under a per-key rate), which must
+        not go below 0, the type's tasks IN_PROGRESS must be within its concurrency limit, and
+        the keys of the claimed tasks' jobs within its per-key limit; else the command runs
+        again (and then finds the room taken). Sent with the commit; for a type without
+        limits, one probe of a small table."""
         claimed = self._settled()
         if claimed:
             self.lock()
         for stage_type, count, jobs in claimed:
-            self.cur.execute(self.d.sql("settle_claim"), {"v": stage_type, "k": count, "j": jobs})
+            self.cur.execute(
+                self.d.sql("settle_claim"),
+                {"v": stage_type, "k": count, "j": [j for j, _ in jobs], "c": [n for _, n in jobs]},
+            )
 
     # -- loads ---------------------------------------------------------------------------------
 

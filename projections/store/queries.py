@@ -3,7 +3,8 @@
 A statement follows a `-- name: <name>` line, up to the next one; its comment lines describe it.
 Parameters are `%(name)s` (SQLite's statements get `:name`). `{open}`, `{next_in_queue}` and
 `{next_batch_in_queue}` (and their `_locked` twins) are the dequeue rule (inline/queue.py, within
-the limits of inline/limits.py), `{now}` and `{tokens}` a rate's bucket, `{in_force}` a
+the limits of inline/limits.py), `{now}` and `{tokens}` a rate's bucket, `{key_wake}` when a key's
+bucket next gains a whole token, `{spend}` a claim's draw from its buckets, `{in_force}` a
 limits row with something in force, and `{keyed}` a stage `s` whose type has a per-key limit,
 filled in here; any
 other `{slot}` is the caller's to fill (a list of placeholders, a table name).
@@ -19,7 +20,15 @@ from importlib.resources import files
 from typing import Final
 
 from jobnik.projections.inline.gates import KEYED
-from jobnik.projections.inline.limits import FUNCTIONS, IN_FORCE, tokens, within_limit
+from jobnik.projections.inline.limits import (
+    FUNCTIONS,
+    IN_FORCE,
+    KEY_RATE,
+    next_token,
+    spend,
+    tokens,
+    within_limit,
+)
 from jobnik.projections.inline.queue import (
     LOCKED,
     NEXT_BATCH_IN_QUEUE,
@@ -45,6 +54,8 @@ def rules(backend: str) -> dict[str, str]:
         "next_batch_in_queue_locked": within_limit(next_in_queue("%(n)s", LOCKED), backend),
         "now": FUNCTIONS[backend]["now"],
         "tokens": tokens(backend),
+        "key_wake": next_token(backend, tokens(backend, "b", KEY_RATE)),
+        "spend": spend(backend),
         "in_force": IN_FORCE,
         "keyed": KEYED.replace("%(t)s", "s.type"),
     }

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, cast
 from uuid import UUID
 
+import orjson
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import StoredEvent
 
@@ -34,6 +35,7 @@ from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
 from jobnik.domain.tokens import Token
 from jobnik.domain.turns import FAIR, QueueTurns
+from jobnik.projections.inline.gates import WAKE_BATCH
 from jobnik.projections.inline.rows import (
     job_from_row,
     limit_from_row,
@@ -74,7 +76,7 @@ class SqlSession:
         # Tasks claimed by stage type, not settled yet: what their limits are charged at
         # commit (`settle_claims`).
         self._claimed: dict[str, int] = {}
-        self._claimed_jobs: dict[str, set[Any]] = {}  # (their keys: PostgresSession settles them)
+        self._claimed_jobs: dict[str, dict[Any, int]] = {}  # their tasks by job (their keys')
 
     @property
     def position(self) -> int | None:
@@ -93,21 +95,27 @@ class SqlSession:
         self.settle_claims()
 
     def settle_claims(self) -> None:
-        """Each rate-limited stage type this session claimed tasks of loses as many tokens.
-        The writer lock, held from the start, kept the room each claim read exact."""
-        for stage_type, count, _ in self._settled():
-            self.cur.execute(self.d.sql("spend_tokens"), {"v": stage_type, "k": count})
+        """Each rate-limited stage type this session claimed tasks of loses as many tokens, and
+        under a per-key rate each key as many as its tasks claimed. The writer lock, held from
+        the start, kept the room each claim read exact."""
+        for stage_type, count, jobs in self._settled():
+            by_job = orjson.dumps({str(job): n for job, n in jobs}).decode()
+            self.cur.execute(self.d.sql("spend_tokens"), {"v": stage_type, "k": count, "j": by_job})
 
-    def _settled(self) -> list[tuple[str, int, list[Any]]]:
-        """The claims not settled yet, by stage type, with their jobs, now settled."""
+    def _settled(self) -> list[tuple[str, int, list[tuple[Any, int]]]]:
+        """The claims not settled yet, by stage type, with their tasks by job, now settled."""
         claimed, self._claimed = sorted(self._claimed.items()), {}
         jobs, self._claimed_jobs = self._claimed_jobs, {}
-        return [(t, n, sorted(jobs.get(t, ()), key=str)) for t, n in claimed]
+        return [
+            (t, n, sorted(jobs.get(t, {}).items(), key=lambda j: str(j[0]))) for t, n in claimed
+        ]
 
     def _count_claims(self, stage_type: str, rows: Sequence[Mapping[str, Any]]) -> None:
         if rows:
             self._claimed[stage_type] = self._claimed.get(stage_type, 0) + len(rows)
-            self._claimed_jobs.setdefault(stage_type, set()).update(r["job_id"] for r in rows)
+            jobs = self._claimed_jobs.setdefault(stage_type, {})
+            for row in rows:
+                jobs[row["job_id"]] = jobs.get(row["job_id"], 0) + 1
 
     # -- loads by id ---------------------------------------------------------------------------
 
@@ -160,7 +168,10 @@ class SqlSession:
         return [UUID(str(r["id"])) for r in rows]
 
     def claim(self, stage_type: str, now: datetime) -> Task | None:
-        row = self._next_in_queue(self._claim_params(stage_type, now))
+        params = self._claim_params(stage_type, now)
+        row = self._next_in_queue(params)
+        if row is None and self._woke(stage_type):
+            row = self._next_in_queue(params)
         if row is None:
             return None
         self._count_claims(stage_type, [row])
@@ -171,11 +182,30 @@ class SqlSession:
         """Nothing here: each load is one indexed read (PostgresSession reads them at once)."""
 
     def claim_batch(self, stage_type: str, count: int, now: datetime) -> list[Task]:
-        rows = self._next_batch_in_queue({**self._claim_params(stage_type, now), "n": int(count)})
+        params = {**self._claim_params(stage_type, now), "n": int(count)}
+        rows = self._next_batch_in_queue(params)
+        if len(rows) < count and self._woke(stage_type):
+            rows = self._next_batch_in_queue(params)  # (the first rows again, in order)
         self._count_claims(stage_type, rows)
         for row in rows:
             self._fetched.setdefault(row["id"], row)
         return [self.task(row["id"]) for row in rows]
+
+    def _woke(self, stage_type: str) -> bool:
+        """Whether a claim that found fewer tasks than it asked for should look again: under
+        the writer lock, the held tasks of the stage type's keys whose buckets gained a whole
+        token since a claim drew from them are let through first (inline/gates.py; at most
+        WAKE_BATCH keys, the longest waiting first)."""
+        due = self.cur.all(self.d.sql("due_gates"), {"v": stage_type, "n": WAKE_BATCH})
+        if not due:
+            return False
+        self.lock()
+        gates = [r["g"] for r in due]
+        self.store.executor.regate_gates(self.cur, stage_type, gates)
+        where, params = self.d.one_of("gate", "g", gates)
+        for name in ("wake_later", "drop_full_buckets"):
+            self.cur.execute(self.d.sql(name, gates=where), {"v": stage_type, **params})
+        return True
 
     def _claim_params(self, stage_type: str, now: datetime) -> dict[str, Any]:
         """A claim's parameters: the stage type, and now (delayed tasks due by then count)."""

@@ -73,6 +73,8 @@ def _requests(t: Targets) -> dict[str, Request]:
         "remove_rate": ("DELETE", "/v1/limits/matrix/rate", None),
         "set_key_limit": ("PUT", "/v1/limits/matrix/keys", {"maxInProgress": 2}),
         "remove_key_limit": ("DELETE", "/v1/limits/matrix/keys", None),
+        "set_key_rate": ("PUT", "/v1/limits/matrix/keys/rate", {"starts": 2, "intervalSeconds": 9}),
+        "remove_key_rate": ("DELETE", "/v1/limits/matrix/keys/rate", None),
         "find_jobs": ("GET", "/v1/jobs", None),
         "create_job": ("POST", "/v1/jobs", {"name": "matrix", "data": {}}),
         "finish_job": ("POST", f"{job}/finish", None),

@@ -28,6 +28,7 @@ def test_the_queues_page_shows_limits_and_offers_changes_to_operators_only(
         ("/v1/limits/render/order", {"order": "fair", "reason": "tenants"}),
         ("/v1/limits/encode", {"maxInProgress": 4}),
         ("/v1/limits/encode/keys", {"maxInProgress": 2}),
+        ("/v1/limits/encode/keys/rate", {"starts": 3, "intervalSeconds": 60}),
     ):
         assert secured.call(admin, "PUT", url, body).status_code == 200
     seen = {}
@@ -36,7 +37,7 @@ def test_the_queues_page_shows_limits_and_offers_changes_to_operators_only(
         assert page.status_code == 200, page.text
         assert rows(page.text) == {"encode": "first in, first out", "render": "fair"}
         assert "0 / 4" in page.text
-        assert '<td class="per-key">2 (0 held back)</td>' in page.text
+        assert '<td class="per-key">2, 3 per 60 s (0 held back)</td>' in page.text
         seen[role] = actions(page.text)
     assert seen == {
         "reader": [],
@@ -45,6 +46,7 @@ def test_the_queues_page_shows_limits_and_offers_changes_to_operators_only(
             "Take turns",
             "Remove limit",
             "Remove per-key limit",
+            "Remove per-key rate",
             "First in, first out",
             "Take turns…",
         ],

@@ -27,6 +27,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from jobnik.domain.application import Jobnik
+from jobnik.domain.limit_commands import LimitCommands
 from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.config import library_env
@@ -220,3 +222,9 @@ def other(pg_database_url: str) -> Iterator[SqlStore]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def limits(jobnik: Jobnik) -> LimitCommands:
+    """The stage types' limit commands on the test's store."""
+    return LimitCommands(jobnik.store, jobnik.clock)

@@ -26,11 +26,6 @@ from .test_rebuild import snapshot
 OPS = Principal("ops", Role.OPERATOR)
 
 
-@pytest.fixture
-def limits(jobnik: Jobnik) -> LimitCommands:
-    return LimitCommands(jobnik.store, jobnik.clock)
-
-
 def queue(
     jobnik: Jobnik, n: int, key: str | None = None, priority: str = "MEDIUM"
 ) -> tuple[UUID, list[UUID]]:

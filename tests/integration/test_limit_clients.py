@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 from jobnik.scripts.cli import app
 from jobnik.workers import ApiError, Consumer, Producer
 
+from .threads import in_threads
+
 
 def test_the_sdk_and_the_command_line_set_list_and_remove_a_limit(
     database_url: str, spawn_server: Callable[..., Any]
@@ -49,8 +51,17 @@ def test_the_sdk_and_the_command_line_set_list_and_remove_a_limit(
     assert (keyed.fairness_key, keyed.concurrency_key) == ("tenant-a", "t")
     per_key = cli.invoke(app, ["limits", "keys", "encode", "2", "--reason", "per tenant", *url])
     assert per_key.exit_code == 0, per_key.output
-    assert "encode  0/2  2 per key (0 held)" in per_key.output
+    assert "encode  0/2  2 per key  (0 held by key)" in per_key.output
     assert producer.set_key_limit("encode", 4).max_in_progress_per_key == 4
+    key_rated = cli.invoke(app, ["limits", "rate", "encode", "3", "--per", "1h", "--per-key", *url])
+    assert key_rated.exit_code == 0, key_rated.output
+    assert "4 per key  3 per 3600 s per key  (0 held by key)" in key_rated.output
+    assert producer.set_key_rate("encode", 2, 60).key_rate_starts == 2
+    assert producer.limit("encode").key_rate_interval_seconds == 60
+    key_unrated = cli.invoke(app, ["limits", "unrate", "encode", "--per-key", *url])
+    assert key_unrated.exit_code == 0, key_unrated.output
+    assert "encode: no per-key rate limit" in key_unrated.output
+    assert producer.limit("encode").key_rate_starts is None
     unkeyed = cli.invoke(app, ["limits", "unkeys", "encode", *url])
     assert unkeyed.exit_code == 0, unkeyed.output
     assert producer.limit("encode").max_in_progress_per_key is None
@@ -179,3 +190,34 @@ def test_eight_http_workers_never_exceed_a_keys_limit_two_server_processes_on_po
     assert state["done"] == total
     assert 1 <= state["most"] <= limit
     assert producer.limit("render").held_by_key == 0
+
+
+def test_eight_http_workers_start_exactly_each_keys_tokens_two_server_processes_on_postgres(
+    database_url: str, spawn_server: Callable[..., Any]
+) -> None:
+    processes = 1 if database_url.startswith("sqlite") else 2  # (SQLite: one server)
+    server = spawn_server(database_url, workers=processes)
+    producer = Producer(server.url)
+    producer.set_key_rate("render", 3, 3600)
+    key_of: dict[str, str] = {}  # stage id -> key
+    for i, key in enumerate(["tenant", "tenant", None]):
+        job = producer.create_job(f"farm {i}", {}, concurrency_key=key)
+        stage = producer.create_stage(job.id, "render", {})
+        producer.create_tasks(stage.id, [{"i": n} for n in range(6)])
+        key_of[stage.id] = key or job.id
+    started: list[str] = []
+    lock = threading.Lock()
+
+    def work(_: int) -> None:
+        consumer = Consumer(server.url)
+        for _ in range(6):  # more asks than there are tokens
+            task = consumer.dequeue("render")
+            if task is not None:
+                with lock:
+                    started.append(key_of[task.stage_id])
+                consumer.complete(task)
+
+    assert in_threads(work) == []
+    loner = list(key_of.values())[-1]
+    assert sorted(started) == sorted(["tenant"] * 3 + [loner] * 3)
+    assert producer.limit("render").held_by_key == 18 - 6

@@ -27,11 +27,6 @@ from .test_rebuild import snapshot
 OPS = Principal("ops", Role.OPERATOR)
 
 
-@pytest.fixture
-def limits(jobnik: Jobnik) -> LimitCommands:
-    return LimitCommands(jobnik.store, jobnik.clock)
-
-
 def queue(jobnik: Jobnik, stage_type: str, n: int) -> list[Task]:
     job = jobnik.create_job(NewJob("work", {}))
     stage = jobnik.add_stage(job.id, NewStage(stage_type, {}))
@@ -268,7 +263,7 @@ def refill(store: SqlStore, stage_type: str, seconds: float) -> None:
     with store.cursor(write=True) as cur:
         cur.execute(
             store.dialect.params(
-                "UPDATE jobnik_rate_buckets SET refilled_at = refilled_at - %(s)s "
+                "UPDATE jobnik_buckets SET refilled_at = refilled_at - %(s)s "
                 "WHERE stage_type = %(t)s"
             ),
             {"s": seconds, "t": stage_type},

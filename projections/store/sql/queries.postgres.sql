@@ -86,20 +86,13 @@ SELECT jobnik_assert_fresh((EXISTS (SELECT FROM summaries_v1 WHERE stage_id = %(
     AND completed - total = ALL(%(yes)s::bigint[])))::int, 1);
 
 -- name: settle_claim
--- After a claim of %(k)s tasks of stage type %(v)s, under the writer lock: they leave as many
--- tokens in its rate's bucket (`spend_tokens`), and its tasks IN_PROGRESS, this session's
+-- After a claim of %(k)s tasks of stage type %(v)s, of jobs %(j)s (%(c)s tasks each), under the
+-- writer lock: the tokens leave its rate's bucket and its keys' (`spend_tokens`), none below 0,
+-- and its tasks IN_PROGRESS, this session's
 -- claims included, are within its concurrency limit, and the keys of the claimed tasks' jobs
 -- (%(j)s) within its per-key limit
 -- (each only if the type has one: a claim may take a row a concurrent `Gate` would have held).
-WITH spent AS (
-    INSERT INTO jobnik_rate_buckets (stage_type, tokens, refilled_at)
-    SELECT l.stage_type, COALESCE((SELECT {tokens} FROM jobnik_rate_buckets b
-            WHERE b.stage_type = l.stage_type), l.rate_starts) - %(k)s, {now}
-    FROM stage_type_limits_v1 l WHERE l.stage_type = %(v)s AND l.rate_starts IS NOT NULL
-    ON CONFLICT (stage_type) DO UPDATE
-        SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
-    RETURNING tokens
-)
+WITH spent AS ({spend} RETURNING tokens)
 SELECT jobnik_assert_fresh((NOT EXISTS (SELECT FROM spent WHERE tokens < -0.000001)
     AND NOT EXISTS (SELECT FROM stage_type_limits_v1 l
         WHERE l.stage_type = %(v)s AND l.max_in_progress < (SELECT count(*) FROM tasks_v1 t

@@ -253,14 +253,15 @@ SELECT * FROM stage_type_limits_v1 WHERE id = %(id)s;
 -- limit holds back (the range of its gates' rows: as long as the type's keyed queue) and the
 -- tokens in its rate's bucket now; {where}: the filter (a stage type, or those in force).
 SELECT l.stage_type, l.max_in_progress, l.rate_starts, l.rate_interval_seconds, l.queue_order,
-    l.max_in_progress_per_key, l.updated_by, l.reason, l.creation_time, l.update_time,
+    l.max_in_progress_per_key, l.key_rate_starts, l.key_rate_interval_seconds, l.updated_by, l.reason, l.creation_time, l.update_time,
     (SELECT count(*) FROM queue_v1 q WHERE q.stage_type = l.stage_type AND q.gate IS NOT NULL
         AND q.held AND q.stage_open AND q.job_open) AS held_by_key,
     (SELECT count(*) FROM tasks_v1 t WHERE t.stage_type = l.stage_type
         AND t.status = 'IN_PROGRESS') AS in_progress,
     (SELECT COALESCE(SUM(m.pending + m.retried), 0) FROM stages_v1 s
         JOIN summaries_v1 m ON m.stage_id = s.id WHERE s.type = l.stage_type) AS queued,
-    (SELECT {tokens} FROM jobnik_rate_buckets b WHERE b.stage_type = l.stage_type) AS tokens
+    (SELECT {tokens} FROM jobnik_buckets b WHERE b.stage_type = l.stage_type AND b.gate = '')
+        AS tokens
 FROM stage_type_limits_v1 l
 WHERE {where}
 ORDER BY l.stage_type LIMIT %(limit)s OFFSET %(offset)s;
@@ -273,10 +274,23 @@ SELECT count(*) AS n FROM stage_type_limits_v1 l WHERE {in_force} AND stage_type
 SELECT count(*) AS n FROM stage_type_limits_v1 l WHERE {in_force};
 
 -- name: spend_tokens
--- After a claim of %(k)s tasks of stage type %(v)s: as many tokens leave its rate's bucket,
--- refilled first (a full one when it has none yet); nothing when the type has no rate limit.
-INSERT INTO jobnik_rate_buckets (stage_type, tokens, refilled_at)
-SELECT l.stage_type, COALESCE((SELECT {tokens} FROM jobnik_rate_buckets b
-        WHERE b.stage_type = l.stage_type), l.rate_starts) - %(k)s, {now}
-FROM stage_type_limits_v1 l WHERE l.stage_type = %(v)s AND l.rate_starts IS NOT NULL
-ON CONFLICT (stage_type) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at;
+-- After a claim of %(k)s tasks of stage type %(v)s, of jobs %(j)s (with their counts): the
+-- tokens leave its rate's bucket and its keys' (inline/limits.py: `spend`).
+{spend};
+
+-- name: due_gates
+-- The keys of stage type %(v)s whose buckets gained a whole token since a claim drew from them,
+-- the longest waiting first, at most %(n)s: a claim that finds fewer tasks than it asks lets
+-- their held tasks through first (inline/gates.py).
+SELECT gate AS g FROM jobnik_buckets WHERE stage_type = %(v)s AND wake_at <= {now}
+ORDER BY wake_at LIMIT %(n)s;
+
+-- name: wake_later
+-- Those keys' buckets ({gates}: which) next gain a whole token then (NULL: full).
+UPDATE jobnik_buckets AS b SET wake_at = (SELECT {key_wake} FROM stage_type_limits_v1 l
+    WHERE l.stage_type = b.stage_type)
+WHERE b.stage_type = %(v)s AND {gates};
+
+-- name: drop_full_buckets
+-- A full key's bucket is as none: it goes.
+DELETE FROM jobnik_buckets WHERE stage_type = %(v)s AND {gates} AND wake_at IS NULL;

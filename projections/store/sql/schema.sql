@@ -267,8 +267,10 @@ CREATE TABLE IF NOT EXISTS schedule_fires_v1 (
 );
 
 -- Stage type limits: one row per stage type whose limits were set (NULL: not set, or removed),
--- and each rate's token bucket: its tokens at `refilled_at` (seconds since 1970, the database's
--- clock). The buckets are not a read model: claims draw from them, and a rebuild leaves them.
+-- and each rate's token bucket (a type's: gate ''; each key's under a per-key rate: its gate): its
+-- tokens at `refilled_at` (seconds since 1970, the database's clock), and for a key's, when it next
+-- holds one more whole token (`wake_at`, NULL when full). The buckets are not a read model: claims
+-- draw from them, and a rebuild leaves them.
 CREATE TABLE IF NOT EXISTS stage_type_limits_v1 (
     id {uuid} PRIMARY KEY,
     version BIGINT NOT NULL,
@@ -281,13 +283,20 @@ CREATE TABLE IF NOT EXISTS stage_type_limits_v1 (
     creation_time {time} NOT NULL,
     update_time {time} NOT NULL,
     queue_order TEXT NOT NULL DEFAULT 'fifo',
-    max_in_progress_per_key INTEGER
+    max_in_progress_per_key INTEGER,
+    key_rate_starts INTEGER,
+    key_rate_interval_seconds INTEGER
 );
-CREATE TABLE IF NOT EXISTS jobnik_rate_buckets (
-    stage_type TEXT PRIMARY KEY,
+CREATE TABLE IF NOT EXISTS jobnik_buckets (
+    stage_type TEXT NOT NULL,
+    gate TEXT NOT NULL,
     tokens DOUBLE PRECISION NOT NULL,
-    refilled_at DOUBLE PRECISION NOT NULL
+    refilled_at DOUBLE PRECISION NOT NULL,
+    wake_at DOUBLE PRECISION,
+    PRIMARY KEY (stage_type, gate)
 );
+CREATE INDEX IF NOT EXISTS jobnik_buckets_wake ON jobnik_buckets (stage_type, wake_at)
+    WHERE wake_at IS NOT NULL;
 
 -- Retention and archives: the retention period set per job name, one row per archived job, and
 -- where each catch-up projection's seed stands (the position its `<table>_seed` copies are of).
