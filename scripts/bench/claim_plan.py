@@ -23,6 +23,10 @@ class _Capture:
     def one(self, sql: str, params: Any = ()) -> None:
         self.sql, self.params = sql, params
 
+    def all(self, sql: str, params: Any = ()) -> list[Any]:
+        """No key's bucket to wake (the claim that finds nothing looks for them)."""
+        return []
+
 
 def claim_statement(store: SqlStore, stage_type: str) -> tuple[str, Any]:
     """The engine's own claim SQL and parameters, so the figures track `SqlSession.claim`."""

@@ -57,11 +57,11 @@ def test_every_figure_of_the_suite_measures_jobnik_and_its_floor(database_url: s
         else:
             assert f.value > 0, f
             assert f.floor > 0, f
-    assert len(goals) == 15  # one per goal of the issue
+    assert len(goals) == 16  # one per goal
     backoff = next(f for f in figures if f.name.endswith("with backoff"))
     assert "without a retry policy" in backoff.floor_name
     limited = [f for f in figures if "never bind" in f.name]
-    assert len(limited) == 2  # a concurrency limit and a rate; a per-key limit
+    assert len(limited) == 3  # a concurrency limit and a rate; a per-key limit; a per-key rate
     assert {f.floor_name for f in limited} == {"the same stage type without limits"}
     fair = [f for f in figures if "fair order" in f.name]
     assert [(f.unit, f.floor_name) for f in fair] == [
