@@ -139,6 +139,13 @@ PAIRS: Final = (
     "UNION ALL SELECT s.type, j.gate FROM stages_v1 s JOIN jobs_v1 j ON j.id = s.job_id "
     f"WHERE {{jobs}}) k {_KEYED_GATE}"
 )
+# The gates of stages (`{stages}`) whose task left IN_PROGRESS, the queue unchanged: only a per-key
+# limit's room changed, so only the gates of types with one.
+ENDED_PAIRS: Final = (
+    "SELECT DISTINCT s.type AS t, j.gate AS g FROM stages_v1 s JOIN jobs_v1 j ON j.id = s.job_id "
+    f"JOIN {LIMITS} l ON l.stage_type = s.type "
+    "WHERE {stages} AND l.max_in_progress_per_key IS NOT NULL"
+)
 TYPE_PAIRS: Final = (
     "SELECT DISTINCT k.t, k.g FROM (SELECT q.stage_type AS t, q.gate AS g FROM queue_v1 q "
     f"WHERE {{types}} AND q.gate IS NOT NULL) k {_KEYED_GATE}"
@@ -160,19 +167,25 @@ ENGATE: Final = (
 )
 
 
-def gate_keys(keys: Iterable[Mapping[str, Any]]) -> tuple[list[Any], list[Any], list[str]]:
-    """The stages, jobs and stage types a command's `Gate` ops name, each once, in order."""
+def gate_keys(
+    keys: Iterable[Mapping[str, Any]],
+) -> tuple[list[Any], list[Any], list[str], list[Any]]:
+    """The stages, jobs and stage types a command's `Gate` ops name, each once, in order, and the
+    stages named only for a task that left IN_PROGRESS (`ended_stage_id`)."""
     stages: dict[Any, None] = {}
     jobs: dict[Any, None] = {}
     types: dict[str, None] = {}
+    ended: dict[Any, None] = {}
     for key in keys:
         if "stage_id" in key:
             stages[key["stage_id"]] = None
+        elif "ended_stage_id" in key:
+            ended[key["ended_stage_id"]] = None
         elif "job_id" in key:
             jobs[key["job_id"]] = None
         else:
             types[key["stage_type"]] = None
-    return list(stages), list(jobs), list(types)
+    return list(stages), list(jobs), list(types), [s for s in ended if s not in stages]
 
 
 def model_admitted(

@@ -75,9 +75,10 @@ class IndexEvent:
 
 @dataclass(slots=True)
 class Gate:
-    """Work out again which queued tasks pass their key's per-key limit (inline/gates.py), for
-    the gates of what `key` names: a stage (`stage_id`), a job's stages (`job_id`), or every
-    gate of a stage type (`stage_type`, whose limit changed). Run once per command, after its
+    """Work out again which queued tasks pass their key's per-key limits (inline/gates.py), for
+    the gates of what `key` names: a stage (`stage_id`; `ended_stage_id` when only a task's
+    leaving IN_PROGRESS changed it), a job's stages (`job_id`), or every gate of a stage type
+    (`stage_type`, whose limit changed). Run once per command, after its
     other operations: the answer depends on the rows alone."""
 
     key: Mapping[str, Any]

@@ -55,6 +55,12 @@ def _gate(e: Any) -> Gate:
     return Gate({"stage_id": e.stage_id})
 
 
+def _ended(e: Any) -> Gate:
+    """The task left IN_PROGRESS and the queue is as it was: only a per-key limit's room changed
+    (a per-key rate's tokens did not), so only such a limit's gates are worked out again."""
+    return Gate({"ended_stage_id": e.stage_id})
+
+
 def _task_created(e: Task.TaskCreated, position: int) -> list[Op]:
     return [
         Insert(
@@ -150,7 +156,7 @@ def _task_delegated(e: Task.TaskDelegated, _: int) -> list[Op]:
         ),
         Add(TASKS, {"id": e.originator_id}, {"delegations": 1}),
         _summary(e, in_progress=-1, delegated=1),
-        _gate(e),
+        _ended(e),
     ]
 
 
@@ -209,7 +215,7 @@ def _task_failed(e: Task.TaskFailed, _: int) -> list[Op]:
         e, status=TASK_FAILED, attempts=e.attempts, end_time=e.timestamp, lease_expires_at=None
     )
     if e.previous is None:
-        return [row, _summary(e, in_progress=-1, failed=1), _gate(e)]
+        return [row, _summary(e, in_progress=-1, failed=1), _ended(e)]
     return [
         row,
         _summary(e, **{_SUMMARY_OF[e.previous]: -1, "failed": 1}),
@@ -230,7 +236,7 @@ TASK_PROJECT: Final[Mapping[type, Callable[[Any, int], list[Op]]]] = {
             result=e.result,
         ),
         _summary(e, in_progress=-1, completed=1),
-        _gate(e),
+        _ended(e),
     ],
     Task.TaskDelegated: _task_delegated,
     Task.TaskChildEnded: lambda e, _: [_task(e)],

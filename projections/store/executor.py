@@ -12,6 +12,7 @@ from eventsourcing.domain import DomainEventProtocol
 
 from jobnik.projections.inline.gates import (
     ADMITTED_NOW,
+    ENDED_PAIRS,
     ENGATE,
     GATES_OF_TYPE,
     KEYED_TYPES,
@@ -138,12 +139,14 @@ class OpExecutor:
         """Work out again which queued tasks of the gates `keys` name pass their key's limit
         (inline/gates.py): a stage type's rows first given or stripped of their gates, then its
         gates' rows admitted or held."""
-        stages, jobs, types = gate_keys(keys)
+        stages, jobs, types, ended = gate_keys(keys)
         for stage_type in types:
             cur.execute(self._text(UNGATE), {"t": stage_type})
             cur.execute(self._text(ENGATE), {"t": stage_type})
         if stages or jobs:
             self._regate(cur, PAIRS, {"stages": ("s.id", stages), "jobs": ("s.job_id", jobs)})
+        if ended:
+            self._regate(cur, ENDED_PAIRS, {"stages": ("s.id", ended)})
         if types:
             self._regate(cur, TYPE_PAIRS, {"types": ("q.stage_type", types)})
 
