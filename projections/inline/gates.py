@@ -71,10 +71,10 @@ def _room(backend: str, t: str, g: str) -> str:
 
 
 @cache
-def admitted(backend: str, t: str, g: str) -> str:
-    """SQL: the task ids of gate (`t`, `g`: SQL values) to admit now: two probes (ready rows of
-    queue_v1_gate, delayed ones of queue_v1_gate_due) merged, the first `room`."""
-    room = _room(backend, t, g)
+def admitted(t: str, g: str, room: str) -> str:
+    """SQL: the task ids of gate (`t`, `g`) to admit now, given its `room` (SQL values; room:
+    `_room`): two probes (ready rows of queue_v1_gate, delayed ones of queue_v1_gate_due)
+    merged, the first `room`."""
     gate = f"stage_type = {t} AND gate = {g} AND stage_open AND job_open"
     ready = (
         f"SELECT task_id, 0 AS later, priority_rank, turn, not_before AS due, seq FROM queue_v1 "
@@ -103,10 +103,12 @@ _FLIP: Final = (
     "JOIN p ON n.stage_type = p.t AND n.gate = p.g WHERE n.gate IS NOT NULL AND NOT n.held)) "
     "AND c.held = (c.task_id IN (SELECT task_id FROM a)) FOR UPDATE OF c SKIP LOCKED))"
 )
-# The rows of gate (`%(t)s`, `%(g)s`) admitted now: SQLite reads them and those to admit, and
-# flips the rows in one set and not the other (`OpExecutor`).
-ADMITTED_NOW: Final = (
-    "SELECT task_id FROM queue_v1 WHERE stage_type = %(t)s AND gate = %(g)s "
+# SQLite, which has no LATERAL, works the gates out one by one: per gate, its room
+# (`gate_room`), then one read of its rows to admit (`admit` 1) and of those admitted now
+# (`admit` 0, queue_v1_admitted) (`OpExecutor`).
+GATE_ROWS: Final = (
+    f"SELECT task_id, 1 AS admit FROM ({admitted('%(t)s', '%(g)s', '%(room)s')}) f "
+    "UNION ALL SELECT task_id, 0 FROM queue_v1 WHERE stage_type = %(t)s AND gate = %(g)s "
     "AND gate IS NOT NULL AND NOT held"
 )
 
@@ -118,12 +120,18 @@ GATES_OF_TYPE: Final = "SELECT %(v)s::text AS t, g FROM unnest(%(g)s::text[]) AS
 
 
 @cache
+def gate_room(backend: str) -> str:
+    """SQL: the room of gate (`%(t)s`, `%(g)s`), as `room`."""
+    return f"SELECT {_room(backend, '%(t)s', '%(g)s')} AS room"
+
+
+@cache
 def regate_pairs(pairs: str) -> str:
     """SQL: flip `held` on the rows whose admission changed, of every gate `pairs` (SQL giving
     rows `t`, `g`) names, in one statement (PostgreSQL's: each gate's rows to admit a LATERAL
     probe). A row a claim holds is skipped (FOR UPDATE SKIP LOCKED): the claim takes it, and its
     session checks the key's count under the writer lock (`settle_claim`)."""
-    each = admitted("postgres", "p.t", "p.g")
+    each = admitted("p.t", "p.g", _room("postgres", "p.t", "p.g"))
     each_gate = f"SELECT x.task_id FROM p CROSS JOIN LATERAL ({each}) x"
     return f"WITH p AS ({pairs}), a AS ({each_gate}) {_FLIP}"
 

@@ -11,16 +11,16 @@ from typing import Any, Final, Protocol
 from eventsourcing.domain import DomainEventProtocol
 
 from jobnik.projections.inline.gates import (
-    ADMITTED_NOW,
     ENDED_PAIRS,
     ENGATE,
+    GATE_ROWS,
     GATES_OF_TYPE,
     KEYED_TYPES,
     PAIRS,
     TYPE_PAIRS,
     UNGATE,
-    admitted,
     gate_keys,
+    gate_room,
     regate_pairs,
 )
 from jobnik.projections.inline.ops import (
@@ -155,8 +155,9 @@ class OpExecutor:
     ) -> None:
         """Flip `held` on the rows whose admission changed, of the gates `pairs` finds (its
         `{slot}`s each a column and its values): in one statement where the backend has LATERAL,
-        else, per gate, a read of the rows to admit and of those admitted, and one statement
-        flipping the rows in one and not the other."""
+        else a read of the gates, then per gate a read of its room and one of its rows to admit
+        and of those admitted, and, if they differ, one statement flipping the rows in one and
+        not the other."""
         d = self.d
         if d.laterals:
             kinds = {"stages": "uuid[]", "jobs": "uuid[]", "types": "text[]"}
@@ -172,14 +173,15 @@ class OpExecutor:
         for pair in cur.all(self._text(pairs.format(**where)), params):
             self._regate_gate(cur, pair)
 
-    def _regate_gate(self, cur: _Cursor, pair: Mapping[str, Any]) -> None:
-        """Flip `held` on the rows of gate `pair` (`t`, `g`) whose admission changed: a read of
-        the rows to admit and of those admitted, and one statement flipping the rows in one and
-        not the other (a backend without LATERAL)."""
+    def _regate_gate(self, cur: _Cursor, gate: dict[str, Any]) -> None:
+        """Flip `held` on the rows of `gate` (`t`, `g`) whose admission changed: a read of its
+        room, one of its rows to admit and of those admitted, and, if they differ, one statement
+        flipping the rows in one and not the other (a backend without LATERAL)."""
         d = self.d
-        first = cur.all(self._text(admitted(d.name, "%(t)s", "%(g)s")), pair)
-        now = cur.all(self._text(ADMITTED_NOW), pair)
-        changed = {r["task_id"] for r in first} ^ {r["task_id"] for r in now}
+        gate.update(cur.all(self._text(gate_room(d.name)), gate)[0])
+        rows = cur.all(self._text(GATE_ROWS), gate)
+        first = {r["task_id"] for r in rows if r["admit"]}
+        changed = first.symmetric_difference(r["task_id"] for r in rows if not r["admit"])
         if changed:
             ids = [d.dump("task_id", v) for v in sorted(changed, key=str)]
             where_ids, flip = d.one_of("task_id", "f", ids)
