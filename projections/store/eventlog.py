@@ -7,6 +7,9 @@ What jobnik relies on beyond the library's public API, so that an upgrade of it 
   inserts into directly, in the write session's own transaction;
 - SQLite's recorder's `_insert_events(cursor, stored_events)`, which appends within a transaction
   the caller holds;
+- SQLite's connection pool's `_create_connection`, which opens each connection with a cache of
+  one prepared statement (`cached_statements=True`): `open_log` has it open them keeping
+  `STATEMENTS_KEPT`, so that a statement a command sends again is not compiled again;
 - the stored JSON form of an event's state (`{"job_id": {"_type_": "uuid_hex", "_data_": "<hex>"}}`
   for a UUID), which a parallel rebuild reads on the server to route creation events to their
   job, and which `EventTranscoder`, the library's transcoder made faster, decodes.
@@ -14,6 +17,7 @@ What jobnik relies on beyond the library's public API, so that an upgrade of it 
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from json import JSONDecoder
@@ -22,14 +26,21 @@ from typing import Any, Final, cast
 from uuid import UUID
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import JSONTranscoder, Notification, StoredEvent
-from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor
+from eventsourcing.persistence import InterfaceError, JSONTranscoder, Notification, StoredEvent
+from eventsourcing.sqlite import (
+    SQLITE3_DEFAULT_LOCK_TIMEOUT,
+    SQLiteApplicationRecorder,
+    SQLiteConnection,
+    SQLiteConnectionPool,
+    SQLiteCursor,
+)
 
 from jobnik.projections.store.cursor import Cursor
 
 COLUMNS: Final = "e.originator_id, e.originator_version, e.topic, e.state"
 
 
+STATEMENTS_KEPT: Final = 256  # prepared statements an SQLite connection keeps
 KEPT_UUIDS: Final = 10_000  # UUIDs a transcoder keeps to hand out again
 
 
@@ -100,7 +111,29 @@ class EventLog(Application[UUID]):
 def open_log(env: Mapping[str, str]) -> EventLog:
     """The library application over the persistence settings `env`; it creates no table (the
     migrations do, once: several processes creating them at once fail)."""
-    return EventLog(env={**env, "CREATE_TABLE": "n"})
+    log = EventLog(env={**env, "CREATE_TABLE": "n"})
+    if isinstance(log.recorder, SQLiteApplicationRecorder):
+        pool = log.recorder.datastore.pool
+        setattr(pool, "_create_connection", lambda: _sqlite_connection(pool))  # noqa: B010
+    return log
+
+
+def _sqlite_connection(pool: SQLiteConnectionPool) -> SQLiteConnection:
+    """A connection as the library's pool opens one, keeping `STATEMENTS_KEPT` prepared
+    statements (the store switches a file to WAL before any is opened: `use_wal`)."""
+    try:
+        conn = sqlite3.connect(
+            database=pool.db_name,
+            uri=True,
+            check_same_thread=False,
+            isolation_level=None,
+            cached_statements=STATEMENTS_KEPT,
+            timeout=pool.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT,
+        )
+    except (sqlite3.Error, TypeError) as e:
+        raise InterfaceError(e) from e
+    conn.row_factory = sqlite3.Row
+    return SQLiteConnection(sqlite_conn=conn, max_age=pool.max_age)
 
 
 def stored_event(row: Mapping[str, Any]) -> StoredEvent:
