@@ -8,12 +8,19 @@ transaction, the jobs whose events are still those of their files leave the log 
 models, and they get one `JobsArchived` record (projections/rebuild/archiving.py). Runs hold the
 rebuild lock: a run and a rebuild or verify never overlap (a rebuild starts from the seeds a run
 moves). Without an archive directory nothing is archived.
+
+The space the removed rows held is made reusable (`SqlStore.reclaim_space`: on PostgreSQL a plain
+VACUUM of jobnik's tables) after the batch that leaves nothing due, and after every
+RECLAIM_EVERY batches while a backlog lasts: outside the rebuild lock and the writer lock, so
+live work and the next run go on beside it. Archiving then keeps the database's size flat: the
+jobs ended since take the space of the jobs archived.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,6 +50,7 @@ from jobnik.projections.store.eventlog import USER_DATA
 log = logging.getLogger(__name__)
 
 READ_PAGE = 1000  # events per read of a job's history while writing its archive
+RECLAIM_EVERY = 10  # batches archived between two reclaims of their space, while a backlog lasts
 
 
 def _now() -> datetime:
@@ -52,11 +60,12 @@ def _now() -> datetime:
 @dataclass
 class Run:
     """What an archive run found due and archived; `busy`: a rebuild or verify held the lock,
-    so the run did nothing."""
+    so the run did nothing; `reclaimed`: it made the space of the jobs archived reusable."""
 
     due: list[Candidate] = field(default_factory=list)
     archived: list[UUID] = field(default_factory=list)
     busy: bool = False
+    reclaimed: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,7 @@ class Archiver:
     ) -> None:
         self.store, self.directory, self.default_seconds = store, directory, default_seconds
         self.batch, self.clock = batch, clock
+        self._unreclaimed = 0  # batches archived since the space was last reclaimed
 
     @classmethod
     def of(cls, store: SqlStore, settings: Settings) -> Archiver:
@@ -101,10 +111,10 @@ class Archiver:
             with rebuild_lock(self.store):
                 catch_up_all(self.store)  # (the jobs due are read from the run statistics)
                 due = self.due()
-                if dry_run or not due:
+                if dry_run:
                     return Run(due=due)
                 written = [self._write(self.directory, c) for c in due]
-                archived = commit(self.store, written, self.clock(), by)
+                archived = commit(self.store, written, self.clock(), by) if written else []
         except RebuildBusy:
             return Run(busy=True)
         for w in written:
@@ -112,7 +122,27 @@ class Archiver:
                 (self.directory / w.location).unlink(missing_ok=True)
         if archived:
             log.info("jobs archived", extra={"action": "jobs_archived", "jobs": len(archived)})
-        return Run(due=due, archived=archived)
+            self._unreclaimed += 1
+        drained = len(due) < self.batch  # (nothing else is due now)
+        reclaim = self._unreclaimed > 0 and (drained or self._unreclaimed >= RECLAIM_EVERY)
+        if reclaim:
+            self._reclaim()
+        return Run(due=due, archived=archived, reclaimed=reclaim)
+
+    def _reclaim(self) -> None:
+        """The space of the jobs archived since the last reclaim, free for new rows (see the
+        module); a failure leaves them counted, for the next run to try again."""
+        began = time.perf_counter()
+        self.store.reclaim_space()
+        log.info(
+            "space reclaimed",
+            extra={
+                "action": "space_reclaimed",
+                "batches": self._unreclaimed,
+                "seconds": round(time.perf_counter() - began, 3),
+            },
+        )
+        self._unreclaimed = 0
 
     def _write(self, directory: Path, c: Candidate) -> ArchiveFile:
         seen = {"events": 0, "last": 0}

@@ -192,6 +192,12 @@ class SqlStore(ABC):
     def leader_lock(self, name: str) -> LeaderLock:
         """A lock named `name` at most one process of this database holds at a time."""
 
+    @abstractmethod
+    def reclaim_space(self) -> None:
+        """Make the space of rows removed (an archive run's) reusable by the rows inserted next,
+        outside any transaction and without the writer lock, so that the database's size holds
+        while jobs come and go."""
+
     # -- what a rebuild needs ------------------------------------------------------------------
 
     @abstractmethod

@@ -19,11 +19,12 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from typing import Any, Final
 
 import psycopg
 from eventsourcing.postgres import PostgresApplicationRecorder
+from psycopg import sql as psql
 
 from jobnik.projections.store import pgsession, routes
 from jobnik.projections.store.base import SqlStore
@@ -40,6 +41,7 @@ from jobnik.projections.store.pgsession import PostgresSession
 from jobnik.projections.store.session import SqlSession
 
 MIGRATION_KEY: Final = zlib.crc32(b"jobnik-migrations")
+RECLAIM_WAIT: Final = 10.0  # seconds `reclaim_space` waits for older transactions to end
 
 
 class PostgresStore(SqlStore):
@@ -125,6 +127,37 @@ class PostgresStore(SqlStore):
 
     def leader_lock(self, name: str) -> LeaderLock:
         return AdvisoryLock(name, self.connection_kwargs)
+
+    def reclaim_space(self) -> None:
+        """A plain VACUUM of each of jobnik's tables, twice, on a connection of its own. The
+        first pass frees the removed rows' space and empties index pages; an emptied page is
+        free for reuse once every transaction that could still reach it has ended, which the
+        first pass sees only where another transaction ended meanwhile. So a transaction
+        takes an id and ends, and once every transaction older than it has ended (waited for
+        at most RECLAIM_WAIT seconds) the second pass puts those pages in each index's free
+        space map (an index whose pages the first pass freed is not read again). A table whose
+        lock another holds is passed over, and one dropped meanwhile (a rebuild's swap) is left
+        alone."""
+        kwargs = self.connection_kwargs()
+        kwargs.pop("row_factory", None)
+        with wrapped(), psycopg.connect(autocommit=True, **kwargs) as conn:
+            tables = [name for (name,) in conn.execute(self.dialect.sql("own_tables"))]
+            self._vacuum(conn, tables)
+            row = conn.execute(self.dialect.sql("end_a_transaction")).fetchone()
+            xid = row[0] if row else None
+            waited = time.monotonic() + RECLAIM_WAIT
+            while time.monotonic() < waited:
+                free = conn.execute(self.dialect.sql("emptied_pages_free"), {"xid": xid})
+                if (free.fetchone() or (False,))[0]:
+                    break
+                time.sleep(0.1)
+            self._vacuum(conn, tables)
+
+    def _vacuum(self, conn: psycopg.Connection[Any], tables: list[str]) -> None:
+        vacuum = psql.SQL(self.dialect.sql("vacuum"))
+        for table in tables:
+            with suppress(psycopg.errors.UndefinedTable):  # (dropped since it was listed)
+                conn.execute(vacuum.format(table=psql.Identifier(table)))
 
     # -- what a rebuild needs ------------------------------------------------------------------
 

@@ -149,6 +149,10 @@ class SqliteStore(SqlStore):
         with self.cursor(write=write) as cur:
             yield SqliteSession(self, cur, write=write)
 
+    def reclaim_space(self) -> None:
+        """Nothing: SQLite puts a page its deletions empty on the file's free list, and the
+        next insert that needs a page takes it from there."""
+
     def leader_lock(self, name: str) -> LeaderLock:
         if self.lite.pool.is_sqlite_memory_mode:
             return ProcessLock(name, self.path)

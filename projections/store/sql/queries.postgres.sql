@@ -110,6 +110,29 @@ SELECT pg_advisory_lock(%(key)s);
 -- name: migrated
 SELECT pg_advisory_unlock(%(key)s);
 
+-- == space: what removed rows leave behind (store/postgres.py's `reclaim_space`) =============
+
+-- name: own_tables
+-- jobnik's tables: those of the connection's schema.
+SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename;
+
+-- name: vacuum
+-- Plain (not FULL): the table stays readable and writable, and the space of its removed rows
+-- and of the index pages they emptied becomes free for its next inserts. SKIP_LOCKED: a table
+-- whose lock another holds (a rebuild's swap, another VACUUM) is passed over, not waited for.
+VACUUM (SKIP_LOCKED) {table};
+
+-- name: end_a_transaction
+-- A transaction that takes an id and ends: its id is handed out after every page the first pass
+-- emptied (see `emptied_pages_free`).
+SELECT pg_current_xact_id() AS xid;
+
+-- name: emptied_pages_free
+-- Whether every transaction (of any database) running when `xid` was handed out has ended. A
+-- B-tree page a VACUUM empties is free for reuse only then (no snapshot can still reach it); on
+-- a quiet database no transaction ends after the pass, so only a later VACUUM would free it.
+SELECT pg_snapshot_xmin(pg_current_snapshot()) > %(xid)s::xid8 AS free;
+
 -- == the inline read models' statements that are not one table's row (store/executor.py) ====
 -- A log position is `jobnik_position(...)`: a write session names it relative to the last
 -- event it inserted.
