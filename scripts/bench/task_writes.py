@@ -9,6 +9,8 @@ variant names them (set after the tasks are made, so the drain alone meets them)
   merged   one index by (job_id, stage_id, status) for the by-job and by-stage ones, the tasks in
            progress of a stage type on a partial index: a dequeue writes one index entry fewer,
            a report two
+  fillfactor
+           the schema's indexes, fillfactor 70 (room on each page for the updated versions)
   no-hot-blockers
            no index names a column the lifecycle changes (status, the lease, the delegation),
            fillfactor 70: every lifecycle update can be HOT; the reads of the tasks in progress
@@ -60,6 +62,7 @@ VARIANTS: Final[dict[str, list[str]]] = {
         "CREATE INDEX tasks_v1_job ON tasks_v1 (job_id, stage_id, status)",
         "CREATE INDEX tasks_v1_running ON tasks_v1 (stage_type) WHERE status = 'IN_PROGRESS'",
     ],
+    "fillfactor": ["ALTER TABLE tasks_v1 SET (fillfactor = 70)", "VACUUM FULL tasks_v1"],
     "no-hot-blockers": [
         *(f"DROP INDEX {i}" for i in (*_BY_STATUS, "tasks_v1_lease", "tasks_v1_delegated")),
         "CREATE INDEX tasks_v1_job ON tasks_v1 (job_id)",
