@@ -6,12 +6,14 @@ that process's CPU time (utime + stime of /proc/PID/stat) read right before the 
 after. Beside it, the client processes' own CPU time over the drain and, on PostgreSQL, that of
 the bench database's backends (their pids from pg_stat_activity before and after, their CPU
 from /proc; a backend that ends during the drain is missed; left out when PostgreSQL runs where
-this machine's /proc does not show it). Milliseconds per task, no floor.
+this machine's /proc does not show it), its note with the task rows' updates per task and the
+share of them that was HOT (pg_stat_user_tables). Milliseconds per task, no floor.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,9 @@ BACKENDS = (
     "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> "
     "pg_backend_pid()"
 )
+# The task rows' updates so far, and how many were HOT (no index entry written): read once the
+# server's backends have ended, as a backend reports its table counts when it goes idle or ends.
+TASK_UPDATES = "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'tasks_v1'"
 
 
 def cpu_seconds(pid: int, command: str | None = None) -> float | None:
@@ -53,19 +58,35 @@ def backends_cpu(conn: psycopg.Connection[Any]) -> dict[int, float]:
     return {pid: s for pid, s in cpu.items() if s is not None}
 
 
+def task_updates(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """(updates, HOT updates) of the task rows so far, as the statistics show them once every
+    other backend has reported its counts (they do when they end: waits up to 2 s for that)."""
+    deadline = time.monotonic() + 2
+    while conn.execute(BACKENDS).fetchone() is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(TASK_UPDATES).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
 def fig_cpu(ctx: Ctx) -> None:
     n = ctx.sizes.http_tasks
     with ctx.database("cpu") as url:
         with engine(url) as store:
             populate(Jobnik(store), "cpu", n)
         pg = psycopg.connect(url, autocommit=True) if ctx.backend == "postgres" else None
+        updates: tuple[int, int] | None = None  # the task rows' (updates, HOT ones) in the drain
         try:
+            upd0 = task_updates(pg) if pg else (0, 0)
             with server_process(url, ctx.tmp / "server-cpu.log") as (base, proc):
                 db0 = backends_cpu(pg) if pg else {}
                 server0 = cpu_seconds(proc.pid)
                 seconds, outs = worker_processes(PROCESSES, plain_worker, base, "cpu", THREADS)
                 server1 = cpu_seconds(proc.pid)
                 db1 = backends_cpu(pg) if pg else {}
+            if pg:
+                upd1 = task_updates(pg)
+                updates = (upd1[0] - upd0[0], upd1[1] - upd0[1])
         finally:
             if pg:
                 pg.close()
@@ -102,5 +123,13 @@ def fig_cpu(ctx: Ctx) -> None:
         None,
         "ms",
         higher_is_better=False,
-        note=f"the bench database's {len(db1)} backends (background processes not counted)",
+        note=f"the bench database's {len(db1)} backends (background processes not counted)"
+        + (f"; {hot_share(updates, n)}" if updates else ""),
+    )
+
+
+def hot_share(updates: tuple[int, int], n: int) -> str:
+    """The task rows' updates per task in a drain of `n` tasks, and the share that was HOT."""
+    return (
+        f"{updates[0] / n:.2f} task row updates per task, {updates[1] / max(updates[0], 1):.0%} HOT"
     )
