@@ -146,13 +146,14 @@ def _refused_for_state_or_meaning(check: dict[str, Any], exchange: dict[str, Any
 
 def _kept_by_design(check: dict[str, Any], exchange: dict[str, Any] | None) -> bool:
     """A read after a DELETE that answers by design, which the tool takes for a use after free:
-    a deleted job's history (kept for audit until its retention period ends), and a stage type
-    after a DELETE of /v1/limits/{type} (or .../keys), which removes one of its limits only (its
-    others and its queue order, removed or changed apart, stay and still answer)."""
+    a deleted job's history and task counters (kept for audit until it is archived), and a stage
+    type after a DELETE of /v1/limits/{type} (or .../keys, .../keys/rate), which removes one of its
+    limits only (its others and its queue order, removed or changed apart, stay and still
+    answer)."""
     if check["name"] != "use_after_free" or exchange is None:
         return False
     path = urlsplit(str((exchange.get("request") or {}).get("uri"))).path
-    if re.fullmatch(r"/v1/jobs/[^/]+/history", path):
+    if re.fullmatch(r"/v1/jobs/[^/]+/(history|statistics)", path):
         return True
     try:
         found = json.loads(_content(exchange.get("response") or {}))
