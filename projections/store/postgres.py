@@ -135,14 +135,12 @@ class PostgresStore(SqlStore):
         first pass sees only where another transaction ended meanwhile. So a transaction
         takes an id and ends, and once every transaction older than it has ended (waited for
         at most RECLAIM_WAIT seconds) the second pass puts those pages in each index's free
-        space map (an index whose pages the first pass freed is not read again). Both passes are
-        paced as autovacuum paces its own, so live work goes on beside them. A table whose lock
-        another holds is passed over, and one dropped meanwhile (a rebuild's swap) is left
+        space map (an index whose pages the first pass freed is not read again). A table whose
+        lock another holds is passed over, and one dropped meanwhile (a rebuild's swap) is left
         alone."""
         kwargs = self.connection_kwargs()
         kwargs.pop("row_factory", None)
         with wrapped(), psycopg.connect(autocommit=True, **kwargs) as conn:
-            conn.execute(self.dialect.sql("throttle_vacuum"))
             tables = [name for (name,) in conn.execute(self.dialect.sql("own_tables"))]
             self._vacuum(conn, tables)
             row = conn.execute(self.dialect.sql("end_a_transaction")).fetchone()

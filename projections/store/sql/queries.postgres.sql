@@ -112,11 +112,6 @@ SELECT pg_advisory_unlock(%(key)s);
 
 -- == space: what removed rows leave behind (store/postgres.py's `reclaim_space`) =============
 
--- name: throttle_vacuum
--- The connection's VACUUMs paced as autovacuum paces its own (by default a manual VACUUM is not
--- paced): a pause after each batch of pages, so that live work keeps the machine meanwhile.
-SET vacuum_cost_delay = '2ms';
-
 -- name: own_tables
 -- jobnik's tables: those of the connection's schema.
 SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename;
