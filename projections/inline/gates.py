@@ -113,7 +113,7 @@ GATE_ROWS: Final = (
 )
 
 
-# The most keys a claim lets through when it finds fewer tasks than it asks for (`DUE_GATES`).
+# The most keys a claim lets through when it finds fewer tasks than it asks for (`due_gates`).
 WAKE_BATCH: Final = 50
 # The gates (`t`, `g`) of stage type `%(v)s` named by the array `%(g)s` (PostgreSQL's).
 GATES_OF_TYPE: Final = "SELECT %(v)s::text AS t, g FROM unnest(%(g)s::text[]) AS g"
