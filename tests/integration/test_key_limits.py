@@ -22,6 +22,7 @@ from jobnik.projections.rebuild.verify import verify
 from jobnik.projections.store.base import SqlStore
 
 from .test_rebuild import snapshot
+from .threads import in_threads
 
 OPS = Principal("ops", Role.OPERATOR)
 
@@ -62,26 +63,22 @@ def test_eight_concurrent_claimers_never_exceed_a_keys_limit_and_leave_nothing_b
     done = [0]
     sampled: list[int] = []
     finished = threading.Event()
-    errors: list[BaseException] = []
 
     def claimer(seed: int) -> None:
         rng = random.Random(seed)
-        try:
-            while True:
-                with lock:
-                    if done[0] == total:
-                        return
-                tasks = jobnik.dequeue_batch("render", batch)
-                if not tasks:
-                    time.sleep(0.002)
-                    continue
-                time.sleep(rng.random() * 0.005)
-                for task in tasks:
-                    jobnik.report_task(task.id, TaskStatus.COMPLETED)
-                with lock:
-                    done[0] += len(tasks)
-        except BaseException as e:  # noqa: BLE001 - reported by the test
-            errors.append(e)
+        while True:
+            with lock:
+                if done[0] == total:
+                    return
+            tasks = jobnik.dequeue_batch("render", batch)
+            if not tasks:
+                time.sleep(0.002)
+                continue
+            time.sleep(rng.random() * 0.005)
+            for task in tasks:
+                jobnik.report_task(task.id, TaskStatus.COMPLETED)
+            with lock:
+                done[0] += len(tasks)
 
     def watcher() -> None:
         while not finished.is_set():
@@ -90,11 +87,7 @@ def test_eight_concurrent_claimers_never_exceed_a_keys_limit_and_leave_nothing_b
 
     watching = threading.Thread(target=watcher)
     watching.start()
-    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    errors = in_threads(claimer)
     finished.set()
     watching.join()
 

@@ -42,11 +42,10 @@ def age(store: SqlStore, gate: str, seconds: float) -> None:
     """As if `seconds` passed for `gate`'s bucket."""
     with store.cursor(write=True) as cur:
         cur.execute(
-            "UPDATE jobnik_buckets SET refilled_at = refilled_at - %(s)s, "
-            "wake_at = wake_at - %(s)s WHERE stage_type = 'render' AND gate = %(g)s"
-            if store.dialect.name == "postgres"
-            else "UPDATE jobnik_buckets SET refilled_at = refilled_at - :s, "
-            "wake_at = wake_at - :s WHERE stage_type = 'render' AND gate = :g",
+            store.dialect.params(
+                "UPDATE jobnik_buckets SET refilled_at = refilled_at - %(s)s, "
+                "wake_at = wake_at - %(s)s WHERE stage_type = 'render' AND gate = %(g)s"
+            ),
             {"s": seconds, "g": gate},
         )
 

@@ -91,29 +91,25 @@ def test_eight_http_workers_never_exceed_the_limit_two_server_processes_on_postg
     producer.set_limit("render", limit)
     lock = threading.Lock()
     state = {"holding": 0, "most": 0, "done": 0}
-    errors: list[BaseException] = []
 
-    def work() -> None:
+    def work(_: int) -> None:
         consumer = Consumer(server.url)
-        try:
-            while True:
-                with lock:
-                    if state["done"] >= total:
-                        return
-                task = consumer.dequeue("render")
-                if task is None:
-                    continue
-                with lock:
-                    state["holding"] += 1
-                    state["most"] = max(state["most"], state["holding"])
-                time.sleep(0.002)
-                with lock:
-                    state["holding"] -= 1
-                consumer.complete(task)
-                with lock:
-                    state["done"] += 1
-        except BaseException as e:  # noqa: BLE001 - reported by the test
-            errors.append(e)
+        while True:
+            with lock:
+                if state["done"] >= total:
+                    return
+            task = consumer.dequeue("render")
+            if task is None:
+                continue
+            with lock:
+                state["holding"] += 1
+                state["most"] = max(state["most"], state["holding"])
+            time.sleep(0.002)
+            with lock:
+                state["holding"] -= 1
+            consumer.complete(task)
+            with lock:
+                state["done"] += 1
 
     sampled: list[int] = []
     finished = threading.Event()
@@ -122,12 +118,9 @@ def test_eight_http_workers_never_exceed_the_limit_two_server_processes_on_postg
         while not finished.is_set():
             sampled.append(producer.limit("render").in_progress)
 
-    threads = [threading.Thread(target=work) for _ in range(8)]
     watcher = threading.Thread(target=watch)
-    for t in (*threads, watcher):
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    watcher.start()
+    errors = in_threads(work)
     finished.set()
     watcher.join()
     assert errors == []
@@ -156,37 +149,28 @@ def test_eight_http_workers_never_exceed_a_keys_limit_two_server_processes_on_po
     lock = threading.Lock()
     holding: dict[str, int] = {}
     state = {"most": 0, "done": 0}
-    errors: list[BaseException] = []
 
-    def work() -> None:
+    def work(_: int) -> None:
         consumer = Consumer(server.url)
-        try:
-            while True:
-                with lock:
-                    if state["done"] >= total:
-                        return
-                task = consumer.dequeue("render")
-                if task is None:
-                    continue
-                key = key_of[task.stage_id]
-                with lock:
-                    holding[key] = holding.get(key, 0) + 1
-                    state["most"] = max(state["most"], holding[key])
-                time.sleep(0.002)
-                with lock:
-                    holding[key] -= 1
-                consumer.complete(task)
-                with lock:
-                    state["done"] += 1
-        except BaseException as e:  # noqa: BLE001 - reported by the test
-            errors.append(e)
+        while True:
+            with lock:
+                if state["done"] >= total:
+                    return
+            task = consumer.dequeue("render")
+            if task is None:
+                continue
+            key = key_of[task.stage_id]
+            with lock:
+                holding[key] = holding.get(key, 0) + 1
+                state["most"] = max(state["most"], holding[key])
+            time.sleep(0.002)
+            with lock:
+                holding[key] -= 1
+            consumer.complete(task)
+            with lock:
+                state["done"] += 1
 
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert errors == []
+    assert in_threads(work) == []
     assert state["done"] == total
     assert 1 <= state["most"] <= limit
     assert producer.limit("render").held_by_key == 0

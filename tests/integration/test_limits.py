@@ -23,6 +23,7 @@ from jobnik.projections.rebuild.verify import verify
 from jobnik.projections.store.base import SqlStore
 
 from .test_rebuild import snapshot
+from .threads import in_threads
 
 OPS = Principal("ops", Role.OPERATOR)
 
@@ -166,35 +167,31 @@ def test_eight_concurrent_claimers_never_exceed_the_limit_and_leave_nothing_behi
     held = {"now": 0, "most": 0, "done": 0}
     sampled: list[int] = []
     finished = threading.Event()
-    errors: list[BaseException] = []
 
     def claimer(seed: int) -> None:
         rng = random.Random(seed)
-        try:
-            while True:
-                with lock:
-                    if held["done"] == total:
-                        return
-                tasks = (
-                    jobnik.dequeue_batch("render", batch)
-                    if batch > 1
-                    else [t for t in [claim(jobnik, "render")] if t is not None]
-                )
-                if not tasks:
-                    time.sleep(0.002)
-                    continue
-                with lock:
-                    held["now"] += len(tasks)
-                    held["most"] = max(held["most"], held["now"])
-                time.sleep(rng.random() * 0.005)
-                with lock:
-                    held["now"] -= len(tasks)
-                for task in tasks:
-                    jobnik.report_task(task.id, TaskStatus.COMPLETED)
-                with lock:
-                    held["done"] += len(tasks)
-        except BaseException as e:  # noqa: BLE001 - reported by the test
-            errors.append(e)
+        while True:
+            with lock:
+                if held["done"] == total:
+                    return
+            tasks = (
+                jobnik.dequeue_batch("render", batch)
+                if batch > 1
+                else [t for t in [claim(jobnik, "render")] if t is not None]
+            )
+            if not tasks:
+                time.sleep(0.002)
+                continue
+            with lock:
+                held["now"] += len(tasks)
+                held["most"] = max(held["most"], held["now"])
+            time.sleep(rng.random() * 0.005)
+            with lock:
+                held["now"] -= len(tasks)
+            for task in tasks:
+                jobnik.report_task(task.id, TaskStatus.COMPLETED)
+            with lock:
+                held["done"] += len(tasks)
 
     def watcher() -> None:
         while not finished.is_set():
@@ -203,11 +200,7 @@ def test_eight_concurrent_claimers_never_exceed_the_limit_and_leave_nothing_behi
 
     watching = threading.Thread(target=watcher)
     watching.start()
-    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    errors = in_threads(claimer)
     finished.set()
     watching.join()
 
@@ -326,24 +319,16 @@ def test_eight_concurrent_claimers_start_exactly_the_rates_bucket(
     limits.set_rate("render", 10, 3600, by=OPS)
     started: list[Task] = []
     lock = threading.Lock()
-    errors: list[BaseException] = []
 
     def claimer(i: int) -> None:
         empty = 0
-        try:
-            while empty < 3:
-                got = jobnik.dequeue_batch("render", 1 + i % 3)
-                with lock:
-                    started.extend(got)
-                empty = 0 if got else empty + 1
-        except BaseException as e:  # noqa: BLE001 - reported by the test
-            errors.append(e)
+        while empty < 3:
+            got = jobnik.dequeue_batch("render", 1 + i % 3)
+            with lock:
+                started.extend(got)
+            empty = 0 if got else empty + 1
 
-    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    errors = in_threads(claimer)
     assert errors == []
     assert len(started) == len({t.id for t in started}) == 10
 
