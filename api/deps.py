@@ -31,10 +31,10 @@ async def get_jobnik(request: Request) -> Jobnik:
     return jobnik
 
 
-async def get_work(request: Request) -> Jobnik | GroupCommit:
-    """The single-task worker commands: grouped (api/grouping.py) unless JOBNIK_GROUP_COMMIT
-    is off."""
-    work: Jobnik | GroupCommit = request.app.state.work
+async def get_work(request: Request) -> GroupCommit:
+    """The single-task worker commands, run by the committer thread (api/grouping.py): grouped
+    unless JOBNIK_GROUP_COMMIT is off."""
+    work: GroupCommit = request.app.state.work
     return work
 
 
@@ -54,7 +54,7 @@ async def get_settings(request: Request) -> Settings:
 
 
 JobnikDep = Annotated[Jobnik, Depends(get_jobnik)]
-WorkDep = Annotated[Jobnik | GroupCommit, Depends(get_work)]
+WorkDep = Annotated[GroupCommit, Depends(get_work)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 AuditDep = Annotated[Audit, Depends(get_audit)]
 ViewsDep = Annotated[Views, Depends(get_views)]

@@ -166,10 +166,8 @@ def create_app(
     )
     if positions.note_written not in views.store.on_commit:  # a write's X-Jobnik-Position
         views.store.on_commit.append(positions.note_written)
-    app.state.work = (
-        GroupCommit(app.state.jobnik, GROUP_COMMANDS.observe)
-        if settings.group_commit
-        else app.state.jobnik
+    app.state.work = GroupCommit(
+        app.state.jobnik, GROUP_COMMANDS.observe, None if settings.group_commit else 1
     )
     app.state.idempotency = idempotency if idempotency is not None else IdempotencyKeys(views.store)
     app.state.token_views = TokenViews(views.store)

@@ -7,6 +7,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from pydantic import FailFast
+from starlette.concurrency import run_in_threadpool
 
 from jobnik.api.batch_schemas import BATCH_ANSWER, tasks_response
 from jobnik.api.bodies import GatedRoute
@@ -246,7 +247,7 @@ def add_tasks(
     responses={200: BATCH_ANSWER, **error_answers(BatchTooLarge)},
     openapi_extra=needs(P.WORK),
 )
-def dequeue_task(
+async def dequeue_task(
     jobnik: JobnikDep,
     work: WorkDep,
     stage_type: Annotated[StageType, Path(alias="stageType")],
@@ -258,5 +259,6 @@ def dequeue_task(
     """Claim the highest-priority, longest-waiting eligible task of this stage type; with
     `count`, up to that many of them."""
     if count is None:
-        return TaskOut.of(work.dequeue(stage_type, lease_seconds, by=by)).response()
-    return tasks_response(jobnik.dequeue_batch(stage_type, count, lease_seconds, by=by))
+        return TaskOut.of(await work.dequeue(stage_type, lease_seconds, by=by)).response()
+    tasks = await run_in_threadpool(jobnik.dequeue_batch, stage_type, count, lease_seconds, by=by)
+    return tasks_response(tasks)

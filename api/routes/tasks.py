@@ -136,12 +136,12 @@ def reschedule_task(jobnik: JobnikDep, task_id: TaskId, body: Reschedule, by: Pr
 
 
 @router.put("/tasks/{taskId}/status", response_model=TaskOut, openapi_extra=needs(P.WORK))
-def update_task_status(
+async def update_task_status(
     work: WorkDep, task_id: TaskId, body: TaskStatusChange, by: PrincipalDep
 ) -> Response:
     """Report COMPLETED (with an optional result) or FAILED (RETRIED while attempts remain);
     jobnik: DELEGATED once the handler created child jobs (the task waits for them)."""
-    task = work.report_task(
+    task = await work.report_task(
         task_id,
         TaskStatus(body.status),
         attempt=body.attempt,

@@ -1,27 +1,27 @@
-"""The group commit's turn-taking (api/grouping.py), without a database: who leads, who waits,
-what a group holds, and what a failed group leaves its callers to do."""
+"""The group commit's committer (api/grouping.py), without a database: what a group holds,
+who waits, what a failed group leaves its callers, and that no caller is left waiting."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from jobnik.api.grouping import Call, Grouper
+from jobnik.api import grouping, positions
+from jobnik.api.grouping import Call, GroupCommit
 from jobnik.domain.batches import Claiming
-from jobnik.domain.principals import Actor
+from jobnik.domain.principals import Actor, Principal
 
 
 def call(name: str) -> Call:
     return Call(claiming=Claiming(name, Actor.WORKER))
-
-
-def name_of(c: Call) -> str:
-    assert c.claiming is not None
-    return c.claiming.stage_type
 
 
 def wait_for(condition: Callable[[], bool]) -> None:
@@ -31,190 +31,193 @@ def wait_for(condition: Callable[[], bool]) -> None:
         time.sleep(0.001)
 
 
-class Held:
-    """A `run` whose first group waits until `release` is set; records every group."""
+class Engine:
+    """Jobnik's dequeue and run_together as the committer calls them: each transaction's
+    stage types recorded; the first waits until `release` is set; `fail(n)` says whether the
+    n-th transaction (from 1) fails as a whole."""
 
-    def __init__(self, fail: bool = False) -> None:
+    max_batch = 10
+
+    def __init__(self, fail: Callable[[int], bool] = lambda n: False) -> None:
         self.groups: list[list[str]] = []
-        self.started = threading.Event()
-        self.release = threading.Event()
+        self.started, self.release = threading.Event(), threading.Event()
         self.fail = fail
+        self.lock = threading.Lock()
 
-    def __call__(self, calls: list[Call]) -> None:
-        self.groups.append([name_of(c) for c in calls])
-        if len(self.groups) == 1:
+    def _ran(self, names: list[str]) -> int:
+        with self.lock:
+            self.groups.append(names)
+            n = len(self.groups)
+        if n == 1:
             self.started.set()
             assert self.release.wait(10)
-        if self.fail and len(self.groups) == 2:
+        return n
+
+    def dequeue(self, stage_type: str, lease_seconds: int | None = None, *, by: Principal) -> str:
+        self._ran([stage_type])
+        positions.note_written(7)  # (as the store's commit hook notes it)
+        return f"answer of {stage_type}"
+
+    def run_together(self, dequeues: Sequence[Claiming], reports: Sequence[Any]) -> Any:
+        if self.fail(self._ran([d.stage_type for d in dequeues])):
             raise RuntimeError("the shared transaction failed")
-        for c in calls:
-            c.answer = f"answer of {name_of(c)}"  # type: ignore[assignment]
+        answers = [f"answer of {d.stage_type}" for d in dequeues]
+        return SimpleNamespace(dequeued=answers, reported=[], position=9)
 
 
-def submit_all(grouper: Grouper, calls: list[Call]) -> list[threading.Thread]:
-    threads = [threading.Thread(target=grouper.submit, args=(c,)) for c in calls]
-    for t in threads:
-        t.start()
-    return threads
+def committer(engine: Engine, limit: int | None = None) -> tuple[GroupCommit, list[int]]:
+    sizes: list[int] = []
+    return GroupCommit(engine, sizes.append, limit), sizes  # type: ignore[arg-type]
 
 
-def held(limit: int, later: str) -> list[list[str]]:
-    """Call "a"; while its group runs, the calls named in `later` arrive; then let all run.
-    The groups, in the order they ran."""
-    run = Held()
-    grouper = Grouper(run, limit=limit)
-    first = submit_all(grouper, [call("a")])
-    assert run.started.wait(10)
-    rest = submit_all(grouper, [call(n) for n in later])
-    wait_for(lambda: grouper.waiting == len(later))
-    run.release.set()
-    for t in [*first, *rest]:
-        t.join(10)
-    assert grouper.waiting == 0
-    return run.groups
+def held(commit: GroupCommit, engine: Engine, later: str) -> list[Future[Any]]:
+    """Call "a"; while it runs, the calls named in `later` arrive; then let all run. Their
+    futures, "a"'s first."""
+    first = commit.submit(call("a"))
+    assert engine.started.wait(10)
+    rest = [commit.submit(call(n)) for n in later]
+    assert commit.waiting == len(later)
+    engine.release.set()
+    futures = [first, *rest]
+    for f in futures:
+        f.result(10)
+    return futures
 
 
 def test_calls_that_arrive_while_a_group_runs_wait_and_run_together_next() -> None:
-    groups = held(10, "bcd")
+    engine = Engine()
+    commit, sizes = committer(engine)
 
-    assert [groups[0], sorted(groups[1])] == [["a"], ["b", "c", "d"]]
-    assert len(groups) == 2
+    futures = held(commit, engine, "bcd")
+
+    assert engine.groups == [["a"], ["b", "c", "d"]]
+    assert sizes == [1, 3]
+    assert [f.result() for f in futures] == [
+        ("answer of a", 7),  # alone: the position its own commit noted
+        ("answer of b", None),  # (the engine's answers are no tasks: no position)
+        ("answer of c", None),
+        ("answer of d", None),
+    ]
+    assert commit.waiting == 0
 
 
 def test_a_group_takes_at_most_its_limit_and_the_rest_follow() -> None:
-    groups = held(2, "bcde")
+    engine = Engine()
+    commit, sizes = committer(engine, limit=2)
 
-    assert [len(g) for g in groups] == [1, 2, 2]
-    assert sorted(n for g in groups for n in g) == list("abcde")
+    held(commit, engine, "bcde")
 
-
-def test_the_callers_of_a_failed_group_are_told_to_run_alone() -> None:
-    run = Held(fail=True)
-    grouper = Grouper(run, limit=10)
-    first = submit_all(grouper, [call("a")])
-    assert run.started.wait(10)
-    calls = [call(n) for n in "bc"]
-    errors: list[BaseException] = []
-
-    def submit(c: Call) -> None:
-        try:
-            grouper.submit(c)
-        except RuntimeError as exc:  # the leader sees the failure; every caller is `alone`
-            errors.append(exc)
-
-    rest = [threading.Thread(target=submit, args=(c,)) for c in calls]
-    for t in rest:
-        t.start()
-    wait_for(lambda: grouper.waiting == 2)
-    run.release.set()
-    for t in [*first, *rest]:
-        t.join(10)
-
-    assert [c.alone for c in calls] == [True, True]
-    assert [c.answer for c in calls] == [None, None]
-    assert len(errors) == 1  # raised in the thread that led the failed group
-    after = call("z")
-    grouper.submit(after)  # the grouper is free again: the next call leads at once
-    assert after.answer == "answer of z"
+    assert engine.groups == [["a"], ["b", "c"], ["d", "e"]]
+    assert sizes == [1, 2, 2]
 
 
-class Interrupted(threading.Event):
-    """An Event whose wait is interrupted (a KeyboardInterrupt in the main thread)."""
+def test_with_a_limit_of_one_each_call_runs_alone_in_turn() -> None:
+    engine = Engine()
+    commit, sizes = committer(engine, limit=1)
 
-    def wait(self, timeout: float | None = None) -> bool:
-        raise KeyboardInterrupt
+    held(commit, engine, "bc")
 
-
-def test_a_caller_interrupted_while_it_waits_leaves_the_grouper_to_the_others() -> None:
-    run = Held()
-    grouper = Grouper(run, limit=1)  # one call per group: the interrupted one would lead next
-    first = submit_all(grouper, [call("a")])
-    assert run.started.wait(10)
-    gone = call("gone")
-    gone.done = Interrupted()
-    with pytest.raises(KeyboardInterrupt):
-        grouper.submit(gone)
-    later = call("b")
-    rest = submit_all(grouper, [later])
-    wait_for(lambda: grouper.waiting >= 1)
-    run.release.set()
-    for t in [*first, *rest]:
-        t.join(10)
-
-    assert later.answer == "answer of b"  # not left waiting for a leader that is gone
-    assert "gone" not in [n for g in run.groups for n in g]
-    assert grouper.waiting == 0
+    assert engine.groups == [["a"], ["b"], ["c"]]
+    assert sizes == [1, 1, 1]
 
 
-def test_a_caller_interrupted_after_it_was_handed_the_lead_hands_it_on() -> None:
-    run = Held()
-    grouper = Grouper(run, limit=1)
-    first = submit_all(grouper, [call("a")])
-    assert run.started.wait(10)
-    handed = threading.Event()
+def test_the_calls_of_a_failed_group_each_run_again_alone() -> None:
+    engine = Engine(fail=lambda n: n == 2)
+    commit, sizes = committer(engine)
 
-    class LeadThenInterrupt(threading.Event):
-        def wait(self, timeout: float | None = None) -> bool:
-            super().wait(10)  # handed the lead...
-            handed.set()
-            raise KeyboardInterrupt  # ...and interrupted before it could use it
+    futures = held(commit, engine, "bc")
 
-    gone = call("gone")
-    gone.done = LeadThenInterrupt()
-    interrupted: list[BaseException] = []
-
-    def submit_gone() -> None:
-        try:
-            grouper.submit(gone)
-        except KeyboardInterrupt as exc:
-            interrupted.append(exc)
-
-    t_gone = threading.Thread(target=submit_gone)
-    t_gone.start()
-    wait_for(lambda: grouper.waiting == 1)
-    later = call("b")
-    rest = submit_all(grouper, [later])
-    wait_for(lambda: grouper.waiting == 2)
-    run.release.set()
-    for t in [*first, t_gone, *rest]:
-        t.join(10)
-
-    assert handed.is_set()
-    assert len(interrupted) == 1
-    assert later.answer == "answer of b"
-    assert grouper.waiting == 0
-    after = call("z")
-    grouper.submit(after)  # not busy for ever
-    assert after.answer == "answer of z"
+    assert engine.groups == [["a"], ["b", "c"], ["b"], ["c"]]
+    assert sizes == [1, 1, 1]  # the failed group's transaction is not counted
+    assert [f.result()[0] for f in futures] == ["answer of a", "answer of b", "answer of c"]
 
 
-def test_many_callers_each_get_an_answer_or_run_alone_and_none_is_left_waiting() -> None:
-    lock = threading.Lock()
-    runs: list[int] = []
-    rng = random.Random(3)
+def test_a_call_cancelled_before_its_turn_is_not_run() -> None:
+    engine = Engine()
+    commit, _ = committer(engine)
+    first = commit.submit(call("a"))
+    assert engine.started.wait(10)
+    gone, later = call("gone"), call("b")
+    commit.submit(gone)
+    commit.submit(later)
 
-    def run(calls: list[Call]) -> None:
+    assert gone.future.cancel()  # (its request went away)
+    engine.release.set()
+
+    assert later.future.result(10) == ("answer of b", 7)
+    assert first.result(10)[0] == "answer of a"
+    assert "gone" not in [n for g in engine.groups for n in g]
+
+
+class Unanswering(Engine):
+    """An engine whose shared transactions answer none of their dequeues (a fault)."""
+
+    def run_together(self, dequeues: Sequence[Claiming], reports: Sequence[Any]) -> Any:
+        self._ran([d.stage_type for d in dequeues])
+        return SimpleNamespace(dequeued=[], reported=[], position=1)
+
+
+def test_a_fault_of_the_committer_answers_its_group_and_the_next_calls_are_served() -> None:
+    engine = Unanswering()
+    commit, _ = committer(engine)
+    first = commit.submit(call("a"))
+    assert engine.started.wait(10)
+    b, c = commit.submit(call("b")), commit.submit(call("c"))
+    engine.release.set()
+
+    assert first.result(10)[0] == "answer of a"
+    with pytest.raises(ValueError, match="zip"):  # the group's dequeues were not answered
+        b.result(10)
+    with pytest.raises(ValueError, match="zip"):
+        c.result(10)
+    assert commit.submit(call("d")).result(10) == ("answer of d", 7)
+
+
+def test_an_idle_committer_ends_and_the_next_call_starts_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(grouping, "IDLE_SECONDS", 0.01)
+    engine = Engine()
+    engine.release.set()
+    commit, _ = committer(engine)
+
+    assert commit.submit(call("a")).result(10)[0] == "answer of a"
+    wait_for(lambda: not commit.serving)
+    assert commit.submit(call("b")).result(10)[0] == "answer of b"
+
+
+def test_a_request_awaits_its_answer_and_notes_its_position() -> None:
+    engine = Engine()
+    engine.release.set()
+    commit, _ = committer(engine)
+    box: dict[str, int] = {}
+
+    async def request() -> object:
+        positions.REQUEST_POSITIONS.set(box)
+        return await commit.dequeue("x")
+
+    assert asyncio.run(request()) == "answer of x"
+    assert box == {positions.WRITTEN: 7}
+
+
+def test_many_callers_each_get_their_own_answer_and_none_is_left_waiting() -> None:
+    rng, lock = random.Random(3), threading.Lock()
+
+    def fail(n: int) -> bool:
         with lock:
-            runs.append(len(calls))
-            fail = rng.random() < 0.2
-        time.sleep(0.0002)  # (a transaction's time: callers arrive meanwhile)
-        if fail:
-            raise RuntimeError("the group failed")
-        for c in calls:
-            c.answer = name_of(c)  # type: ignore[assignment]
+            return rng.random() < 0.2
 
-    grouper = Grouper(run, limit=4)
-    outcomes: list[str] = []
+    engine = Engine(fail=fail)
+    engine.release.set()
+    commit, sizes = committer(engine, limit=4)
+    answers: list[bool] = []
 
     def caller(n: int) -> None:
         for i in range(200):
-            c = call(f"{n}-{i}")
-            try:
-                grouper.submit(c)
-            except RuntimeError:
-                assert c.alone
+            name = f"{n}-{i}"
+            answer = commit.submit(call(name)).result(30)[0]
             with lock:
-                outcomes.append("alone" if c.alone else str(c.answer == name_of(c)))
+                answers.append(answer == f"answer of {name}")
 
     threads = [threading.Thread(target=caller, args=(n,)) for n in range(12)]
     for t in threads:
@@ -223,8 +226,7 @@ def test_many_callers_each_get_an_answer_or_run_alone_and_none_is_left_waiting()
         t.join(60)
 
     assert not any(t.is_alive() for t in threads)
-    assert len(outcomes) == 12 * 200
-    assert set(outcomes) <= {"alone", "True"}
-    assert sum(runs) == 12 * 200  # each call ran in exactly one group
-    assert max(runs) == 4
-    assert grouper.waiting == 0
+    assert answers == [True] * (12 * 200)
+    assert sum(sizes) == 12 * 200  # each call committed in exactly one transaction
+    assert max(len(g) for g in engine.groups) == 4
+    assert commit.waiting == 0
