@@ -73,35 +73,38 @@ def _room(backend: str, t: str, g: str) -> str:
 @cache
 def admitted(t: str, g: str, room: str) -> str:
     """SQL: the task ids of gate (`t`, `g`) to admit now, given its `room` (SQL values; room:
-    `_room`): two probes (ready rows of queue_v1_gate, delayed ones of queue_v1_gate_due)
-    merged, the first `room`."""
+    `_room`), with whether each is held now: two probes (ready rows of queue_v1_gate, delayed
+    ones of queue_v1_gate_due) merged, the first `room`."""
     gate = f"stage_type = {t} AND gate = {g} AND stage_open AND job_open"
     ready = (
-        f"SELECT task_id, 0 AS later, priority_rank, turn, not_before AS due, seq FROM queue_v1 "
-        f"WHERE {gate} AND not_before IS NULL ORDER BY priority_rank, turn, seq LIMIT {room}"
+        f"SELECT task_id, held, 0 AS later, priority_rank, turn, not_before AS due, seq "
+        f"FROM queue_v1 WHERE {gate} AND not_before IS NULL "
+        f"ORDER BY priority_rank, turn, seq LIMIT {room}"
     )
     delayed = (
-        f"SELECT task_id, 1 AS later, 0 AS priority_rank, 0 AS turn, not_before AS due, seq "
+        f"SELECT task_id, held, 1 AS later, 0 AS priority_rank, 0 AS turn, not_before AS due, seq "
         f"FROM queue_v1 WHERE {gate} AND not_before IS NOT NULL "
         f"ORDER BY not_before, seq LIMIT {room}"
     )
     return (
-        f"SELECT u.task_id FROM (SELECT * FROM ({ready}) r "
+        f"SELECT u.task_id, u.held FROM (SELECT * FROM ({ready}) r "
         f"UNION ALL SELECT * FROM ({delayed}) d) u "
         f"ORDER BY u.later, u.priority_rank, u.turn, u.due, u.seq LIMIT {room}"
     )
 
 
 # The rows to look at are those to admit (`a`) and those admitted now (queue_v1_admitted): never
-# the gate's whole queue. Of them, those whose answer changed flip. The set of task ids is
-# `= ANY(ARRAY(...))`, which has the planner find them first and then each row by its key (an IN
-# would let it scan the queue).
+# the gate's whole queue. Those whose answer changed flip: the rows to admit that the gate's
+# probes read held, each then found by its key (`= ANY(ARRAY(...))` has the planner find the ids
+# first, where an IN would let it scan the queue), and the rows admitted now that are not to
+# admit, locked where the probe of queue_v1_admitted finds them.
 _FLIP: Final = (
     "UPDATE queue_v1 SET held = NOT held WHERE EXISTS (SELECT FROM p) AND task_id = ANY(ARRAY("
-    "SELECT c.task_id FROM queue_v1 c WHERE c.task_id = ANY(ARRAY("
-    "SELECT task_id FROM a UNION SELECT n.task_id FROM queue_v1 n "
-    "JOIN p ON n.stage_type = p.t AND n.gate = p.g WHERE n.gate IS NOT NULL AND NOT n.held)) "
-    "AND c.held = (c.task_id IN (SELECT task_id FROM a)) FOR UPDATE OF c SKIP LOCKED))"
+    "SELECT c.task_id FROM queue_v1 c WHERE c.task_id = ANY(ARRAY(SELECT task_id FROM a "
+    "WHERE held)) AND c.held FOR UPDATE OF c SKIP LOCKED) || ARRAY("
+    "SELECT n.task_id FROM queue_v1 n JOIN p ON n.stage_type = p.t AND n.gate = p.g "
+    "WHERE n.gate IS NOT NULL AND NOT n.held AND n.task_id <> ALL(ARRAY(SELECT task_id FROM a)) "
+    "FOR UPDATE OF n SKIP LOCKED))"
 )
 # SQLite, which has no LATERAL, works the gates out one by one: per gate, its room
 # (`gate_room`), then one read of its rows to admit (`admit` 1) and of those admitted now
@@ -130,10 +133,12 @@ def regate_pairs(pairs: str) -> str:
     """SQL: flip `held` on the rows whose admission changed, of every gate `pairs` (SQL giving
     rows `t`, `g`) names, in one statement (PostgreSQL's: each gate's rows to admit a LATERAL
     probe). A row a claim holds is skipped (FOR UPDATE SKIP LOCKED): the claim takes it, and its
-    session checks the key's count under the writer lock (`settle_claim`)."""
-    each = admitted("p.t", "p.g", _room("postgres", "p.t", "p.g"))
-    each_gate = f"SELECT x.task_id FROM p CROSS JOIN LATERAL ({each}) x"
-    return f"WITH p AS ({pairs}), a AS ({each_gate}) {_FLIP}"
+    session checks the key's count under the writer lock (`settle_claim`). Each gate's room is
+    worked out once (`p`), for both probes and their merge."""
+    rooms = f"SELECT k.t, k.g, {_room('postgres', 'k.t', 'k.g')} AS room FROM ({pairs}) k"
+    each = admitted("p.t", "p.g", "p.room")
+    each_gate = f"SELECT x.task_id, x.held FROM p CROSS JOIN LATERAL ({each}) x"
+    return f"WITH p AS ({rooms}), a AS ({each_gate}) {_FLIP}"
 
 
 # The gates (`t`, `g`) of stage types with a per-key limit that a command's `Gate` ops name:
