@@ -228,8 +228,17 @@ def delete_positions(
     """Remove from the events table (`position`: its position column) the events at the
     positions `positions_sql` (a SELECT of one column, with its `params`) lists, in
     `cur`'s transaction. Readers of the log by position (catch-up projections, feeds) never
-    look back past what they have read, so events they have read may go."""
-    cur.execute(f"DELETE FROM {table} WHERE {position} IN ({positions_sql})", params)
+    look back past what they have read, so events they have read may go.
+
+    The positions are read first and each event removed by its position: a removal joined to
+    the SELECT would leave the plan to the table's statistics, and a plan made while the log
+    was nearly empty (a VACUUM after archiving, with no ANALYZE since) reads the whole log
+    for each job."""
+    rows = cur.raw_all(positions_sql, params)
+    p = cur.dialect.param
+    removed = [{"p": next(iter(r.values()))} for r in rows]
+    if removed:
+        cur.executemany(f"DELETE FROM {table} WHERE {position} = {p('p')}", removed)
 
 
 USER_DATA: Final[dict[str, Any]] = {"data": {}, "user_metadata": {}, "result": None, "lines": []}
