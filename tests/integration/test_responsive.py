@@ -14,6 +14,9 @@ import httpx
 from .conftest import Server
 
 PROBE_BOUND = 0.1  # seconds a liveness probe may take while the bodies arrive
+# Probes allowed over the bound: a busy machine can pause the server process once or twice, but
+# a body parsed on the event loop would hold back a probe at each of the 40 bodies sent.
+SLOW_PROBES = 2
 SENDERS = 4
 ROUNDS = 2
 
@@ -93,4 +96,5 @@ def test_liveness_answers_within_100_ms_while_hostile_bodies_arrive(
     assert warm == expected
     assert answers == expected * ROUNDS * SENDERS
     assert len(latencies) > 5
-    assert max(latencies) < PROBE_BOUND, sorted(latencies)[-5:]
+    slow = [t for t in latencies if t >= PROBE_BOUND]
+    assert len(slow) <= SLOW_PROBES, sorted(latencies)[-5:]
