@@ -16,8 +16,9 @@ would otherwise do first).
   (a run whose counts differ fails the figure);
 - archiving rate: events archived per second against events read and decoded per second;
 - no cost to live work: the HTTP lifecycle (K SDK worker processes against the server, as the
-  `http` figure runs it) while an archive run works through a backlog of ended jobs, against the
-  same lifecycle with no run, alternated over ROUNDS_HTTP pairs; goal at least 90 %.
+  `http` figure runs it) while an archive run works through a backlog of ended jobs made just
+  before it, against the same lifecycle with no run just before that, over ROUNDS_HTTP pairs;
+  the median pair's ratio; goal at least 90 %.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ TASKS: Final = 4  # per job
 PERIOD: Final = 3600  # the retention period, seconds
 GOAL: Final = 1.10  # the last round's live size against the first's
 K: Final = 4  # HTTP worker processes
-ROUNDS_HTTP: Final = 2  # lifecycle pairs, without and during an archive run
+ROUNDS_HTTP: Final = 3  # lifecycle pairs, without and during an archive run
 LIVE_GOAL: Final = 0.9  # the lifecycle during an archive run against without one
 
 
@@ -173,37 +174,51 @@ def _archive(archiver: Archiver, stop: threading.Event, ran: list[float]) -> Non
 
 
 def during_archive(ctx: Ctx, store: SqlStore, url: str, archiver: Archiver) -> None:
-    """The HTTP lifecycle without an archive run and during one, alternated (see the module)."""
-    n, jobs = ctx.sizes.http_tasks, max(ctx.sizes.lifecycle_tasks // 10, 2)
+    """The HTTP lifecycle without an archive run and during one, alternated (see the module).
+
+    Each pair's backlog is made just before its "during" drain, large enough to keep the run
+    busy for the whole drain (the overlap says how much of it the run was busy), so every
+    pair's run has the same work; the figure is the pair whose ratio is the median, as the two
+    drains of a pair ran within minutes of each other, on the same load."""
+    n, jobs = ctx.sizes.http_tasks, max(ctx.sizes.lifecycle_tasks // 5, 2)
     app = Jobnik(store)
     for r in range(ROUNDS_HTTP):
         for during in (False, True):
             populate(app, f"live-{r}-{during}", n)
-        ended_jobs(app, f"backlog-{r}", jobs)
-    rates: dict[bool, list[float]] = {False: [], True: []}
-    overlap: list[float] = []
+    pairs: list[tuple[float, float, float]] = []  # (during, without) tasks/s and the overlap
     with server(url, ctx.tmp / "retention-server.log") as base:
         for r in range(ROUNDS_HTTP):
+            rates: dict[bool, float] = {}
+            overlap = 0.0
             for during in (False, True):
                 stop, ran = threading.Event(), [0.0]
                 runner = threading.Thread(target=_archive, args=(archiver, stop, ran))
                 if during:
+                    ended_jobs(app, f"backlog-{r}", jobs)
+                    catch_up_all(store)  # (the catch-up runner's work, not the archive run's)
                     runner.start()
                 seconds, dequeues, _ = run_http_workers(base, f"live-{r}-{during}", K)
                 stop.set()
                 if during:
                     runner.join()
-                    overlap.append(min(ran[0] / seconds, 1.0))
+                    overlap = min(ran[0] / seconds, 1.0)
                 check(len(dequeues) == n, f"HTTP workers completed {len(dequeues)} of {n}")
-                rates[during].append(n / seconds)
+                rates[during] = n / seconds
+            pairs.append((rates[True], rates[False], overlap))
+            say(f"# {ctx.backend} retention pair {r + 1}: {rates[True]:,.1f} tasks/s during an "
+                f"archive run (busy {overlap:.0%} of the drain), {rates[False]:,.1f} without: "
+                f"{rates[True] / rates[False]:.0%}")  # fmt: skip
+    by_ratio = sorted(pairs, key=lambda p: p[0] / p[1])
+    median = by_ratio[(len(by_ratio) - 1) // 2]
     f = ctx.add(
         "HTTP lifecycle during an archive run",
-        max(rates[True]),
-        max(rates[False]),
+        median[0],
+        median[1],
         "tasks/s",
         floor_name="the same with no archive run",
-        note=f"{n:,} tasks, {K} SDK processes; the run archived {jobs:,} jobs a pair, busy "
-        f"{min(overlap):.0%}+ of the drain; best of {ROUNDS_HTTP} alternated pairs",
+        note=f"{n:,} tasks, {K} SDK processes; each pair's run had {jobs:,} jobs due, busy "
+        f"{min(p[2] for p in pairs):.0%}+ of its drain; the median pair of {ROUNDS_HTTP} "
+        f"alternated ({', '.join(f'{p[0] / p[1]:.0%}' for p in by_ratio)})",
     )
     ctx.goal(
         f"HTTP lifecycle during an archive run >= {LIVE_GOAL:.0%} of without",
