@@ -6,6 +6,8 @@ The caller wrote and synced each job's archive file first. Here, in one write tr
 the writer lock: each job's events are checked to be the ones its file holds (a rerun since, or
 an archive by another run, and the job is left alone) and removed, and one `JobsArchived`
 record of the jobs removed is appended (its inline projection removes their read-model rows).
+The batch's events are found in one read of the history index and removed by their positions,
+on PostgreSQL in one statement: no round trip per job while every writer waits.
 A seed (seeds.py) holds what every event before its position contributed, and every catch-up
 projection has folded those events; so jobs whose events all lie before the seeds' position
 leave the log as they are. Only when a job's last event is at or after it is every catch-up
@@ -32,14 +34,16 @@ from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.eventlog import delete_positions
 
 
-def extent(cur: Cursor, job_id: UUID) -> tuple[int, int]:
-    """How many events the job has in the log, and the position of its last (0 when none)."""
-    p = cur.dialect.param
-    row = cur.one(
-        f"SELECT COUNT(*) AS n, MAX(position) AS last FROM job_events_v1 WHERE job_id = {p('j')}",
-        {"j": cur.dialect.dump("job_id", job_id)},
-    )
-    return (int(row["n"]), int(row["last"] or 0)) if row else (0, 0)
+def positions(cur: Cursor, job_ids: Sequence[UUID]) -> dict[UUID, list[int]]:
+    """The log positions of the jobs' events, by job (a job with none is left out), read from
+    the history index in one statement."""
+    d = cur.dialect
+    condition, params = d.one_of("job_id", "j", [d.dump("job_id", j) for j in job_ids])
+    found: dict[UUID, list[int]] = {}
+    for row in cur.raw_all(f"SELECT job_id, position FROM job_events_v1 WHERE {condition}", params):
+        job_id = row["job_id"] if isinstance(row["job_id"], UUID) else UUID(row["job_id"])
+        found.setdefault(job_id, []).append(int(row["position"]))
+    return found
 
 
 def commit(
@@ -57,21 +61,21 @@ def commit(
         if reseed:
             for projection in CATCH_UP:
                 catch_up_in(store, cur, projection, head)
-        done = [w for w in written if extent(cur, w.job_id) == (w.events, w.last_position)]
+        found = positions(cur, [w.job_id for w in written])
+        done = [
+            w for w in written if _extent(found.get(w.job_id, [])) == (w.events, w.last_position)
+        ]
         # The log's head event goes after the record is appended, so that the record's position
         # lies past it: SQLite gives a new row the largest rowid plus one, and would hand a
         # removed head's position out again, behind every reader of the log.
         last = head if any(w.last_position == head for w in done) else None
         p = cur.dialect.param
-        for w in done:
-            delete_positions(
-                cur,
-                store.events_table,
-                store.position_column,
-                f"SELECT position FROM job_events_v1 WHERE job_id = {p('j')} "
-                f"AND position <> {p('last')}",
-                {"j": cur.dialect.dump("job_id", w.job_id), "last": last or 0},
-            )
+        delete_positions(
+            cur,
+            store.events_table,
+            store.position_column,
+            [n for w in done for n in found[w.job_id] if n != last],
+        )
         if done:
             s.save(ArchiveBatch.record(done, now=now, actor=actor))
         if last is not None:
@@ -82,3 +86,8 @@ def commit(
         if done and reseed:
             seeds.refresh(cur, CATCH_UP, head)
     return [w.job_id for w in done]
+
+
+def _extent(found: list[int]) -> tuple[int, int]:
+    """How many events a job has in the log, and the position of its last (0 when none)."""
+    return len(found), max(found, default=0)

@@ -41,6 +41,7 @@ class Dialect:
     # Every gate of a command worked out in one statement, each gate's rows a LATERAL probe
     # (inline/gates.py); without LATERAL, a read of the gates and a statement per gate.
     laterals: ClassVar[bool] = True
+    arrays: ClassVar[bool] = True  # a parameter may be an array (`one_of`'s one parameter)
 
     @cached_property
     def _named(self) -> dict[str, str]:
@@ -128,6 +129,7 @@ class SQLiteDialect(Dialect):
     for_update: ClassVar[str] = ""  # one writer at a time: nothing to lock row by row
     joins_writes: ClassVar[bool] = False  # (SQLite runs one write per statement)
     laterals: ClassVar[bool] = False
+    arrays: ClassVar[bool] = False
 
     def params(self, template: str) -> str:
         return queries.sqlite_params(template)
