@@ -9,6 +9,11 @@ models, and they get one `JobsArchived` record (projections/rebuild/archiving.py
 rebuild lock: a run and a rebuild or verify never overlap (a rebuild starts from the seeds a run
 moves). Without an archive directory nothing is archived.
 
+Through a backlog (a batch found as many jobs due as it takes), a run paces itself: after a batch
+that took t seconds it waits t * (1 - share) / share before the next (`pause`; `share`:
+JOBNIK_ARCHIVE_SHARE), so that it works at most that share of the time and live work keeps the
+rest of the machine and of the writer lock.
+
 The space the removed rows held is made reusable (`SqlStore.reclaim_space`: on PostgreSQL a plain
 VACUUM of jobnik's tables) after the batch that leaves nothing due, and after every
 RECLAIM_EVERY batches while a backlog lasts: outside the rebuild lock and the writer lock, so
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -60,12 +66,15 @@ def _now() -> datetime:
 @dataclass
 class Run:
     """What an archive run found due and archived; `busy`: a rebuild or verify held the lock,
-    so the run did nothing; `reclaimed`: it made the space of the jobs archived reusable."""
+    so the run did nothing; `reclaimed`: it made the space of the jobs archived reusable;
+    `more`: it found a whole batch due, so more may be; `seconds`: how long it took."""
 
     due: list[Candidate] = field(default_factory=list)
     archived: list[UUID] = field(default_factory=list)
     busy: bool = False
     reclaimed: bool = False
+    more: bool = False
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -88,23 +97,55 @@ class Archiver:
         *,
         batch: int = 100,
         clock: Callable[[], datetime] = _now,
+        share: float = 1.0,
     ) -> None:
         self.store, self.directory, self.default_seconds = store, directory, default_seconds
-        self.batch, self.clock = batch, clock
+        self.batch, self.clock, self.share = batch, clock, share
         self._unreclaimed = 0  # batches archived since the space was last reclaimed
 
     @classmethod
     def of(cls, store: SqlStore, settings: Settings) -> Archiver:
         """The archiver the settings configure."""
         directory = Path(settings.archive_dir) if settings.archive_dir else None
-        return cls(store, directory, settings.retention_seconds, batch=settings.archive_batch)
+        return cls(
+            store,
+            directory,
+            settings.retention_seconds,
+            batch=settings.archive_batch,
+            share=settings.archive_share,
+        )
 
     def due(self) -> list[Candidate]:
         """The jobs the next run would archive (at most `batch`)."""
         return candidates(self.store, self.clock(), self.default_seconds, self.batch)
 
+    def runs(
+        self, stop: threading.Event | None = None, *, by: Principal = Actor.SYSTEM
+    ) -> Iterator[Run]:
+        """Runs, batch after batch, each paced (`pause`), until one archives nothing (or a
+        rebuild holds the lock) or `stop` is set."""
+        stop = stop or threading.Event()
+        while not stop.is_set():
+            done = self.run(by=by)
+            yield done
+            if not done.archived:
+                return
+            stop.wait(self.pause(done))
+
+    def sweep(self) -> tuple[int, float | None]:
+        """One run, as the sweeper's round: the jobs it archived, and the seconds until the next
+        run through a backlog (`pause`), or None when nothing more is due."""
+        done = self.run()
+        return len(done.archived), (self.pause(done) if done.more else None)
+
+    def pause(self, done: Run) -> float:
+        """Seconds to wait after the run `done` before the next, through a backlog: the run then
+        works `share` of the time (see the module); none once nothing more is due."""
+        return done.seconds * (1 - self.share) / self.share if done.more else 0.0
+
     def run(self, *, dry_run: bool = False, by: Principal = Actor.SYSTEM) -> Run:
         """Archive the jobs due (`dry_run`: only say which); see the module."""
+        began = time.monotonic()
         if self.directory is None:
             return Run()
         try:
@@ -127,7 +168,13 @@ class Archiver:
         reclaim = self._unreclaimed > 0 and (drained or self._unreclaimed >= RECLAIM_EVERY)
         if reclaim:
             self._reclaim()
-        return Run(due=due, archived=archived, reclaimed=reclaim)
+        return Run(
+            due=due,
+            archived=archived,
+            reclaimed=reclaim,
+            more=not drained,
+            seconds=time.monotonic() - began,
+        )
 
     def _reclaim(self) -> None:
         """The space of the jobs archived since the last reclaim, free for new rows (see the

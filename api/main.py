@@ -343,7 +343,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
             purge=keys.purge,
             round=background_rounds(telemetry.provider),
             schedules=ScheduleCommands(jobnik),
-            archive=lambda: len(archiver.run().archived),
+            archive=archiver.sweep,
             archive_every=settings.archive_interval,
         )
         if interval > 0

@@ -8,7 +8,7 @@ Nothing below the entry points reads `os.environ`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
@@ -29,6 +29,8 @@ MAX_SERVABLE_DEPTH = 200
 # "now minus the threshold" leaves the calendar, and the counts leave the stores' integers.
 MAX_STUCK_LEASE_EXPIRIES = 1_000_000
 MAX_STUCK_IDLE_SECONDS = 1e9
+# The share of its time an archive run spends archiving through a backlog (api/archives.py).
+ARCHIVE_SHARE: Final = 0.1
 # Settings whose value an error message leaves out (a database URL may hold a password).
 UNQUOTED = frozenset({"database_url"})
 
@@ -280,6 +282,13 @@ class Settings(BaseSettings):
         60.0, gt=0, description="seconds between the sweeper's archive runs"
     )
     archive_batch: int = Field(100, ge=1, le=10_000, description="jobs one archive run takes")
+    archive_share: float = Field(
+        ARCHIVE_SHARE,
+        gt=0,
+        le=1,
+        description="the most of its time archiving takes through a backlog: after a batch of t "
+        "seconds it waits t * (1 - share) / share before the next; 1: batch after batch",
+    )
 
     def __init__(self, **values: Any) -> None:
         try:

@@ -33,14 +33,16 @@ class Sweeper:
         purge: Callable[[], int] | None = None,
         round: Round = unobserved,
         schedules: ScheduleCommands | None = None,
-        archive: Callable[[], int] | None = None,
+        archive: Callable[[], tuple[int, float | None]] | None = None,
         archive_every: float = 60.0,
     ) -> None:
         self.jobnik, self.lock, self.interval, self.purge = jobnik, lock, interval, purge
         self.round = round  # each round runs in it, told how many tasks and keys it took
         self.schedules = schedules
-        self.archive, self.archive_every = archive, archive_every  # a round: jobs archived
-        self._archived_at = -archive_every
+        # A round: the jobs archived, and the seconds to its next round through a backlog
+        # (None: nothing more is due, the next after `archive_every`).
+        self.archive, self.archive_every = archive, archive_every
+        self._archive_at = 0.0
         self._purged_at = -PURGE_EVERY
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="jobnik-sweeper", daemon=True)
@@ -77,9 +79,9 @@ class Sweeper:
             if purged := self.purge():
                 log.info("idempotency keys purged", extra={"action": "keys_purged", "keys": purged})
         archived = 0
-        if self.archive is not None and time.monotonic() - self._archived_at >= self.archive_every:
-            self._archived_at = time.monotonic()
-            archived = self.archive()
+        if self.archive is not None and time.monotonic() >= self._archive_at:
+            archived, pause = self.archive()
+            self._archive_at = time.monotonic() + (self.archive_every if pause is None else pause)
         did(total + steps + purged + missed + expired + archived)
         return total
 

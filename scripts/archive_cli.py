@@ -40,25 +40,34 @@ def run(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="list the jobs due, archive none")
     ] = False,
+    share: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            max=1.0,
+            help="the most of its time the run spends archiving, paused between batches "
+            "(default JOBNIK_ARCHIVE_SHARE); 1: batch after batch, for a quiet hour",
+        ),
+    ] = None,
 ) -> None:
     """Archive the jobs whose retention period has run out, batch after batch, until none is
-    due (JOBNIK_ARCHIVE_BATCH jobs a transaction). Prints each job archived (or due)."""
+    due (JOBNIK_ARCHIVE_BATCH jobs a transaction), paced as the sweeper paces itself through a
+    backlog. Prints each job archived (or due)."""
     archiver = open_archiver()
     if archiver.directory is None:
         raise Failure("JOBNIK_ARCHIVE_DIR names no archive directory", EXIT_USAGE)
+    if share is not None:
+        archiver.share = share
     by = cli_principal()
     total = 0
     try:
-        while True:
-            done = archiver.run(dry_run=dry_run, by=by)
+        for done in [archiver.run(dry_run=True)] if dry_run else archiver.runs(by=by):
             if done.busy:
                 raise Failure("a rebuild or verify is running: try again after it", EXIT_BUSY)
             for c in done.due:
                 if dry_run or c.job_id in done.archived:
                     typer.echo(f"{c.job_id}  {c.name}  ended {c.ended_at.isoformat()}")
             total += len(done.archived)
-            if dry_run or not done.archived:
-                break
     finally:
         archiver.store.close()
     if not dry_run:

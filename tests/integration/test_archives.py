@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,7 +18,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from jobnik.api import archives as archives_module
-from jobnik.api.archives import Archiver
+from jobnik.api.archives import Archiver, Run
 from jobnik.api.sweeper import Sweeper
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.archives import ArchiveFile, RetentionCommands, location
@@ -508,10 +509,10 @@ def test_the_leaders_sweeper_archives_the_jobs_due(
 ) -> None:
     job_id = ended_job(engine, "nightly")
     clock.advance(8 * DAY)
-    runs: list[int] = []
+    runs: list[tuple[int, float | None]] = []
 
-    def archive() -> int:
-        runs.append(len(archiver.run().archived))
+    def archive() -> tuple[int, float | None]:
+        runs.append(archiver.sweep())
         return runs[-1]
 
     sweeper = Sweeper(engine, store.leader_lock("sweeper"), 60, archive=archive, archive_every=60)
@@ -521,5 +522,54 @@ def test_the_leaders_sweeper_archives_the_jobs_due(
     finally:
         sweeper.lock.release()
 
-    assert runs == [1]
+    assert runs == [(1, None)]  # (nothing more due: the next run after the interval)
     assert archiver.record(job_id) is not None
+
+
+def test_through_a_backlog_the_sweeper_runs_again_after_the_pause_not_the_interval(
+    store: SqlStore, engine: Jobnik, clock: Clock, tmp_path: Path
+) -> None:
+    jobs = [ended_job(engine, "nightly") for _ in range(3)]
+    clock.advance(8 * DAY)
+    archiver = Archiver(store, tmp_path / "archive", 7 * DAY, batch=2, clock=clock, share=1.0)
+    runs: list[tuple[int, float | None]] = []
+
+    def archive() -> tuple[int, float | None]:
+        runs.append(archiver.sweep())
+        return runs[-1]
+
+    sweeper = Sweeper(engine, store.leader_lock("sweeper"), 60, archive=archive, archive_every=60)
+    try:
+        for _ in range(3):
+            sweeper.sweep_once()
+    finally:
+        sweeper.lock.release()
+
+    # A whole batch due: the next round at once (share 1: no pause); then the rest, and the
+    # interval.
+    assert runs == [(2, 0.0), (1, None)]
+    assert all(archiver.record(j) is not None for j in jobs)
+
+
+def test_a_run_through_a_backlog_works_its_share_of_the_time(
+    store: SqlStore, engine: Jobnik, clock: Clock, tmp_path: Path
+) -> None:
+    jobs = [ended_job(engine, "nightly") for _ in range(3)]
+    clock.advance(8 * DAY)
+    archiver = Archiver(store, tmp_path / "archive", 7 * DAY, batch=1, clock=clock, share=0.25)
+
+    assert archiver.pause(Run(more=True, seconds=0.2)) == pytest.approx(0.6)
+    assert archiver.pause(Run(more=False, seconds=0.2)) == 0.0
+    waits: list[float] = []
+
+    class Stop(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            waits.append(timeout or 0.0)
+            return False
+
+    done = list(archiver.runs(Stop()))
+
+    assert [len(r.archived) for r in done] == [1, 1, 1, 0]
+    assert [r.more for r in done] == [True, True, True, False]
+    assert waits == [pytest.approx(r.seconds * 3) for r in done[:3]]
+    assert all(archiver.record(j) is not None for j in jobs)
