@@ -4,7 +4,7 @@ It also steps the schedules' clocks (each due nominal time run, skipped, buffere
 as missed: domain/schedule_commands.py), purges expired Idempotency-Keys (expired keys
 already count as absent at lookup; the purge only keeps the table small) and, every
 JOBNIK_ARCHIVE_INTERVAL seconds, archives the ended jobs past their retention period, a bounded
-batch a round (api/archives.py)."""
+batch a round (api/archives.py); through a backlog, again once the batch's pause has passed."""
 
 from __future__ import annotations
 
