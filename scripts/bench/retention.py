@@ -16,11 +16,12 @@ would otherwise do first).
   (a run whose counts differ fails the figure);
 - archiving rate: events archived per second against events read and decoded per second;
 - no cost to live work: the HTTP lifecycle (K SDK worker processes against the server, as the
-  `http` figure runs it) while an archive run works through a backlog of ended jobs made just
-  before it, paced as the sweeper paces itself through a backlog (JOBNIK_ARCHIVE_SHARE's
-  default), against the same lifecycle with no run just before that, over ROUNDS_HTTP pairs;
-  the median pair's ratio; goal at least 90 %. Then once more with the run unpaced (batch
-  after batch), against the median pair's drain without a run.
+  `http` figure runs it) while an archive run works through a backlog of ended jobs, paced as
+  the sweeper paces itself through a backlog (JOBNIK_ARCHIVE_SHARE's default), against the same
+  lifecycle with no run; ROUNDS_HTTP pairs, each after a backlog of its own (the database settled
+  after it), each pair's drains in the other order than the last's; the median pair's ratio;
+  goal at least 90 %. Then once more with the run unpaced (batch after batch), against the
+  median pair's drain without a run.
 """
 
 from __future__ import annotations
@@ -168,28 +169,35 @@ def fig_retention(ctx: Ctx) -> None:
     )
 
 
-def _archive(archiver: Archiver, stop: threading.Event, ran: list[float]) -> None:
+def _archive(archiver: Archiver | None, stop: threading.Event, ran: list[float]) -> None:
     """Archive runs, paced (`Archiver.runs`), until `stop` or none is due; `ran[0]`: how long
     they ran."""
     t0 = time.perf_counter()
-    for _ in archiver.runs(stop):
+    for _ in archiver.runs(stop) if archiver else ():
         pass
     ran[0] = time.perf_counter() - t0
 
 
-def _drain_beside_run(
-    ctx: Ctx, store: SqlStore, base: str, archiver: Archiver, label: str, jobs: int
-) -> tuple[float, float]:
-    """The HTTP drain `label` while an archive run works through a backlog of `jobs` ended jobs
-    made just before it: tasks/s, and the share of the drain the run was busy."""
-    stop, ran = threading.Event(), [0.0]
+def _backlog(store: SqlStore, label: str, jobs: int) -> None:
+    """`jobs` ended jobs, due, with the catch-up projections at the log's head (the catch-up
+    runner's work, not the archive run's) and the database settled after making them (its
+    dead rows vacuumed, as autovacuum would: `live_size`)."""
     ended_jobs(Jobnik(store), f"backlog-{label}", jobs)
-    catch_up_all(store)  # (the catch-up runner's work, not the archive run's)
+    catch_up_all(store)
+    live_size(store)
+
+
+def _drain(ctx: Ctx, base: str, label: str, archiver: Archiver | None) -> tuple[float, float]:
+    """The HTTP drain `label`, beside archive runs through the backlog when `archiver` is given:
+    tasks/s, and the share of the drain the runs were busy."""
+    stop, ran = threading.Event(), [0.0]
     runner = threading.Thread(target=_archive, args=(archiver, stop, ran))
-    runner.start()
+    if archiver is not None:
+        runner.start()
     seconds, dequeues, _ = run_http_workers(base, label, K)
     stop.set()
-    runner.join()
+    if archiver is not None:
+        runner.join()
     check(len(dequeues) == ctx.sizes.http_tasks, f"HTTP workers completed {len(dequeues)}")
     return ctx.sizes.http_tasks / seconds, min(ran[0] / seconds, 1.0)
 
@@ -197,10 +205,11 @@ def _drain_beside_run(
 def during_archive(ctx: Ctx, store: SqlStore, url: str, archiver: Archiver) -> None:
     """The HTTP lifecycle without an archive run and during one, alternated (see the module).
 
-    Each pair's backlog is made just before its "during" drain, large enough to keep the run
-    busy for the whole drain (the overlap says how much of it the run was busy), so every
-    pair's run has the same work; the figure is the pair whose ratio is the median, as the two
-    drains of a pair ran within minutes of each other, on the same load."""
+    Each pair's backlog is made just before the pair, large enough to keep the run busy for the
+    whole drain (the overlap says how much of it the run was busy), and the database settled
+    after it, so both drains of a pair find the same database and every pair's run the same
+    work; the pairs alternate which drain goes first; the figure is the pair whose ratio is the
+    median."""
     n, jobs = ctx.sizes.http_tasks, max(ctx.sizes.lifecycle_tasks // 5, 2)
     app = Jobnik(store)
     for r in range(ROUNDS_HTTP):
@@ -210,18 +219,21 @@ def during_archive(ctx: Ctx, store: SqlStore, url: str, archiver: Archiver) -> N
     pairs: list[tuple[float, float, float]] = []  # (during, without) tasks/s and the overlap
     with server(url, ctx.tmp / "retention-server.log") as base:
         for r in range(ROUNDS_HTTP):
-            seconds, dequeues, _ = run_http_workers(base, f"live-{r}-False", K)
-            check(len(dequeues) == n, f"HTTP workers completed {len(dequeues)} of {n}")
+            _backlog(store, str(r), jobs)
             archiver.share = ARCHIVE_SHARE
-            during, overlap = _drain_beside_run(ctx, store, base, archiver, f"live-{r}-True", jobs)
-            pairs.append((during, n / seconds, overlap))
-            say(f"# {ctx.backend} retention pair {r + 1}: {during:,.1f} tasks/s during an "
-                f"archive run (busy {overlap:.0%} of the drain), {n / seconds:,.1f} without: "
-                f"{during / (n / seconds):.0%}")  # fmt: skip
+            rates: dict[bool, tuple[float, float]] = {}
+            for during in (False, True) if r % 2 == 0 else (True, False):
+                rates[during] = _drain(
+                    ctx, base, f"live-{r}-{during}", archiver if during else None
+                )
+            (during_rate, overlap), (without, _) = rates[True], rates[False]
+            pairs.append((during_rate, without, overlap))
+            say(f"# {ctx.backend} retention pair {r + 1}: {during_rate:,.1f} tasks/s during an "
+                f"archive run (busy {overlap:.0%} of the drain), {without:,.1f} without: "
+                f"{during_rate / without:.0%}")  # fmt: skip
+        _backlog(store, "flat-out", jobs)
         archiver.share = 1.0
-        flat_out, flat_overlap = _drain_beside_run(
-            ctx, store, base, archiver, "live-flat-out", jobs
-        )
+        flat_out, flat_overlap = _drain(ctx, base, "live-flat-out", archiver)
     by_ratio = sorted(pairs, key=lambda p: p[0] / p[1])
     median = by_ratio[(len(by_ratio) - 1) // 2]
     f = ctx.add(
