@@ -28,7 +28,7 @@ point of the log, so it keeps and drops the same rows (docs/design.md, "Activity
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 from uuid import UUID
@@ -41,8 +41,12 @@ from jobnik.domain.tasks import Task
 from jobnik.projections.catchup.projection import (
     Batch,
     CatchUpProjection,
+    Replay,
+    Rows,
+    Run,
     Sql,
     archived_in,
+    runner,
     select_in,
 )
 from jobnik.projections.store.cursor import Cursor
@@ -232,8 +236,9 @@ class Activity(CatchUpProjection):
     }
     events = tuple(STEP)
     leave_with_job = ((STAGES, "job_id IN ({jobs})"), (JOB_MINUTES, "job_id IN ({jobs})"))
-    # Not per job: the horizon follows the newest event of any job, so one process replays
-    # the log in order (`per_job` False).
+    # Rows of one job or stage; the counts per type and minute are totals over jobs, and the
+    # window follows the newest minute of any job: a rebuild's `Totals`.
+    per_job = True
     ddl = f"""
     CREATE TABLE IF NOT EXISTS activity_v1_stages (
         stage_id {{uuid}} PRIMARY KEY,
@@ -264,58 +269,23 @@ class Activity(CatchUpProjection):
     """
 
     def apply(self, cur: Cursor, batch: Batch, sql: Sql, prepared: Any = None) -> None:
-        stored = cur.one(sql(NEWEST))
-        stored_newest = None if stored is None else stored["newest"]
-        state = fold(batch, self._load(cur, batch, sql))
+        stored_newest = _newest(cur, sql)
+        state = fold(batch, self.stored_stages(cur, batch, sql))
         keep_from = horizon(stored_newest, state)
-        d = cur.dialect
-
-        def run(statement: str, rows: Iterable[dict[str, Any]]) -> None:
-            dumped = [d.dump_row(r) for r in rows]
-            if dumped:
-                cur.executemany(sql(statement), dumped)
-
-        loaded = set(state.deleted | state.stages.keys()) - state.added
-        run(
-            INSERT_STAGE,
-            (
-                {"stage_id": s, **vars(state.stages[s])}
-                for s in sorted(state.added - state.deleted, key=str)
-            ),
-        )
-        run(
-            SET_STAGE,
-            (
-                {"stage_id": s, "queued": state.stages[s].queued}
-                for s in sorted(loaded - state.deleted, key=str)
-            ),
-        )
-        run(DELETE_STAGE, ({"stage_id": s} for s in sorted(loaded & state.deleted, key=str)))
-        types = sorted(state.new_types | set(state.queued))
-        run(ADD_TYPE, ({"stage_type": t, "queued": state.queued[t]} for t in types))
+        run = runner(cur, sql)
+        _write_stages(run, state)
+        run(ADD_TYPE, _type_rows(state.new_types, state.queued))
         if keep_from is not None:
-            run(
-                ADD_MINUTE,
-                (
-                    {"stage_type": t, "epoch_minute": m, **{c: n[c] for c in COUNTERS}}
-                    for (t, m), n in sorted(state.minutes.items())
-                    if m >= keep_from
-                ),
-            )
-            run(
-                ADD_JOB_MINUTE,
-                (
-                    {"job_id": j, "epoch_minute": m, "completed": n}
-                    for (j, m), n in sorted(state.job_minutes.items(), key=_by_job)
-                    if m >= keep_from
-                ),
-            )
+            run(ADD_MINUTE, _minute_rows(state.minutes, keep_from))
+            run(ADD_JOB_MINUTE, _job_minute_rows(state.job_minutes, keep_from))
             if stored_newest is not None and keep_from > stored_newest - WINDOW_MINUTES:
-                for statement in PRUNE:
-                    cur.execute(sql(statement), {"horizon": keep_from})
+                _prune(cur, sql, keep_from)
         self.forget(cur, sql, archived_in(batch))
 
-    def _load(self, cur: Cursor, batch: Batch, sql: Sql) -> dict[UUID, StageRow]:
+    def replay(self, sql: Sql) -> Replay:
+        return Totals(sql, self)
+
+    def stored_stages(self, cur: Cursor, batch: Batch, sql: Sql) -> dict[UUID, StageRow]:
         """The stored rows of the stages the batch's task events name, and of the stages of the
         jobs it deletes or archives."""
         stage_ids = {e.stage_id for _, e in batch if hasattr(e, "stage_id")}
@@ -325,3 +295,108 @@ class Activity(CatchUpProjection):
         rows = select_in(cur, sql, select, "stage_id", stage_ids)
         rows += select_in(cur, sql, select, "job_id", deleted)
         return {r["stage_id"]: StageRow(r["job_id"], r["stage_type"], r["queued"]) for r in rows}
+
+
+class Totals:
+    """A rebuild pass's replay (`CatchUpProjection.replay`): each page's stage rows as `apply`
+    writes them; the counts per stage type, per type and minute and per job and minute added up
+    in memory over the pass (minutes before the window of the newest minute seen dropped as it
+    moves) and added to their rows when it ends, each row once, in key order; then the rows
+    before the window of the tables' newest minute are removed.
+
+    The rows are those `apply` writes batch by batch: a minute's row holds every event of that
+    minute, and the minutes kept are those within the window of the newest minute of the log,
+    whatever the batches. Processes that replay different jobs into the same tables
+    (rebuild/parallel.py) each keep the minutes within the window of their own jobs' newest
+    minute, a superset; the rebuilding process's last pass ends after theirs and removes the
+    rest."""
+
+    def __init__(self, sql: Sql, projection: Activity) -> None:
+        self.sql, self.projection = sql, projection
+        self._reset()
+
+    def _reset(self) -> None:
+        self.started = False
+        self.newest: int | None = None  # the stored rows' newest minute, then this pass's
+        self.types: Counter[str] = Counter()
+        self.minutes: dict[tuple[str, int], Counter[str]] = {}
+        self.job_minutes: Counter[tuple[UUID, int]] = Counter()
+
+    def __call__(self, cur: Cursor, batch: Batch, prepared: Any) -> None:
+        run = runner(cur, self.sql)
+        if not self.started:
+            self.newest, self.started = _newest(cur, self.sql), True
+        if not batch:
+            self._write(cur, run)
+            return
+        state = fold(batch, self.projection.stored_stages(cur, batch, self.sql))
+        _write_stages(run, state)
+        for t in state.new_types:
+            self.types[t] += 0  # (a type's row is there once a stage of it was added)
+        self.types.update(state.queued)
+        for key, counts in state.minutes.items():
+            self.minutes.setdefault(key, Counter()).update(counts)
+        self.job_minutes.update(state.job_minutes)
+        archived = archived_in(batch)
+        if archived:
+            self.job_minutes = Counter(
+                {k: n for k, n in self.job_minutes.items() if k[0] not in archived}
+            )
+        self.projection.forget(cur, self.sql, archived)
+        if state.newest is not None and (self.newest is None or state.newest > self.newest):
+            self.newest = state.newest
+            keep_from = state.newest - WINDOW_MINUTES
+            self.minutes = {k: n for k, n in self.minutes.items() if k[1] >= keep_from}
+            self.job_minutes = Counter(
+                {k: n for k, n in self.job_minutes.items() if k[1] >= keep_from}
+            )
+
+    def _write(self, cur: Cursor, run: Run) -> None:
+        run(ADD_TYPE, _type_rows((), self.types))
+        if self.newest is not None:  # (a late event's minute may lie before the window)
+            run(ADD_MINUTE, _minute_rows(self.minutes, self.newest - WINDOW_MINUTES))
+            run(ADD_JOB_MINUTE, _job_minute_rows(self.job_minutes, self.newest - WINDOW_MINUTES))
+        newest = _newest(cur, self.sql)
+        if newest is not None:
+            _prune(cur, self.sql, newest - WINDOW_MINUTES)
+        self._reset()
+
+
+def _newest(cur: Cursor, sql: Sql) -> int | None:
+    stored = cur.one(sql(NEWEST))
+    return None if stored is None else stored["newest"]
+
+
+def _prune(cur: Cursor, sql: Sql, keep_from: int) -> None:
+    for statement in PRUNE:
+        cur.execute(sql(statement), {"horizon": keep_from})
+
+
+def _write_stages(run: Run, state: State) -> None:
+    """The batch's stage rows: added, their queued tasks changed, removed."""
+    loaded = set(state.deleted | state.stages.keys()) - state.added
+    added = sorted(state.added - state.deleted, key=str)
+    run(INSERT_STAGE, [{"stage_id": s, **vars(state.stages[s])} for s in added])
+    changed = sorted(loaded - state.deleted, key=str)
+    run(SET_STAGE, [{"stage_id": s, "queued": state.stages[s].queued} for s in changed])
+    run(DELETE_STAGE, [{"stage_id": s} for s in sorted(loaded & state.deleted, key=str)])
+
+
+def _type_rows(new_types: Iterable[str], queued: Mapping[str, int]) -> Rows:
+    return [{"stage_type": t, "queued": queued.get(t, 0)} for t in sorted({*new_types, *queued})]
+
+
+def _minute_rows(minutes: Mapping[tuple[str, int], Counter[str]], keep_from: int) -> Rows:
+    return [
+        {"stage_type": t, "epoch_minute": m, **{c: n[c] for c in COUNTERS}}
+        for (t, m), n in sorted(minutes.items())
+        if m >= keep_from
+    ]
+
+
+def _job_minute_rows(job_minutes: Mapping[tuple[UUID, int], int], keep_from: int) -> Rows:
+    return [
+        {"job_id": j, "epoch_minute": m, "completed": n}
+        for (j, m), n in sorted(job_minutes.items(), key=_by_job)
+        if m >= keep_from
+    ]

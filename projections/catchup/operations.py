@@ -32,7 +32,14 @@ from uuid import UUID
 
 from jobnik.domain.archives import ARCHIVED
 from jobnik.projections.catchup.operation_changes import ALL_EVENTS, COUNTERS, Changes, fold, later
-from jobnik.projections.catchup.projection import Batch, CatchUpProjection, Replay, Sql
+from jobnik.projections.catchup.projection import (
+    Batch,
+    CatchUpProjection,
+    Replay,
+    Rows,
+    Sql,
+    runner,
+)
 from jobnik.projections.store.cursor import Cursor
 
 TYPES, EVENTS, STAGES, JOBS, LEASES, FAILURES = (
@@ -152,24 +159,13 @@ class Operations(CatchUpProjection):
 
     def apply(self, cur: Cursor, batch: Batch, sql: Sql, prepared: Any = None) -> None:
         c = prepared if isinstance(prepared, Changes) else fold(batch)
-        run = _runner(cur, sql)
+        run = runner(cur, sql)
         for statement, rows in (*_own(c), *_totals(c)):
             run(statement, rows)
         self.forget(cur, sql, c.archived)
 
     def replay(self, sql: Sql) -> Replay:
         return Totals(sql, self)
-
-
-Rows = list[dict[str, Any]]
-
-
-def _runner(cur: Cursor, sql: Sql) -> Callable[[str, Rows], None]:
-    def run(statement: str, rows: Rows) -> None:
-        if rows:
-            cur.executemany(sql(statement), [cur.dialect.dump_row(r) for r in rows])
-
-    return run
 
 
 def _own(c: Changes) -> list[tuple[str, Rows]]:
@@ -248,7 +244,7 @@ class Totals:
         self.types: OrderedDict[UUID, str] = OrderedDict()  # stage id → type, latest added
 
     def __call__(self, cur: Cursor, batch: Batch, prepared: Any) -> None:
-        run = _runner(cur, self.sql)
+        run = runner(cur, self.sql)
         if not batch:
             self._write(run)
             return

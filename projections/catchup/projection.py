@@ -137,6 +137,21 @@ def batch_by_batch(projection: CatchUpProjection, sql: Sql) -> Replay:
     return apply
 
 
+Rows = list[dict[str, Any]]
+Run = Callable[[str, Rows], None]  # (statement, its rows): `runner`
+
+
+def runner(cur: Cursor, sql: Sql) -> Run:
+    """A function running a statement once per row (none: nothing sent), its values dumped for
+    `cur`'s dialect and its tables named by `sql`."""
+
+    def run(statement: str, rows: Rows) -> None:
+        if rows:
+            cur.executemany(sql(statement), [cur.dialect.dump_row(r) for r in rows])
+
+    return run
+
+
 def select_in(
     cur: Cursor, sql: Sql, select: str, column: str, values: set[Any]
 ) -> list[dict[str, Any]]:

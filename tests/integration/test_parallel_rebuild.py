@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -15,6 +16,7 @@ from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask
 from jobnik.domain.errors import DatabaseError
 from jobnik.domain.statuses import TaskStatus
 from jobnik.projections.catchup import tracking
+from jobnik.projections.catchup.activity import Activity
 from jobnik.projections.catchup.registry import CATCH_UP
 from jobnik.projections.rebuild import parallel, passes
 from jobnik.projections.rebuild.bluegreen import rebuild
@@ -23,7 +25,15 @@ from jobnik.projections.store import routes
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.postgres import PostgresStore
 from tests.integration.test_catchup import drain, rows
-from tests.integration.test_rebuild import access_workload, busy_workload, snapshot
+from tests.integration.test_rebuild import (
+    access_workload,
+    busy_workload,
+    random_workload,
+    snapshot,
+)
+
+ACTIVITY = Activity()
+T0 = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -100,6 +110,29 @@ def test_the_catch_up_projections_replayed_in_parts_equal_their_runners_rows(
     assert all(r["dequeues"] for r in applied["operations"]["operations_v1_types"])
     if isinstance(store, PostgresStore):
         assert everything_in_parallel == [head]
+
+
+def test_activity_replayed_in_parts_keeps_the_runners_day_of_minutes(
+    store: SqlStore, jobnik: Jobnik, everything_in_parallel: list[int]
+) -> None:
+    """Each part keeps the minutes within a day of its own jobs' newest one; the rows are still
+    the runner's, within a day of the log's newest minute."""
+    clock = iter(T0 + timedelta(minutes=7 * i) for i in range(10_000))
+    jobnik.clock = lambda: next(clock)  # about three days of minutes
+    random_workload(jobnik, random.Random(11), 700)
+    drain(store, 50)
+    applied = rows(store, ACTIVITY)
+    head = int(store.recorder.max_notification_id() or 0)
+
+    rebuild(store, processes=3)
+
+    assert rows(store, ACTIVITY) == applied
+    assert verify(store, names=[ACTIVITY.name], processes=2) == []
+    newest = max(r["epoch_minute"] for r in applied["activity_v1_minutes"])
+    assert min(r["epoch_minute"] for r in applied["activity_v1_minutes"]) >= newest - 24 * 60
+    assert min(r["epoch_minute"] for r in applied["activity_v1_minutes"]) < newest - 23 * 60
+    if isinstance(store, PostgresStore):
+        assert everything_in_parallel == [head, head]
 
 
 def test_a_part_that_fails_fails_the_rebuild_and_changes_no_live_row(
