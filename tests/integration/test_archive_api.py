@@ -128,6 +128,8 @@ def test_the_command_line_exports_verifies_and_sets_periods(
     exported = runner.invoke(cli, ["history", "export", job["id"]], env=archive_env)
     checked = runner.invoke(cli, ["archive", "verify"], env=archive_env)
     dry = runner.invoke(cli, ["archive", "run", "--dry-run"], env=archive_env)
+    unpaced = runner.invoke(cli, ["archive", "run", "--share", "1"], env=archive_env)
+    no_share = runner.invoke(cli, ["archive", "run", "--share", "0"], env=archive_env)
     set_ = runner.invoke(
         cli, ["archive", "retention", "audit", "--seconds", "86400"], env=archive_env
     )
@@ -137,6 +139,10 @@ def test_the_command_line_exports_verifies_and_sets_periods(
     assert [json.loads(line) for line in exported.stdout.splitlines()] == live
     assert checked.exit_code == 0, checked.output
     assert (dry.exit_code, dry.stdout) == (0, "")
+    assert (unpaced.exit_code, unpaced.stdout) == (0, ""), unpaced.output
+    assert "0 job(s) archived" in unpaced.output
+    assert no_share.exit_code == 2
+    assert "--share" in no_share.output
     assert set_.exit_code == 0, set_.output
     assert "audit: 86400 s" in set_.stdout
     assert zero.exit_code == 1

@@ -84,3 +84,14 @@ def test_a_bad_number_of_rebuild_processes_is_refused_naming_the_setting(value: 
 def test_a_stuck_threshold_no_scrape_could_use_is_refused(variable: str, value: str) -> None:
     with pytest.raises(InvalidSettings, match=variable):
         Settings.from_env({variable: value})
+
+
+@pytest.mark.parametrize(("value", "why"), [("0", "greater than 0"), ("1.5", "less than or equal")])
+def test_an_archive_share_outside_0_to_1_is_refused(value: str, why: str) -> None:
+    with pytest.raises(InvalidSettings, match=f"JOBNIK_ARCHIVE_SHARE='{value}': .*{why}"):
+        Settings.from_env({"JOBNIK_ARCHIVE_SHARE": value})
+
+
+def test_the_archive_share_is_a_tenth_unless_set() -> None:
+    assert Settings.from_env({}).archive_share == 0.1
+    assert Settings.from_env({"JOBNIK_ARCHIVE_SHARE": "1"}).archive_share == 1.0
