@@ -169,11 +169,11 @@ def fig_retention(ctx: Ctx) -> None:
     )
 
 
-def _archive(archiver: Archiver | None, stop: threading.Event, ran: list[float]) -> None:
+def _archive(archiver: Archiver, stop: threading.Event, ran: list[float]) -> None:
     """Archive runs, paced (`Archiver.runs`), until `stop` or none is due; `ran[0]`: how long
     they ran."""
     t0 = time.perf_counter()
-    for _ in archiver.runs(stop) if archiver else ():
+    for _ in archiver.runs(stop):
         pass
     ran[0] = time.perf_counter() - t0
 
@@ -191,12 +191,12 @@ def _drain(ctx: Ctx, base: str, label: str, archiver: Archiver | None) -> tuple[
     """The HTTP drain `label`, beside archive runs through the backlog when `archiver` is given:
     tasks/s, and the share of the drain the runs were busy."""
     stop, ran = threading.Event(), [0.0]
-    runner = threading.Thread(target=_archive, args=(archiver, stop, ran))
-    if archiver is not None:
+    runner = threading.Thread(target=_archive, args=(archiver, stop, ran)) if archiver else None
+    if runner:
         runner.start()
     seconds, dequeues, _ = run_http_workers(base, label, K)
     stop.set()
-    if archiver is not None:
+    if runner:
         runner.join()
     check(len(dequeues) == ctx.sizes.http_tasks, f"HTTP workers completed {len(dequeues)}")
     return ctx.sizes.http_tasks / seconds, min(ran[0] / seconds, 1.0)

@@ -504,11 +504,11 @@ def test_a_run_whose_transaction_fails_before_its_commit_leaves_every_job_live(
     assert list(archiver.verify()) == []
 
 
-def test_the_leaders_sweeper_archives_the_jobs_due(
-    store: SqlStore, engine: Jobnik, clock: Clock, archiver: Archiver
-) -> None:
-    job_id = ended_job(engine, "nightly")
-    clock.advance(8 * DAY)
+def swept(
+    engine: Jobnik, store: SqlStore, archiver: Archiver, rounds: int
+) -> list[tuple[int, float | None]]:
+    """What the archiver's runs answered in `rounds` rounds of the leader's sweeper (its archive
+    interval 60 s)."""
     runs: list[tuple[int, float | None]] = []
 
     def archive() -> tuple[int, float | None]:
@@ -517,10 +517,19 @@ def test_the_leaders_sweeper_archives_the_jobs_due(
 
     sweeper = Sweeper(engine, store.leader_lock("sweeper"), 60, archive=archive, archive_every=60)
     try:
-        sweeper.sweep_once()
-        sweeper.sweep_once()  # (within the interval: no second run)
+        for _ in range(rounds):
+            sweeper.sweep_once()
     finally:
         sweeper.lock.release()
+    return runs
+
+
+def test_the_leaders_sweeper_archives_the_jobs_due(
+    store: SqlStore, engine: Jobnik, clock: Clock, archiver: Archiver
+) -> None:
+    job_id = ended_job(engine, "nightly")
+    clock.advance(8 * DAY)
+    runs = swept(engine, store, archiver, 2)  # (the second within the interval: no run)
 
     assert runs == [(1, None)]  # (nothing more due: the next run after the interval)
     assert archiver.record(job_id) is not None
@@ -532,18 +541,7 @@ def test_through_a_backlog_the_sweeper_runs_again_after_the_pause_not_the_interv
     jobs = [ended_job(engine, "nightly") for _ in range(3)]
     clock.advance(8 * DAY)
     archiver = Archiver(store, tmp_path / "archive", 7 * DAY, batch=2, clock=clock, share=1.0)
-    runs: list[tuple[int, float | None]] = []
-
-    def archive() -> tuple[int, float | None]:
-        runs.append(archiver.sweep())
-        return runs[-1]
-
-    sweeper = Sweeper(engine, store.leader_lock("sweeper"), 60, archive=archive, archive_every=60)
-    try:
-        for _ in range(3):
-            sweeper.sweep_once()
-    finally:
-        sweeper.lock.release()
+    runs = swept(engine, store, archiver, 3)
 
     # A whole batch due: the next round at once (share 1: no pause); then the rest, and the
     # interval.
