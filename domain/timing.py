@@ -16,12 +16,13 @@ the hour, UTC), whatever the zone.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
@@ -36,6 +37,17 @@ MAX_SHIFT: Final = timedelta(hours=3)
 ALIASES: Final = frozenset(
     {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
 )
+# A field croniter fills with a random value (R, R(1-5), R/15), drawn again each time it reads the
+# expression: no two readings would agree on the nominal times.
+RANDOM_FIELD: Final = re.compile(r"(?:^|\s)r(?:$|[\s(/])", re.IGNORECASE)
+
+
+@cache
+def _iana_names() -> frozenset[str]:
+    """The IANA time zone names the system (or the tzdata package) holds; not the host's own
+    zone (`localtime`), nor `posixrules` or the leap-second variants (`right/...`): what they
+    mean depends on the machine that reads them."""
+    return frozenset(available_timezones()) - {"localtime"}
 
 
 def zone(name: str) -> ZoneInfo:
@@ -86,6 +98,11 @@ class Timing:
         if (self.cron is None) == (self.interval_seconds is None):
             raise TimingRequired
         zone(self.timezone)
+        if self.timezone not in _iana_names():
+            raise InvalidTimezone(
+                f"{self.timezone!r} is not an IANA time zone name: use one such as "
+                "'Europe/Berlin' or 'UTC'"
+            )
         if self.interval_seconds is not None:
             if not 1 <= self.interval_seconds <= MAX_INTERVAL:
                 raise InvalidInterval(
@@ -94,6 +111,10 @@ class Timing:
             return
         assert self.cron is not None
         text = self.cron.strip()
+        if RANDOM_FIELD.search(text):
+            raise InvalidCron(
+                f"{self.cron!r} has a random field (R): a schedule fires at fixed times"
+            )
         if not (text.lower() in ALIASES or len(text.split()) == 5) or not croniter.is_valid(text):
             raise InvalidCron(
                 f"{self.cron!r} is not a cron expression: five fields (minute hour "

@@ -67,7 +67,9 @@ def test_a_schedule_is_created_and_read_with_its_next_fire_times(api: Api) -> No
     [
         ({"intervalSeconds": None, "cron": "61 * * * *"}, "INVALID_CRON_EXPRESSION"),
         ({"intervalSeconds": None, "cron": "0 0 30 2 *"}, "INVALID_CRON_EXPRESSION"),
+        ({"intervalSeconds": None, "cron": "R * * * *"}, "INVALID_CRON_EXPRESSION"),
         ({"timezone": "Mars/Olympus"}, "INVALID_TIME_ZONE"),
+        ({"timezone": "localtime"}, "INVALID_TIME_ZONE"),
         ({"intervalSeconds": 0}, "INVALID_INTERVAL"),
         ({"intervalSeconds": -60}, "INVALID_INTERVAL"),
         ({"intervalSeconds": None}, "SCHEDULE_TIMING_REQUIRED"),

@@ -85,6 +85,14 @@ def test_an_interval_counts_from_the_epoch_in_utc() -> None:
         (Timing("not cron", "UTC", None), InvalidCron),
         (Timing("@daily", "Mars/Olympus", None), InvalidTimezone),
         (Timing("@daily", "../etc/passwd", None), InvalidTimezone),
+        # random fields: croniter draws them again at each reading, so no two agree
+        (Timing("R * * * *", "UTC", None), InvalidCron),
+        (Timing("0 r(1-5) * * *", "UTC", None), InvalidCron),
+        (Timing("R/15 * * * *", "UTC", None), InvalidCron),
+        # host files, not IANA names: what they mean depends on the machine that reads them
+        (Timing("@daily", "localtime", None), InvalidTimezone),
+        (Timing("@daily", "posixrules", None), InvalidTimezone),
+        (Timing("@daily", "right/UTC", None), InvalidTimezone),
         (Timing(None, "UTC", 0), InvalidInterval),
         (Timing(None, "UTC", -5), InvalidInterval),
         (Timing(None, "UTC", None), TimingRequired),
@@ -97,5 +105,13 @@ def test_what_cannot_fire_is_refused_by_name(timing: Timing, error: type[Excepti
 
 
 def test_aliases_and_five_fields_are_accepted() -> None:
-    for cron in ("@hourly", "@daily", "@weekly", "@monthly", "@yearly", "*/5 9-17 * * mon-fri"):
+    for cron in (
+        "@hourly",
+        "@daily",
+        "@weekly",
+        "@monthly",
+        "@yearly",
+        "*/5 9-17 * * mon-fri",
+        "0 0 * mar-apr fri",
+    ):
         Timing(cron, "America/New_York", None).check(NOW)
