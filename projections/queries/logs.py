@@ -63,12 +63,12 @@ class TaskLogs:
         """Up to `limit` lines after `after` (None: from the first); TaskNotFound when there is
         no such task. Reads the lines of the appends the page needs only (each holds a line at
         least, so `limit + 1` rows' counts tell which)."""
-        start, skip = 0, 0
-        if after is not None:
-            partial = after.read is not None
-            start, skip = (after.position, after.read or 0) if partial else (after.position + 1, 0)
+        start, skip, since = 0, 0, ">="
+        if after is not None:  # (the append at `position`: its unread lines, else the next)
+            start, skip = after.position, after.read or 0
+            since = ">=" if after.read is not None else ">"  # (no position + 1 past the BIGINT)
         key = {"t": self.store.dialect.dump("task_id", task_id), "s": start}
-        where = f"task_id = {self.p('t')} AND position >= {self.p('s')}"
+        where = f"task_id = {self.p('t')} AND position {since} {self.p('s')}"
         with self.store.cursor(write=False) as cur:
             if cur.one(f"SELECT id FROM tasks_v1 WHERE id = {self.p('t')}", key) is None:
                 raise TaskNotFound

@@ -113,6 +113,14 @@ def test_the_logs_read_is_paged_by_lines_across_appends(api: Api) -> None:
     assert read(api, task, after=f"{positions[5]}:4") == {"items": [], "next": None}
 
 
+@pytest.mark.parametrize("after", [str(2**63 - 1), f"{2**63 - 1}:0", f"{2**63 - 1}:999999999"])
+def test_a_cursor_at_the_last_possible_position_reads_an_empty_page(api: Api, after: str) -> None:
+    task = running_task(api)
+    append(api, task, ["a0"])
+
+    assert read(api, task, after=after) == {"items": [], "next": None}
+
+
 def test_each_line_says_when_by_which_attempt_and_actor(api: Api) -> None:
     task = running_task(api)
     append(api, task, ["hello"])
