@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import quote
 from uuid import UUID
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -43,13 +44,19 @@ def as_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
 
+def segment(value: str) -> str:
+    """A name as one segment of a URL's path: its "/" too escaped (%2F), where Jinja's
+    `urlencode` keeps it."""
+    return quote(value, safe="")
+
+
 ENV: Final = Environment(
     loader=FileSystemLoader(HERE / "templates"),
     autoescape=select_autoescape(default=True),
     trim_blocks=True,
     lstrip_blocks=True,
 )
-ENV.filters.update(when=when, short=short, payload=payload, as_json=as_json)
+ENV.filters.update(when=when, short=short, payload=payload, as_json=as_json, segment=segment)
 ENV.globals["event_types"] = sorted(TOPICS)  # the names a stream's SSE events carry
 
 

@@ -20,6 +20,7 @@ from jobnik.api.deps import reject_unknown_query
 from jobnik.api.errors import error_answers
 from jobnik.api.operator_schemas import MALFORMED
 from jobnik.api.permissions import PrincipalDep, authorize, needs
+from jobnik.api.segments import SegmentRoute
 from jobnik.domain.archives import RetentionCommands
 from jobnik.domain.errors import InvalidRetentionPeriod, JobNotFound, TooManyRetentionPeriods
 from jobnik.domain.principals import Permission
@@ -28,6 +29,7 @@ from jobnik.projections.queries.archives import retention
 P = Permission
 router = APIRouter(
     prefix="/v1",
+    route_class=SegmentRoute,  # a job name may hold "/" (%2F)
     tags=["archives"],
     dependencies=[Depends(authorize), Depends(reject_unknown_query)],
 )

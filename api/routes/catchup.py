@@ -18,6 +18,7 @@ from jobnik.api.errors import error_answers
 from jobnik.api.history_schemas import JobDefinitionOut, JobRunOut, JobStatisticsOut
 from jobnik.api.permissions import authorize, needs
 from jobnik.api.schemas import INT64_MAX
+from jobnik.api.segments import SegmentRoute
 from jobnik.api.waiters import Waiters
 from jobnik.domain.errors import ArchiveUnreachable, JobNotFound
 from jobnik.domain.principals import Permission
@@ -29,7 +30,10 @@ from jobnik.projections.queries.views import Views
 
 P = Permission
 router = APIRouter(
-    prefix="/v1", tags=["history"], dependencies=[Depends(authorize), Depends(reject_unknown_query)]
+    prefix="/v1",
+    route_class=SegmentRoute,  # a job name may hold "/" (%2F)
+    tags=["history"],
+    dependencies=[Depends(authorize), Depends(reject_unknown_query)],
 )
 
 

@@ -22,6 +22,7 @@ from jobnik.api.operator_schemas import MALFORMED, REASON_MAX, REASON_TEXT
 from jobnik.api.pages import PageDep
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import Message
+from jobnik.api.segments import SegmentRoute
 from jobnik.domain.errors import InvalidLimit, LimitNotFound, TooManyLimits
 from jobnik.domain.limit_commands import LimitCommands
 from jobnik.domain.limits import STAGE_TYPE_MAX
@@ -31,6 +32,7 @@ from jobnik.projections.queries.limits import LimitViews
 P = Permission
 router = APIRouter(
     prefix="/v1",
+    route_class=SegmentRoute,  # a stage type may hold "/" (%2F)
     tags=["limits"],
     dependencies=[Depends(authorize), Depends(reject_unknown_query)],
 )
