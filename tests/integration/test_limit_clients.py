@@ -78,6 +78,21 @@ def test_the_sdk_and_the_command_line_set_list_and_remove_a_limit(
     assert refused.value.code == "LIMIT_NOT_FOUND"
 
 
+def test_the_sdk_reaches_a_stage_type_holding_a_slash_and_no_other(
+    database_url: str, spawn_server: Callable[..., Any]
+) -> None:
+    producer = Producer(spawn_server(database_url).url)
+    producer.set_rate("x", 2, 60)
+    assert producer.set_limit("x/rate", 3).stage_type == "x/rate"
+
+    producer.remove_limit("x/rate")
+
+    assert producer.limit("x").rate_starts == 2
+    with pytest.raises(ApiError) as gone:
+        producer.limit("x/rate")
+    assert gone.value.code == "LIMIT_NOT_FOUND"
+
+
 def test_eight_http_workers_never_exceed_the_limit_two_server_processes_on_postgres(
     database_url: str, spawn_server: Callable[..., Any]
 ) -> None:
