@@ -59,7 +59,8 @@ def candidates(
 ) -> list[Candidate]:
     """Up to `limit` jobs, oldest end first, that ended (COMPLETED, FAILED or ABORTED; deleted
     or not) more than their name's retention period before `now` and are not archived: the
-    period set for the name, else `default_seconds` (None: such jobs are kept)."""
+    period set for the name, else `default_seconds` (None: such jobs are kept). A child job
+    whose parent job has not ended is not due."""
     with store.cursor(write=False) as cur:
         overrides = periods(cur)
         found = [
@@ -92,10 +93,16 @@ def _ended(
         kept, names = d.one_of("j.name", "n", besides)
         where.append(f"NOT {kept}")
         params.update(names)
+    # A child job waits for its parent job to end: a delegated task queued again reads its
+    # children's outcomes (GET /v1/tasks/{taskId}/children), and a running job may delegate.
+    parent_ended, ended = d.one_of("p.status", "p", FINAL)
+    params.update(ended)
     rows = cur.all(
         "SELECT j.job_id, j.name, j.end_time FROM run_stats_v1_jobs j "
         f"WHERE {' AND '.join(where)} AND NOT EXISTS "
-        f"(SELECT 1 FROM {ARCHIVES} a WHERE a.job_id = j.job_id) "
+        f"(SELECT 1 FROM {ARCHIVES} a WHERE a.job_id = j.job_id) AND NOT EXISTS "
+        "(SELECT 1 FROM jobs_v1 c JOIN jobs_v1 p ON p.id = c.parent_job_id "
+        f"WHERE c.id = j.job_id AND NOT {parent_ended}) "
         f"ORDER BY j.end_time LIMIT {int(limit)}",
         params,
     )

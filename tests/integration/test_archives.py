@@ -31,6 +31,7 @@ from jobnik.projections.catchup.runner import catch_up
 from jobnik.projections.queries.archives import Candidate, retention
 from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.catchup_views import CatchUpViews
+from jobnik.projections.queries.views import Views
 from jobnik.projections.rebuild import archiving, parallel, seeds
 from jobnik.projections.rebuild.bluegreen import rebuild
 from jobnik.projections.rebuild.verify import verify
@@ -186,6 +187,32 @@ def test_an_archive_run_archives_exactly_the_jobs_ended_more_than_the_period_ago
     assert live_history(store, recent)
     assert live_history(store, running)
     assert archiver.run().archived == []
+
+
+def test_a_child_job_stays_live_while_its_parent_job_runs_for_its_task_to_read_it(
+    store: SqlStore, engine: Jobnik, clock: Clock, archiver: Archiver
+) -> None:
+    parent = engine.create_job(NewJob(name="plan", data={}))
+    stage = engine.add_stage(parent.id, NewStage(type="plan-work", data={}))
+    engine.add_tasks(stage.id, [NewTask(data={})])
+    task = engine.dequeue("plan-work")
+    child = engine.create_job(NewJob(name="part", data={}, parent_task_id=task.id))
+    part = engine.add_stage(child.id, NewStage(type="part-work", data={}))
+    engine.add_tasks(part.id, [NewTask(data={}, max_attempts=1)])
+    engine.report_task(task.id, TaskStatus.DELEGATED, attempt=task.attempt)
+    work = engine.dequeue("part-work")
+    engine.report_task(work.id, TaskStatus.FAILED, attempt=work.attempt)  # the child fails
+    clock.advance(8 * DAY)
+    settle(store)
+
+    assert archiver.run().archived == []  # the parent's task is queued again to read it
+    assert [c.job.id for c in Views(store).children(task.id)] == [child.id]
+
+    again = engine.dequeue("plan-work")
+    engine.report_task(again.id, TaskStatus.COMPLETED, attempt=again.attempt)
+    clock.advance(8 * DAY)
+    settle(store)
+    assert set(archiver.run().archived) == {parent.id, child.id}
 
 
 def test_a_run_that_archives_the_logs_newest_events_hands_none_of_their_positions_out_again(
