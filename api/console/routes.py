@@ -127,10 +127,11 @@ def search(
     request: Request,
     views: ViewsDep,
     audit: AuditDep,
+    archiver: ArchiverDep,
     id: Annotated[str, Query(max_length=200)] = "",
 ) -> Response:
     """A job, stage or task by its id or its first digits: its page, else the matches."""
-    answer = find(Lookup(views.store), audit, id)
+    answer = find(Lookup(views.store), audit, id, lambda j: archiver.record(j) is not None)
     if answer.go is not None:
         return RedirectResponse(answer.go, status_code=303)
     return page(

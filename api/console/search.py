@@ -1,8 +1,10 @@
 """The search box on every console page: an id (or its first digits) leads to its page; several
-matches are listed to choose from; none says so (a deleted job's id leads to its history)."""
+matches are listed to choose from; none says so (a deleted job's id leads to its history, an
+archived job's whole id to its page, which sends on to its archive record)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from uuid import UUID
 
@@ -41,7 +43,17 @@ def _has_history(audit: Audit, text: str) -> bool:
     return True
 
 
-def search(lookup: Lookup, audit: Audit, text: str) -> Answer:
+def _archived(text: str, archived: Callable[[UUID], bool]) -> bool:
+    try:
+        return archived(UUID(text))
+    except ValueError:
+        return False
+
+
+def search(
+    lookup: Lookup, audit: Audit, text: str, archived: Callable[[UUID], bool] = lambda _: False
+) -> Answer:
+    """`text`'s answer; `archived` says whether a job id is an archived job's."""
     text = text.strip()
     try:
         found = lookup.find(text)
@@ -53,6 +65,8 @@ def search(lookup: Lookup, audit: Audit, text: str) -> Answer:
         return Answer(text, found=[(f, link(f)) for f in found])
     if _has_history(audit, text):
         return Answer(text, 404, deleted_job=UUID(text))
+    if _archived(text, archived):
+        return Answer(text, 303, go=f"/ui/jobs/{UUID(text)}")
     return Answer(
         text, 404, error=f"No job, stage or task has an id that is or starts with '{text}'."
     )

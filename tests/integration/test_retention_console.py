@@ -50,6 +50,8 @@ def test_an_archived_job_is_found_by_id_and_its_page_sends_there(client: TestCli
 
     assert (moved.status_code, moved.headers["location"]) == (303, f"/ui/retention?job={job['id']}")
     assert (history.status_code, history.headers["location"]) == (303, moved.headers["location"])
+    searched = client.get(f"/ui/search?id={job['id']}", follow_redirects=False)
+    assert (searched.status_code, searched.headers["location"]) == (303, f"/ui/jobs/{job['id']}")
     assert client.get(f"/v1/jobs/{job['id']}/history").json()["items"]  # (the record's link)
     assert record["checksum"] in found
     assert record["location"] in found
