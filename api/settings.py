@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, Setting
 from jobnik.domain.archives import MAX_PERIOD_SECONDS
 from jobnik.domain.delays import RetryPolicy
 from jobnik.domain.errors import InvalidRetryPolicy
-from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_BATCH
+from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_BATCH, MAX_LEASE_SECONDS
 from jobnik.projections.store.archive_files import writable_directory
 from jobnik.projections.store.config import library_env
 
@@ -29,6 +29,9 @@ MAX_SERVABLE_DEPTH = 200
 # "now minus the threshold" leaves the calendar, and the counts leave the stores' integers.
 MAX_STUCK_LEASE_EXPIRIES = 1_000_000
 MAX_STUCK_IDLE_SECONDS = 1e9
+# The longest period or interval a setting names (about 31 years): now plus or minus it stays in
+# the calendar, and a timer waiting it stays in the platform's range.
+MAX_TIMER_SECONDS = 1e9
 # The share of its time an archive run spends archiving through a backlog (api/archives.py).
 ARCHIVE_SHARE: Final = 0.1
 # Settings whose value an error message leaves out (a database URL may hold a password).
@@ -53,7 +56,10 @@ class Settings(BaseSettings):
     pool_size: int = Field(5, ge=1, description="PostgreSQL connections each process keeps")
     db_timeout: int = Field(30, ge=1, description="seconds to wait for a connection or lock")
     lease_seconds: int = Field(
-        DEFAULT_LEASE_SECONDS, ge=1, description="a dequeue's lease when the client names none"
+        DEFAULT_LEASE_SECONDS,
+        ge=1,
+        le=MAX_LEASE_SECONDS,
+        description="a dequeue's lease when the client names none",
     )
     retry_initial_seconds: float | None = Field(
         None,
@@ -74,13 +80,22 @@ class Settings(BaseSettings):
         description="the server's retry policy: up to this fraction of a wait is taken off",
     )
     idempotency_ttl: float = Field(
-        24 * 3600.0, gt=0, description="seconds an Idempotency-Key is remembered"
+        24 * 3600.0,
+        gt=0,
+        le=MAX_TIMER_SECONDS,
+        description="seconds an Idempotency-Key is remembered",
     )
     sweep_interval: float = Field(
-        5.0, ge=0, description="seconds between sweeper rounds; 0: this process runs none"
+        5.0,
+        ge=0,
+        le=MAX_TIMER_SECONDS,
+        description="seconds between sweeper rounds; 0: this process runs none",
     )
     catchup_interval: float = Field(
-        0.2, ge=0, description="seconds between catch-up rounds; 0: this process runs none"
+        0.2,
+        ge=0,
+        le=MAX_TIMER_SECONDS,
+        description="seconds between catch-up rounds; 0: this process runs none",
     )
     min_position_wait: float = Field(
         5.0, ge=0, description="the longest a read with min_position waits for its projection"
@@ -279,7 +294,7 @@ class Settings(BaseSettings):
         "an archive run needs it, and it must be a writable directory",
     )
     archive_interval: float = Field(
-        60.0, gt=0, description="seconds between the sweeper's archive runs"
+        60.0, gt=0, le=MAX_TIMER_SECONDS, description="seconds between the sweeper's archive runs"
     )
     archive_batch: int = Field(100, ge=1, le=10_000, description="jobs one archive run takes")
     archive_share: float = Field(

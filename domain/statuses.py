@@ -113,6 +113,7 @@ TASK_ABORTABLE: Final = frozenset({T.PENDING, T.RETRIED, T.DELEGATED})
 
 # A dequeue's lease when the client names none, for clients that never heartbeat.
 DEFAULT_LEASE_SECONDS: Final = 30 * 60
+MAX_LEASE_SECONDS: Final = 7 * 24 * 3600  # the longest a dequeue (or the server's default) gives
 DEFAULT_MAX_BATCH: Final = 100  # tasks one batched dequeue or report takes at most
 # Why a task failed or was retried: the run statistics count them apart.
 # (expired: still queued when its schedule-to-start limit ran out; never dequeued)

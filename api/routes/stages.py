@@ -55,7 +55,7 @@ from jobnik.domain.errors import (
     TooManyTasks,
 )
 from jobnik.domain.principals import Permission
-from jobnik.domain.statuses import StageStatus
+from jobnik.domain.statuses import MAX_LEASE_SECONDS, StageStatus
 
 P = Permission
 router = APIRouter(
@@ -76,7 +76,7 @@ NewTasks = Annotated[
 # The dequeue's query parameters.
 LeaseSeconds = Annotated[
     int | None,
-    Query(ge=1, le=7 * 24 * 3600, description="jobnik: lease for a client that heartbeats"),
+    Query(ge=1, le=MAX_LEASE_SECONDS, description="jobnik: lease for a client that heartbeats"),
 ]
 BatchCount = Annotated[
     int | None,

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from jobnik.api.settings import InvalidSettings, Settings
+from jobnik.domain.statuses import MAX_LEASE_SECONDS
 
 
 def test_settings_from_a_mapping_read_only_that_mapping(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,3 +96,26 @@ def test_an_archive_share_outside_0_to_1_is_refused(value: str, why: str) -> Non
 def test_the_archive_share_is_a_tenth_unless_set() -> None:
     assert Settings.from_env({}).archive_share == 0.1
     assert Settings.from_env({"JOBNIK_ARCHIVE_SHARE": "1"}).archive_share == 1.0
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("JOBNIK_LEASE_SECONDS", str(10**12)),  # now plus it: after year 9999 (every dequeue)
+        ("JOBNIK_IDEMPOTENCY_TTL", "inf"),  # now minus it: before year 1 (every keyed POST)
+        ("JOBNIK_IDEMPOTENCY_TTL", "1e300"),
+        ("JOBNIK_SWEEP_INTERVAL", "1e300"),  # beyond a timer's range: the thread would die
+        ("JOBNIK_CATCHUP_INTERVAL", "inf"),
+        ("JOBNIK_ARCHIVE_INTERVAL", "1e300"),
+    ],
+)
+def test_a_period_no_clock_or_timer_could_use_is_refused_naming_it(
+    variable: str, value: str
+) -> None:
+    with pytest.raises(InvalidSettings, match=f"{variable}='{value}': .*less than or equal"):
+        Settings.from_env({variable: value})
+
+
+def test_the_default_lease_may_be_as_long_as_a_dequeue_may_ask_for() -> None:
+    week = Settings.from_env({"JOBNIK_LEASE_SECONDS": str(7 * 24 * 3600)}).lease_seconds
+    assert week == MAX_LEASE_SECONDS == 7 * 24 * 3600
