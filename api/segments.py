@@ -38,7 +38,14 @@ class SegmentRoute(APIRoute):
         raw = scope.get("raw_path")
         if scope.get("type") != "http" or not isinstance(raw, bytes):
             return super().matches(scope)
-        match, child = super().matches({**scope, "path": routed_path(raw)})
+        routed = routed_path(raw)
+        # (the router tries the path with or without a trailing slash, to redirect there)
+        slash = scope.get("path", "").endswith("/")
+        if slash and not unquote(routed).endswith("/"):
+            routed += "/"
+        elif not slash and routed.endswith("/"):
+            routed = routed[:-1]
+        match, child = super().matches({**scope, "path": routed})
         if match is not Match.NONE:
             params = child["path_params"]
             child["path_params"] = {

@@ -77,3 +77,19 @@ def test_the_consoles_buttons_name_a_slashed_type_and_job_name_as_one_segment(
     assert 'data-url="/v1/retention/maps%2Fnightly"' in retention
     assert "/v1/limits/tiles/v2" not in queues
     assert "/v1/retention/maps/nightly" not in retention
+
+
+def test_a_trailing_slash_is_redirected_away_as_on_every_other_route(api: Api) -> None:
+    for url, to in (("/v1/limits/", "/v1/limits"), ("/v1/retention/", "/v1/retention")):
+        r = api.http.get(url, follow_redirects=False)
+        assert (r.status_code, r.headers["location"]) == (307, f"http://testserver{to}"), url
+    r = api.http.get("/v1/limits/render/", follow_redirects=False)
+    assert (r.status_code, r.headers["location"]) == (307, "http://testserver/v1/limits/render")
+
+
+def test_a_name_ending_in_a_slash_is_its_own(api: Api) -> None:
+    r = api.http.put("/v1/limits/tiles%2F", json={"maxInProgress": 2})
+
+    assert (r.status_code, r.json()["stageType"]) == (200, "tiles/"), r.text
+    assert api.http.get("/v1/limits/tiles%2F").json()["maxInProgress"] == 2
+    assert api.http.get("/v1/limits/tiles").status_code == 404
