@@ -169,6 +169,8 @@ async def once(
         ),
     ] = None,
 ) -> Once:
+    if len(request.headers.getlist("Idempotency-Key")) > 1:  # (the header names one key)
+        raise InvalidRequest("request/headers/Idempotency-Key must be given once, not repeated")
     keys: IdempotencyKeys = request.app.state.idempotency
     route = request.scope.get("route")
     status = int(getattr(route, "status_code", None) or 200)

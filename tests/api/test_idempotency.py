@@ -122,6 +122,15 @@ def test_a_malformed_key_is_a_validation_error(api: Api) -> None:
     assert (r.status_code, r.json()["code"]) == (400, "VALIDATION_ERROR")
 
 
+def test_two_keys_on_one_request_are_refused_as_ambiguous(api: Api) -> None:
+    two = [("Idempotency-Key", "first"), ("Idempotency-Key", "second")]
+    with api.nothing_written():
+        r = api.http.post("/v1/jobs", json=JOB, headers=two)
+
+    assert (r.status_code, r.json()["code"]) == (400, "VALIDATION_ERROR"), r.text
+    assert "Idempotency-Key" in r.json()["message"]
+
+
 @pytest.fixture
 def short_ttl_client(database_url: str) -> Iterator[TestClient]:
     env = {
