@@ -28,7 +28,7 @@ from jobnik.domain.archives import ArchiveBatch, ArchiveFile
 from jobnik.domain.principals import Principal
 from jobnik.projections.catchup.registry import CATCH_UP
 from jobnik.projections.rebuild import seeds
-from jobnik.projections.rebuild.verify import catch_up_in
+from jobnik.projections.rebuild.verify import catch_up_in, in_lock_order
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
 from jobnik.projections.store.eventlog import delete_positions
@@ -59,7 +59,7 @@ def commit(
         reseed = any(w.last_position >= at for w in written)
         head = store.log_head(cur)
         if reseed:
-            for projection in CATCH_UP:
+            for projection in in_lock_order(CATCH_UP):
                 catch_up_in(store, cur, projection, head)
         found = positions(cur, [w.job_id for w in written])
         done = [

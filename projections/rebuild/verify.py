@@ -62,11 +62,17 @@ def _frozen(store: SqlStore, work: Pass, projections: Sequence[Projection]) -> I
 
     def settle(cur: Cursor) -> None:
         head = work.finish(cur)
-        for p in catch_ups:
+        for p in in_lock_order(catch_ups):
             catch_up_in(store, cur, p, head)
 
     with store.settled(settle) as cur:
         yield cur
+
+
+def in_lock_order(projections: Sequence[CatchUpProjection]) -> list[CatchUpProjection]:
+    """`projections` in the order one transaction locks their rows, by name, as a catch-up
+    round does (tracking.locked): two lockers never wait for each other crosswise."""
+    return sorted(projections, key=lambda p: p.name)
 
 
 def catch_up_in(store: SqlStore, cur: Cursor, p: CatchUpProjection, head: int) -> None:

@@ -25,6 +25,7 @@ from jobnik.domain.archives import ArchiveFile, RetentionCommands, location
 from jobnik.domain.errors import ArchiveUnreachable, InvalidRetentionPeriod, JobNotFound
 from jobnik.domain.principals import Actor
 from jobnik.domain.statuses import JobStatus, TaskStatus
+from jobnik.projections.catchup import tracking
 from jobnik.projections.catchup.activity import COUNTERS
 from jobnik.projections.catchup.registry import CATCH_UP
 from jobnik.projections.catchup.runner import catch_up
@@ -213,6 +214,36 @@ def test_a_child_job_stays_live_while_its_parent_job_runs_for_its_task_to_read_i
     clock.advance(8 * DAY)
     settle(store)
     assert set(archiver.run().archived) == {parent.id, child.id}
+
+
+def test_every_transaction_locks_the_catch_up_projections_rows_in_name_order(
+    store: SqlStore,
+    engine: Jobnik,
+    clock: Clock,
+    archiver: Archiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # (a catch-up round locks the rows of the projections it moves in name order: a transaction
+    # that locked them in another order could wait for it crosswise, a deadlock on PostgreSQL)
+    locks: list[tuple[object, list[str]]] = []  # (the cursors kept: one per transaction)
+    real = tracking.locked
+
+    def spy(cur: Any, names: Any) -> dict[str, int]:
+        locks.append((cur, list(names)))
+        return real(cur, names)
+
+    monkeypatch.setattr(tracking, "locked", spy)
+    ended_job(engine, "nightly")
+    clock.advance(8 * DAY)
+
+    assert archiver.run().archived  # (its commit brings every projection to the head)
+    assert verify(store) == []  # (so does its comparison's snapshot)
+
+    by_transaction: dict[int, list[str]] = {}
+    for cur, names in locks:
+        by_transaction.setdefault(id(cur), []).extend(names)
+    assert any(len(names) == len(CATCH_UP) for names in by_transaction.values())
+    assert all(names == sorted(names) for names in by_transaction.values()), by_transaction
 
 
 def test_a_run_that_archives_the_logs_newest_events_hands_none_of_their_positions_out_again(
