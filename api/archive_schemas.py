@@ -12,8 +12,6 @@ from jobnik.api.schemas import ApiModel, OutModel
 from jobnik.domain.archives import MAX_PERIOD_SECONDS
 from jobnik.projections.queries.archives import Record, Retention
 
-NAME_MAX = 1000
-
 
 class SetRetention(ApiModel):
     # (the bounds are checked by the command, which names them: INVALID_RETENTION_PERIOD)

@@ -49,7 +49,8 @@ TRACESTATE_RE: Final = re.compile(
 )
 TRACEPARENT, TRACESTATE = TRACEPARENT_RE.pattern, TRACESTATE_RE.pattern
 
-JobName = Annotated[str, Field(min_length=2, max_length=50)]
+JOB_NAME_MIN, JOB_NAME_MAX = 2, 50  # a job's name, as Jobnik bounds it
+JobName = Annotated[str, Field(min_length=JOB_NAME_MIN, max_length=JOB_NAME_MAX)]
 StageType = Annotated[str, Field(min_length=1, max_length=50)]
 Traceparent = Annotated[str, Field(pattern=TRACEPARENT)]
 Tracestate = Annotated[str, Field(pattern=TRACESTATE)]

@@ -32,6 +32,8 @@ MAX_STUCK_IDLE_SECONDS = 1e9
 # The longest period or interval a setting names (about 31 years): now plus or minus it stays in
 # the calendar, and a timer waiting it stays in the platform's range.
 MAX_TIMER_SECONDS = 1e9
+# The longest a read with min_position may wait for its projection: a request, not a timer.
+MAX_POSITION_WAIT = 60.0
 # The share of its time an archive run spends archiving through a backlog (api/archives.py).
 ARCHIVE_SHARE: Final = 0.1
 # Settings whose value an error message leaves out (a database URL may hold a password).
@@ -98,7 +100,10 @@ class Settings(BaseSettings):
         description="seconds between catch-up rounds; 0: this process runs none",
     )
     min_position_wait: float = Field(
-        5.0, ge=0, description="the longest a read with min_position waits for its projection"
+        5.0,
+        ge=0,
+        le=MAX_POSITION_WAIT,
+        description="the longest a read with min_position waits for its projection",
     )
     rebuild_on_start: Literal["auto", "off"] = Field(
         "auto", description="rebuild read models an older version built, at start-up"

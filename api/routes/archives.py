@@ -9,7 +9,6 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Path, Request
 
 from jobnik.api.archive_schemas import (
-    NAME_MAX,
     ArchiveOut,
     RetentionOut,
     RetentionPolicyOut,
@@ -20,6 +19,7 @@ from jobnik.api.deps import reject_unknown_query
 from jobnik.api.errors import error_answers
 from jobnik.api.operator_schemas import MALFORMED
 from jobnik.api.permissions import PrincipalDep, authorize, needs
+from jobnik.api.schemas import JOB_NAME_MAX, JOB_NAME_MIN
 from jobnik.api.segments import SegmentRoute
 from jobnik.domain.archives import RetentionCommands
 from jobnik.domain.errors import InvalidRetentionPeriod, JobNotFound, TooManyRetentionPeriods
@@ -47,7 +47,9 @@ async def get_retention(request: Request) -> RetentionCommands:
 
 ArchiverDep = Annotated[Archiver, Depends(get_archiver)]
 RetentionDep = Annotated[RetentionCommands, Depends(get_retention)]
-Name = Annotated[str, Path(min_length=1, max_length=NAME_MAX, description="a job name")]
+Name = Annotated[
+    str, Path(min_length=JOB_NAME_MIN, max_length=JOB_NAME_MAX, description="a job name")
+]
 
 
 def _policy(archiver: Archiver) -> RetentionPolicyOut:

@@ -99,22 +99,31 @@ def test_operators_set_a_names_period_and_zero_or_less_is_refused_by_name(
     assert client.get("/v1/retention").json() == {"defaultSeconds": 3600, "names": []}
 
 
+def test_a_period_for_a_name_no_job_can_have_is_refused(client: TestClient) -> None:
+    refused = [
+        client.put(f"/v1/retention/{name}", json={"periodSeconds": 60}) for name in ("x", "x" * 51)
+    ]
+
+    assert {(r.status_code, r.json()["code"]) for r in refused} == {(400, "VALIDATION_ERROR")}
+    assert client.get("/v1/retention").json()["names"] == []
+
+
 def test_the_names_with_a_period_of_their_own_are_bounded(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(archives, "MAX_NAMES", 2)
-    for name in ("a", "b"):
+    for name in ("aa", "bb"):
         assert client.put(f"/v1/retention/{name}", json={"periodSeconds": 60}).status_code == 200
 
-    refused = client.put("/v1/retention/c", json={"periodSeconds": 60})
-    changed = client.put("/v1/retention/a", json={"periodSeconds": 120})  # not one more name
+    refused = client.put("/v1/retention/cc", json={"periodSeconds": 60})
+    changed = client.put("/v1/retention/aa", json={"periodSeconds": 120})  # not one more name
 
     assert (refused.status_code, refused.json()["code"]) == (409, "TOO_MANY_RETENTION_PERIODS")
     assert changed.status_code == 200
-    assert client.put("/v1/retention/b", json={"periodSeconds": None}).status_code == 200
-    assert client.put("/v1/retention/c", json={"periodSeconds": 60}).status_code == 200
+    assert client.put("/v1/retention/bb", json={"periodSeconds": None}).status_code == 200
+    assert client.put("/v1/retention/cc", json={"periodSeconds": 60}).status_code == 200
     names = client.get("/v1/retention").json()["names"]
-    assert [(n["name"], n["periodSeconds"]) for n in names] == [("a", 120), ("c", 60)]
+    assert [(n["name"], n["periodSeconds"]) for n in names] == [("aa", 120), ("cc", 60)]
 
 
 def test_the_command_line_exports_verifies_and_sets_periods(

@@ -107,6 +107,8 @@ def test_the_archive_share_is_a_tenth_unless_set() -> None:
         ("JOBNIK_SWEEP_INTERVAL", "1e300"),  # beyond a timer's range: the thread would die
         ("JOBNIK_CATCHUP_INTERVAL", "inf"),
         ("JOBNIK_ARCHIVE_INTERVAL", "1e300"),
+        ("JOBNIK_MIN_POSITION_WAIT", "inf"),  # a read that would never end
+        ("JOBNIK_MIN_POSITION_WAIT", "61"),
     ],
 )
 def test_a_period_no_clock_or_timer_could_use_is_refused_naming_it(
@@ -119,3 +121,7 @@ def test_a_period_no_clock_or_timer_could_use_is_refused_naming_it(
 def test_the_default_lease_may_be_as_long_as_a_dequeue_may_ask_for() -> None:
     week = Settings.from_env({"JOBNIK_LEASE_SECONDS": str(7 * 24 * 3600)}).lease_seconds
     assert week == MAX_LEASE_SECONDS == 7 * 24 * 3600
+
+
+def test_a_read_may_wait_a_minute_for_its_projection() -> None:
+    assert Settings.from_env({"JOBNIK_MIN_POSITION_WAIT": "60"}).min_position_wait == 60.0
