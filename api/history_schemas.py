@@ -19,7 +19,7 @@ from jobnik.domain.statuses import JobMode, JobStatus
 from jobnik.projections.catchup.last_status import JobDefinition, JobLink
 from jobnik.projections.catchup.run_stats import Counts, JobStatistics
 from jobnik.projections.queries.audit import Entry, Page
-from jobnik.projections.queries.results import ChildJob
+from jobnik.projections.queries.results import CHILD_RESULTS, ChildJob
 
 
 class JobLinkOut(OutModel):
@@ -184,7 +184,13 @@ class ChildJobOut(OutModel):
     status: JobStatus
     percentage: int
     end_time: datetime | None = None
-    results: list[ChildResultOut]
+    results: list[ChildResultOut] = Field(
+        description=f"its tasks that completed with a result, the first {CHILD_RESULTS} by end time"
+    )
+    more_results: bool = Field(
+        description="whether it has more such tasks than `results` lists (the rest: its "
+        "stages' tasks, GET /v1/tasks?stage_id={stageId}&status=COMPLETED)"
+    )
 
     @classmethod
     def of(cls, child: ChildJob) -> ChildJobOut:
@@ -199,6 +205,7 @@ class ChildJobOut(OutModel):
                 ChildResultOut(task_id=t.id, stage_type=t.stage_type, result=t.result or {})
                 for t in child.results
             ],
+            more_results=child.more_results,
         )
 
 

@@ -330,6 +330,7 @@ def app_from_settings(settings: Settings) -> FastAPI:
         store,
         lease_seconds=settings.lease_seconds,
         max_batch=settings.max_batch_size,
+        max_child_jobs=settings.max_child_jobs,
         retry_policy=settings.retry_policy(),
     )
     keys = IdempotencyKeys(store, settings.idempotency_ttl)

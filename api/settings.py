@@ -16,7 +16,12 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, Setting
 from jobnik.domain.archives import MAX_PERIOD_SECONDS
 from jobnik.domain.delays import RetryPolicy
 from jobnik.domain.errors import InvalidRetryPolicy
-from jobnik.domain.statuses import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_BATCH, MAX_LEASE_SECONDS
+from jobnik.domain.statuses import (
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_CHILD_JOBS,
+    MAX_LEASE_SECONDS,
+)
 from jobnik.projections.store.archive_files import writable_directory
 from jobnik.projections.store.config import library_env
 
@@ -249,6 +254,12 @@ class Settings(BaseSettings):
         ge=1,
         description="tasks one batched dequeue (`count`) claims or one PUT /v1/tasks/status "
         "reports (400 BATCH_TOO_LARGE)",
+    )
+    max_child_jobs: int = Field(
+        DEFAULT_MAX_CHILD_JOBS,
+        ge=1,
+        le=100_000,
+        description="child jobs one task may create (409 TOO_MANY_CHILD_JOBS beyond)",
     )
     group_commit: bool = Field(
         True,

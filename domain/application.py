@@ -12,7 +12,7 @@ from jobnik.domain.access import TokenCommands
 from jobnik.domain.batches import BatchCommands
 from jobnik.domain.commands import command, utcnow
 from jobnik.domain.delays import RetryPolicy, latest
-from jobnik.domain.errors import InvalidRequest, ParentTaskNotRunning
+from jobnik.domain.errors import InvalidRequest, ParentTaskNotRunning, TooManyChildJobs
 from jobnik.domain.jobs import Job
 from jobnik.domain.principals import Actor, Principal
 from jobnik.domain.reruns import RerunCommands
@@ -92,6 +92,11 @@ class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, To
                     raise ParentTaskNotRunning(
                         f"parent task {parent.id} is {parent.status}: child jobs are created by "
                         "its running handler"
+                    )
+                if s.children_count(parent.id) >= self.max_child_jobs:
+                    raise TooManyChildJobs(
+                        f"task {parent.id} has created {self.max_child_jobs} child jobs, as many "
+                        "as a task may (JOBNIK_MAX_CHILD_JOBS)"
                     )
                 parent_job_id = parent.job_id
             job = Job.create(

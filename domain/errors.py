@@ -244,6 +244,12 @@ class DelegationRefused(InvalidRequest):
     code = "DELEGATION_REFUSED"
 
 
+class TooManyChildJobs(JobnikError):
+    """the parent task has as many child jobs as a task may create (JOBNIK_MAX_CHILD_JOBS)"""
+
+    code = "TOO_MANY_CHILD_JOBS"
+
+
 class ParentTaskNotRunning(InvalidRequest):
     """a child job's parent task must be IN_PROGRESS (its handler creates the children)"""
 

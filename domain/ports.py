@@ -98,6 +98,10 @@ class Session(Protocol):
         """The child jobs created by `task_id`, oldest first."""
         ...
 
+    def children_count(self, task_id: UUID) -> int:
+        """How many child jobs `task_id` has created (under the writer lock)."""
+        ...
+
     def child_jobs(self, job_id: UUID) -> list[Job]:
         """The unfinished child jobs of any task of `job_id`."""
         ...

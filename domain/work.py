@@ -26,6 +26,7 @@ from jobnik.domain.stages import Stage
 from jobnik.domain.statuses import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_CHILD_JOBS,
     JobStatus,
     StageStatus,
     TaskStatus,
@@ -106,12 +107,14 @@ class WorkCommands:
         *,
         lease_seconds: int = DEFAULT_LEASE_SECONDS,
         max_batch: int = DEFAULT_MAX_BATCH,
+        max_child_jobs: int = DEFAULT_MAX_CHILD_JOBS,
         retry_policy: RetryPolicy | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.lease_seconds = lease_seconds
         self.max_batch = max_batch  # the most tasks one batched command takes
+        self.max_child_jobs = max_child_jobs  # the most child jobs one task creates
         self.retry_policy = retry_policy  # the server's default (None: retry at once)
 
     def _write(self) -> AbstractContextManager[Session]:

@@ -178,7 +178,8 @@ class ChildJob:
     id: str
     name: str
     status: str
-    results: list[dict[str, Any]]  # each: taskId, stageType, result
+    results: list[dict[str, Any]]  # each: taskId, stageType, result (the first 100 by end time)
+    more_results: bool = False  # it has more tasks with a result than `results` holds
 
     @property
     def succeeded(self) -> bool:
@@ -186,7 +187,13 @@ class ChildJob:
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> ChildJob:
-        return cls(id=body["id"], name=body["name"], status=body["status"], results=body["results"])
+        return cls(
+            id=body["id"],
+            name=body["name"],
+            status=body["status"],
+            results=body["results"],
+            more_results=body.get("moreResults", False),
+        )
 
 
 class Delegated:

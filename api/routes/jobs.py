@@ -56,6 +56,7 @@ from jobnik.domain.errors import (
     JobNotInFiniteState,
     RerunSkipsStages,
     StageNotInJob,
+    TooManyChildJobs,
 )
 from jobnik.domain.ports import Summary
 from jobnik.domain.principals import Permission
@@ -136,7 +137,13 @@ def count_jobs(
     return JobCounts.of(views.counts_by_status(found))
 
 
-@router.post("/jobs", status_code=201, response_model=JobOut, openapi_extra=needs(P.PRODUCE))
+@router.post(
+    "/jobs",
+    status_code=201,
+    response_model=JobOut,
+    responses=error_answers(TooManyChildJobs),
+    openapi_extra=needs(P.PRODUCE),
+)
 def create_job(
     body: CreateJob, jobnik: JobnikDep, incoming: TraceDep, once: OnceDep, by: PrincipalDep
 ) -> Any:

@@ -178,7 +178,8 @@ def update_task_statuses(
 
 @router.get("/tasks/{taskId}/children", openapi_extra=needs(P.READ))
 def get_children(views: ViewsDep, task_id: TaskId) -> list[ChildJobOut]:
-    """jobnik: the task's child jobs, their outcomes and their tasks' results."""
+    """jobnik: the task's child jobs (at most JOBNIK_MAX_CHILD_JOBS), oldest first, their
+    outcomes and their tasks' results (each child's first 100, `moreResults` if it has more)."""
     return [ChildJobOut.of(c) for c in views.children(task_id)]
 
 

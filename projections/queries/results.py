@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from jobnik.domain.jobs import Job
 from jobnik.domain.ports import Summary
@@ -23,9 +24,14 @@ class JobView:
     stages: list[StageView] | None = None
 
 
+CHILD_RESULTS: Final = 100  # the results a child job lists (GET /v1/tasks/{taskId}/children)
+
+
 @dataclass(frozen=True)
 class ChildJob:
-    """A child job of a delegated task, with its tasks that completed with a result."""
+    """A child job of a delegated task, with its tasks that completed with a result: the first
+    CHILD_RESULTS of them by end time, `more_results` when it has others."""
 
     job: Job
     results: list[Task]
+    more_results: bool = False

@@ -20,7 +20,7 @@ from jobnik.projections.inline.rows import (
 )
 from jobnik.projections.queries.audit import Audit
 from jobnik.projections.queries.logs import TaskLogs
-from jobnik.projections.queries.results import ChildJob, JobView, StageView
+from jobnik.projections.queries.results import CHILD_RESULTS, ChildJob, JobView, StageView
 from jobnik.projections.queries.timetravel import AsOf, TimeTravel
 from jobnik.projections.store.base import SqlStore
 from jobnik.projections.store.cursor import Cursor
@@ -273,7 +273,8 @@ class Views:
             return int(row["n"]) if row else 0
 
     def children(self, task_id: UUID) -> list[ChildJob]:
-        """The child jobs of `task_id` (delegation), oldest first, with their tasks' results."""
+        """The child jobs of `task_id` (delegation), oldest first, with their tasks' results (at
+        most CHILD_RESULTS each; a task has at most JOBNIK_MAX_CHILD_JOBS children)."""
         by_task = self._by_id("t", task_id)
         with self.store.cursor(write=False) as cur:
             if cur.one(f"SELECT id FROM tasks_v1 WHERE id = {self.p('t')}", by_task) is None:
@@ -287,10 +288,12 @@ class Views:
             for row in jobs:
                 results = cur.all(
                     f"SELECT * FROM tasks_v1 WHERE job_id = {self.p('j')} "
-                    "AND status = 'COMPLETED' AND result IS NOT NULL ORDER BY end_time, id",
-                    {"j": self.d.dump("job_id", row["id"])},
+                    "AND status = 'COMPLETED' AND result IS NOT NULL ORDER BY end_time, id "
+                    f"LIMIT {self.p('n')}",
+                    {"j": self.d.dump("job_id", row["id"]), "n": CHILD_RESULTS + 1},
                 )
-                out.append(ChildJob(job_from_row(row), [task_from_row(r) for r in results]))
+                tasks = [task_from_row(r) for r in results[:CHILD_RESULTS]]
+                out.append(ChildJob(job_from_row(row), tasks, len(results) > CHILD_RESULTS))
             return out
 
     def _with_tasks(self, cur: Cursor, views: list[StageView]) -> list[StageView]:

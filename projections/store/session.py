@@ -285,6 +285,10 @@ class SqlSession:
         rows = self._rows("jobs_of_parent_task", t=self.d.dump("parent_task_id", task_id))
         return [cast(Job, self._remember(job_from_row(r))) for r in rows]
 
+    def children_count(self, task_id: UUID) -> int:
+        rows = self._rows("count_jobs_of_parent_task", t=self.d.dump("parent_task_id", task_id))
+        return int(rows[0]["n"])
+
     def child_jobs(self, job_id: UUID) -> list[Job]:
         rows = self._rows("open_child_jobs", j=self.d.dump("parent_job_id", job_id))
         return [cast(Job, self._remember(job_from_row(r))) for r in rows]

@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from fastapi.testclient import TestClient
+
+from jobnik.api.testing import memory_app
+from jobnik.projections.queries import views
+
 from .conftest import EMPTY_SUMMARY, Api, Json
 
 
@@ -99,6 +105,43 @@ def test_delegating_without_child_jobs_is_refused_and_changes_nothing(api: Api) 
     assert r.status_code == 400
     assert r.json()["code"] == "DELEGATION_REFUSED"
     assert api.task(task["id"])["status"] == "IN_PROGRESS"
+
+
+def test_a_task_creates_at_most_max_child_jobs_children() -> None:
+    with TestClient(memory_app(list_shape="array", max_child_jobs=2)) as client:
+        api = Api(client)
+        _, task = running_task(api)
+        first, second = child_job(api, task), child_job(api, task)
+
+        with api.nothing_written():
+            refused = api.http.post(
+                "/v1/jobs", json={"name": "third", "data": {}, "parentTaskId": task["id"]}
+            )
+
+        assert (refused.status_code, refused.json()["code"]) == (409, "TOO_MANY_CHILD_JOBS")
+        assert "2 child jobs" in refused.json()["message"]
+        children = api.http.get(f"/v1/tasks/{task['id']}/children").json()
+        assert [c["id"] for c in children] == [first["id"], second["id"]]
+        _, other = running_task(api, "other")  # (the bound is per task)
+        assert child_job(api, other)["parentTaskId"] == other["id"]
+
+
+def test_a_child_lists_its_first_results_and_says_when_it_has_more(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(views, "CHILD_RESULTS", 2)
+    _, task = running_task(api)
+    many, one = child_job(api, task, tasks=3), child_job(api, task)
+    for i in range(3):
+        done = api.dequeue(many["type"])
+        assert report(api, done["id"], status="COMPLETED", result={"i": i}).status_code == 200
+    api.run_task(one["type"])
+
+    children = api.http.get(f"/v1/tasks/{task['id']}/children").json()
+
+    assert [r["result"] for r in children[0]["results"]] == [{"i": 0}, {"i": 1}]
+    assert children[0]["moreResults"] is True
+    assert (children[1]["results"], children[1]["moreResults"]) == ([], False)
 
 
 def test_a_child_job_needs_a_running_parent_task(api: Api) -> None:

@@ -221,9 +221,11 @@ class SessionContract:
 
         with store.session(write=True) as s:
             children = [j.id for j in s.children_of(task.id)]
+            counted = s.children_count(task.id)
             open_children = [j.id for j in s.child_jobs(parent.id)]
 
         assert children == [child.id, ended.id]
+        assert counted == 2
         assert open_children == [child.id]
 
     def test_stale_delegations_are_tasks_whose_child_jobs_all_ended(

@@ -352,6 +352,9 @@ class MemorySession:
     def children_of(self, task_id: UUID) -> list[Job]:
         return self._jobs(self.tables.where(JOBS, {"parent_task_id": task_id}))
 
+    def children_count(self, task_id: UUID) -> int:
+        return len(self.tables.where(JOBS, {"parent_task_id": task_id}))
+
     def child_jobs(self, job_id: UUID) -> list[Job]:
         rows = self.tables.where(JOBS, {"parent_job_id": job_id})
         return self._jobs([r for r in rows if r["status"] not in FINAL])

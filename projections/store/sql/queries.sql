@@ -74,6 +74,9 @@ SELECT * FROM tasks_v1 WHERE stage_id = %(stage_id)s AND status IN ({statuses})
 -- name: jobs_of_parent_task
 SELECT * FROM jobs_v1 WHERE parent_task_id = %(t)s ORDER BY creation_time, id;
 
+-- name: count_jobs_of_parent_task
+SELECT count(*) AS n FROM jobs_v1 WHERE parent_task_id = %(t)s;
+
 -- name: open_child_jobs
 SELECT * FROM jobs_v1 WHERE parent_job_id = %(j)s
     AND status NOT IN ('COMPLETED', 'FAILED', 'ABORTED') ORDER BY creation_time, id;

@@ -125,3 +125,10 @@ def test_the_default_lease_may_be_as_long_as_a_dequeue_may_ask_for() -> None:
 
 def test_a_read_may_wait_a_minute_for_its_projection() -> None:
     assert Settings.from_env({"JOBNIK_MIN_POSITION_WAIT": "60"}).min_position_wait == 60.0
+
+
+@pytest.mark.parametrize("value", ["0", "100001"])
+def test_child_jobs_per_task_are_bounded(value: str) -> None:
+    with pytest.raises(InvalidSettings, match="JOBNIK_MAX_CHILD_JOBS"):
+        Settings.from_env({"JOBNIK_MAX_CHILD_JOBS": value})
+    assert Settings.from_env({}).max_child_jobs == 1_000

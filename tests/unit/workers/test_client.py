@@ -15,6 +15,7 @@ import pytest
 from jobnik.workers import ApiError, Consumer, JobnikClient, Producer, TransportError, Worker
 from jobnik.workers.client import encode
 from jobnik.workers.errors import UnsendableBody
+from jobnik.workers.models import ChildJob
 
 from .fake_api import BASE_URL
 
@@ -415,3 +416,10 @@ def test_without_url_or_environment_a_client_calls_the_local_default(
     monkeypatch.delenv("JOBNIK_TOKEN", raising=False)
 
     assert Producer().client.base_url == "http://127.0.0.1:8080"
+
+
+def test_a_child_job_says_whether_it_has_more_results_than_it_lists() -> None:
+    body = {"id": "c1", "name": "leaf-job", "status": "COMPLETED", "results": []}
+
+    assert ChildJob.from_json({**body, "moreResults": True}).more_results is True
+    assert ChildJob.from_json(body).more_results is False  # (a server that does not say)
