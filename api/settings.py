@@ -346,6 +346,11 @@ class Settings(BaseSettings):
             raise ValueError("JOBNIK_RETENTION_SECONDS needs JOBNIK_ARCHIVE_DIR, where jobs go")
         return self
 
+    @model_validator(mode="after")
+    def _a_retry_policy(self) -> Settings:
+        self.retry_policy()  # refused with the other settings, before anything is opened
+        return self
+
     @field_validator("cors_origins", "allowed_hosts", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:

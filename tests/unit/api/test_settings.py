@@ -132,3 +132,18 @@ def test_child_jobs_per_task_are_bounded(value: str) -> None:
     with pytest.raises(InvalidSettings, match="JOBNIK_MAX_CHILD_JOBS"):
         Settings.from_env({"JOBNIK_MAX_CHILD_JOBS": value})
     assert Settings.from_env({}).max_child_jobs == 1_000
+
+
+@pytest.mark.parametrize(
+    ("variables", "why"),
+    [
+        ({"JOBNIK_RETRY_INITIAL_SECONDS": "10", "JOBNIK_RETRY_MAX_SECONDS": "5"}, "maxSeconds"),
+        ({"JOBNIK_RETRY_INITIAL_SECONDS": "1", "JOBNIK_RETRY_COEFFICIENT": "1001"}, "coefficient"),
+        ({"JOBNIK_RETRY_INITIAL_SECONDS": "2e7"}, "initialSeconds"),
+    ],
+)
+def test_a_retry_policy_that_cannot_be_is_refused_as_the_settings_are_read(
+    variables: dict[str, str], why: str
+) -> None:
+    with pytest.raises(InvalidSettings, match=f"^JOBNIK_RETRY_\\*: retry policy: {why}"):
+        Settings.from_env(variables)
