@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 app = typer.Typer(
     help="jobnik: an event-sourced workflow engine that speaks Jobnik's v1 HTTP API.\n\n"
     "Start with `jobnik serve`. The server's settings are JOBNIK_* environment variables "
-    "(the README lists them); JOBNIK_DATABASE_URL picks the database, by default the SQLite "
-    "file ./jobnik.db.\n\n" + EXIT_STATUSES,
+    "(docs/operations.md lists them); JOBNIK_DATABASE_URL picks the database, by default the "
+    "SQLite file ./jobnik.db.\n\n" + EXIT_STATUSES,
     no_args_is_help=True,
     rich_markup_mode="markdown",
     cls=JobnikGroup,

@@ -28,7 +28,8 @@ projections = typer.Typer(
 Name = Annotated[
     str | None,
     typer.Argument(
-        help="inline, last_status, run_stats, operations or activity (default: all of them)"
+        help="inline, last_status, run_stats, operations, activity or schedule_runs (default: "
+        "all of them)"
     ),
 ]
 
@@ -95,7 +96,7 @@ def status_command() -> None:
     finally:
         store.close()
     header = (
-        f"{'projection':<12} {'version':>7} {'built':>5} {'position':>10} {'lag':>8}  "
+        f"{'projection':<13} {'version':>7} {'built':>5} {'position':>10} {'lag':>8}  "
         f"{'rebuilt at':<25} state"
     )
     typer.echo(header)
@@ -111,7 +112,7 @@ def status_command() -> None:
             state = "caught up" if s.lag == 0 else "catching up"
         rebuilt = s.rebuilt_at.isoformat(timespec="seconds") if s.rebuilt_at else "never"
         typer.echo(
-            f"{s.name:<12} {s.version:>7} {s.built_version or '-':>5} {s.position:>10} "
+            f"{s.name:<13} {s.version:>7} {s.built_version or '-':>5} {s.position:>10} "
             f"{s.lag:>8}  {rebuilt:<25} {state}"
         )
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+from pathlib import Path
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
+from jobnik.projections.catchup.registry import ALL
 from jobnik.scripts.bench import main as bench_main
 from jobnik.scripts.cli import app
 
@@ -64,3 +66,19 @@ def test_bench_offers_the_options_of_the_suite_it_runs() -> None:
     offered = {o for p in command.params for o in p.opts} - {"--help"}
 
     assert offered == suite
+
+
+@pytest.mark.parametrize("path", ["projections rebuild", "projections verify"])
+def test_rebuild_and_verify_name_every_projection_they_take(path: str) -> None:
+    (name,) = [p for p in COMMANDS[path].params if p.name == "name"]
+    offered = re.findall(r"[a-z_]+", str(getattr(name, "help", "")).split("(")[0])
+
+    assert [p.name for p in ALL] == [o for o in offered if o != "or"]
+
+
+def test_the_root_help_names_the_document_that_lists_the_settings() -> None:
+    shown = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}, prog_name="jobnik")
+    (document,) = re.findall(r"\(([\w/]+\.md) lists them\)", shown.output)
+
+    settings = (Path(__file__).parents[2] / document).read_text()
+    assert "| `JOBNIK_DATABASE_URL` |" in settings
