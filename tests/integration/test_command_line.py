@@ -34,6 +34,10 @@ READERS = {
     "tokens list": ["tokens", "list"],
     "tokens revoke": ["tokens", "revoke", "ops"],
     "jobs redispatch": ["jobs", "redispatch"],
+    "jobs erase": ["jobs", "erase", str(uuid.uuid4()), "--reason", "gone"],
+    "archive run": ["archive", "run"],
+    "archive verify": ["archive", "verify"],
+    "archive retention": ["archive", "retention"],
 }
 
 
