@@ -119,10 +119,14 @@ def serve(
     host: Annotated[str, typer.Option(envvar="JOBNIK_HOST", help="interface to bind")] = (
         "127.0.0.1"
     ),
-    port: Annotated[int, typer.Option(envvar="JOBNIK_PORT", help="TCP port")] = 8080,
+    port: Annotated[
+        int, typer.Option(envvar="JOBNIK_PORT", min=0, max=65535, help="TCP port (0: any free one)")
+    ] = 8080,
     workers: Annotated[
         int,
-        typer.Option(envvar="JOBNIK_WORKERS", help="API processes; more than one needs PostgreSQL"),
+        typer.Option(
+            envvar="JOBNIK_WORKERS", min=1, help="API processes; more than one needs PostgreSQL"
+        ),
     ] = 1,
     ssl_certfile: Annotated[
         str | None, typer.Option(help="serve HTTPS with this PEM certificate (chain)")
@@ -178,19 +182,27 @@ def serve(
     with metrics_directory(workers, settings.prometheus_multiproc_dir) as directory:
         if directory is not None:  # read by the workers' metrics library and their settings
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
-        uvicorn.run(
-            "jobnik.scripts.asgi:create",
-            factory=True,
-            host=host,
-            port=port,
-            workers=workers,
-            log_config=log_config(settings.log_format),
-            access_log=False,  # the app's own access line (request id, route, ids) replaces it
-            ssl_certfile=ssl_certfile,
-            ssl_keyfile=ssl_keyfile,
-            http=HttpLimits.of(settings).protocol(),  # header and body limits, timeouts
-            ws="none",  # (the API has no WebSocket route)
-        )
+        try:
+            uvicorn.run(
+                "jobnik.scripts.asgi:create",
+                factory=True,
+                host=host,
+                port=port,
+                workers=workers,
+                log_config=log_config(settings.log_format),
+                access_log=False,  # the app's own access line (request id, route, ids) replaces it
+                ssl_certfile=ssl_certfile,
+                ssl_keyfile=ssl_keyfile,
+                http=HttpLimits.of(settings).protocol(),  # header and body limits, timeouts
+                ws="none",  # (the API has no WebSocket route)
+            )
+        except SystemExit as exc:  # uvicorn's exit when it cannot start (its log says why)
+            if exc.code in (None, 0):
+                raise
+            raise Failure(
+                f"the server did not start on {host}:{port}; the log line above says why (such "
+                "as the port in use)"
+            ) from None
 
 
 @app.command()

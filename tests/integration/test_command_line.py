@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import secrets
+import socket
 import time
 import uuid
 from contextlib import closing
@@ -242,3 +243,36 @@ def test_serve_reads_its_host_and_workers_from_the_environment(tmp_path: Path) -
     assert "refusing to serve on 0.0.0.0" in one_sentence(exposed)
     assert several.exit_code == 2
     assert "SQLite serves one process" in several.output
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "option"),
+    [
+        ("JOBNIK_PORT", "70000", "--port"),
+        ("JOBNIK_PORT", "-1", "--port"),
+        ("JOBNIK_WORKERS", "0", "--workers"),
+    ],
+)
+def test_serve_refuses_a_port_or_process_count_that_cannot_be_and_makes_nothing(
+    tmp_path: Path, variable: str, value: str, option: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'jobnik.db'}"
+
+    result = run({"JOBNIK_DATABASE_URL": url, variable: value}, "serve")
+
+    assert result.exit_code == 2
+    assert option in result.output
+    assert not made_anything(url)
+
+
+def test_serve_on_a_port_in_use_says_so_and_exits_1_not_as_a_busy_rebuild(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'jobnik.db'}"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        result = run({"JOBNIK_DATABASE_URL": url}, "serve", "--port", str(port))
+
+    assert result.exit_code == 1
+    assert f"jobnik: the server did not start on 127.0.0.1:{port}" in result.output
