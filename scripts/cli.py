@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import TYPE_CHECKING, Annotated
@@ -278,6 +279,24 @@ def migrate(create_database: CreateDatabase = False) -> None:
     typer.echo(f"{database_of(store.env)}: {schema}")
 
 
+def _above_zero(value: float) -> float:
+    if not 0 < value < math.inf:
+        raise typer.BadParameter(f"a number of seconds above 0, not {value:g}")
+    return value
+
+
+def _zero_or_more(value: float) -> float:
+    if not 0 <= value < math.inf:
+        raise typer.BadParameter(f"a number of seconds, 0 or more, not {value:g}")
+    return value
+
+
+def _log_level(value: str) -> str:
+    if value.upper() not in ("DEBUG", "INFO", "WARNING"):
+        raise typer.BadParameter(f"DEBUG, INFO or WARNING, not {value!r}")
+    return value.upper()
+
+
 @worker.command("run")
 def worker_run(
     handler: Annotated[
@@ -286,7 +305,7 @@ def worker_run(
     stage_type: Annotated[
         str, typer.Option("--stage-type", help="the stage type whose tasks to dequeue")
     ],
-    concurrency: Annotated[int, typer.Option(help="tasks handled at once (threads)")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="tasks handled at once (threads)")] = 1,
     batch_size: Annotated[
         int,
         typer.Option(
@@ -297,21 +316,33 @@ def worker_run(
         str, typer.Option(envvar="JOBNIK_API_URL", help="the jobnik API's base URL")
     ] = "http://127.0.0.1:8080",
     heartbeat_interval: Annotated[
-        float, typer.Option(help="seconds between a running task's lease heartbeats")
+        float,
+        typer.Option(
+            callback=_above_zero, help="seconds between a running task's lease heartbeats"
+        ),
     ] = 10.0,
     grace_period: Annotated[
-        float, typer.Option(help="seconds running handlers get to finish after SIGTERM/SIGINT")
+        float,
+        typer.Option(
+            callback=_zero_or_more,
+            help="seconds running handlers get to finish after SIGTERM/SIGINT",
+        ),
     ] = 30.0,
     lease_seconds: Annotated[
         int | None,
-        typer.Option(help="the lease asked for at each dequeue (default: 3 heartbeat intervals)"),
+        typer.Option(
+            min=1, help="the lease asked for at each dequeue (default: 3 heartbeat intervals)"
+        ),
     ] = None,
     log_level: Annotated[
-        str, typer.Option(help="DEBUG, INFO or WARNING (JSON lines on stderr)")
+        str,
+        typer.Option(callback=_log_level, help="DEBUG, INFO or WARNING (JSON lines on stderr)"),
     ] = "INFO",
     metrics_port: Annotated[
         int | None,
-        typer.Option(help="serve Prometheus metrics on this port (0: any free port)"),
+        typer.Option(
+            min=0, max=65535, help="serve Prometheus metrics on this port (0: any free port)"
+        ),
     ] = None,
     metrics_host: Annotated[str, typer.Option(help="interface the metrics port binds")] = (
         "127.0.0.1"

@@ -84,6 +84,37 @@ def test_the_command_exits_2_naming_an_api_url_that_does_not_parse(
     assert why in line
 
 
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--concurrency", "0"],
+        ["--heartbeat-interval", "0"],
+        ["--heartbeat-interval", "nan"],
+        ["--heartbeat-interval", "inf"],
+        ["--grace-period", "-1"],
+        ["--grace-period", "nan"],
+        ["--lease-seconds", "0"],
+        ["--metrics-port", "70000"],
+        ["--log-level", "LOUD"],
+    ],
+    ids=" ".join,
+)
+def test_the_command_exits_2_naming_an_option_no_worker_could_run_with(
+    monkeypatch: pytest.MonkeyPatch, option: list[str]
+) -> None:
+    started: list[object] = []
+    monkeypatch.setattr("jobnik.workers.cli.run_worker", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+    result = CliRunner().invoke(
+        app, ["worker", "run", "json:dumps", "--stage-type", "tiles", *option]
+    )
+
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option[0]}'" in result.output
+    assert started == []
+
+
 def test_a_worker_the_api_refuses_exits_2_saying_why(monkeypatch: pytest.MonkeyPatch) -> None:
     def refused(*args: Any, **kwargs: Any) -> Worker:
         raise AccessRefused(ApiError(401, "UNAUTHENTICATED", "a bearer token is required"))
