@@ -105,6 +105,17 @@ def show(which: Which, api_url: ApiUrl = DEFAULT_URL, token: Token = None) -> No
         typer.echo(f"run {r.nominal_time.isoformat()}  {r.started_by}  job {r.job_id}  {r.status}")
 
 
+def _template(job: Path) -> dict[str, Any]:
+    """The job template the file `job` holds: one JSON object."""
+    try:
+        template = json.loads(job.read_bytes())
+    except ValueError as exc:  # (not JSON, or not UTF-8)
+        raise typer.BadParameter(f"{job} is not JSON: {exc}", param_hint="--job") from None
+    if not isinstance(template, dict):
+        raise typer.BadParameter(f"{job} holds no JSON object", param_hint="--job")
+    return template
+
+
 @schedules.command("create")
 def create(
     name: Annotated[str, typer.Argument(help="the schedule's name (unique)")],
@@ -117,7 +128,11 @@ def create(
     ] = None,
     job: Annotated[
         Path | None,
-        typer.Option(help="a JSON file: the job template (name, data, priority, stages, ...)"),
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            help="a JSON file: the job template (name, data, priority, stages, ...)",
+        ),
     ] = None,
     hook: Annotated[
         str | None,
@@ -142,7 +157,7 @@ def create(
     if (job is None) == (hook is None):
         raise typer.BadParameter("give --job FILE or --hook STAGE_TYPE")
     template: dict[str, Any] = (
-        json.loads(job.read_text()) if job is not None else {"name": job_name or name, "hook": hook}
+        _template(job) if job is not None else {"name": job_name or name, "hook": hook}
     )
     window = int(parse_duration(catchup_window).total_seconds()) if catchup_window else None
     interval = int(parse_duration(every).total_seconds()) if every else None
