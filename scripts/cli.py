@@ -104,12 +104,15 @@ def jobs_erase(
     archived (JOBNIK_ARCHIVE_DIR); its events' skeleton stays."""
     from jobnik.api.archives import erase_job
     from jobnik.domain.application import Jobnik
+    from jobnik.domain.errors import JobNotFound
     from jobnik.scripts.archive_cli import open_archiver
     from jobnik.scripts.tokens_cli import cli_principal
 
     archiver = open_archiver()
     try:
         erase_job(Jobnik(archiver.store), archiver, job_id, by=cli_principal(), reason=reason)
+    except JobNotFound:
+        raise Failure(f"no job {job_id} in this database, live or archived") from None
     finally:
         archiver.store.close()
     typer.echo(f"job {job_id} erased")

@@ -176,3 +176,8 @@ def test_the_command_line_erases_an_archived_job_and_an_unknown_one_is_404(
     assert SECRET not in client.get(f"/v1/jobs/{job_id}/history", params={"limit": 1000}).text
     unknown = client.post(f"/v1/jobs/{UUID(int=7)}/erase", json={"reason": "x"})
     assert (unknown.status_code, unknown.json()["code"]) == (404, "JOB_NOT_FOUND")
+    said = CliRunner().invoke(cli, ["jobs", "erase", str(UUID(int=7)), "--reason", "x"], env=env)
+    assert said.exit_code == 1
+    assert said.output.strip() == (
+        f"jobnik: no job {UUID(int=7)} in this database, live or archived"
+    )
