@@ -105,6 +105,7 @@ def retention(
     the default (--default)."""
     from jobnik.domain.archives import RetentionCommands
     from jobnik.domain.commands import utcnow
+    from jobnik.domain.errors import InvalidRetentionPeriod
     from jobnik.projections.queries.archives import retention as periods
 
     archiver = open_archiver()
@@ -113,7 +114,10 @@ def retention(
             if (seconds is None) == (not default):
                 raise Failure("give --seconds N or --default with a name", EXIT_USAGE)
             commands = RetentionCommands(archiver.store, utcnow)
-            commands.set_retention(name, seconds, by=cli_principal(), reason=reason)
+            try:
+                commands.set_retention(name, seconds, by=cli_principal(), reason=reason)
+            except InvalidRetentionPeriod as exc:  # a bad --seconds
+                raise Failure(exc.message, EXIT_USAGE) from None
         found = periods(archiver.store)
     finally:
         archiver.store.close()

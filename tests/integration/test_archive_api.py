@@ -154,7 +154,7 @@ def test_the_command_line_exports_verifies_and_sets_periods(
     assert "--share" in no_share.output
     assert set_.exit_code == 0, set_.output
     assert "audit: 86400 s" in set_.stdout
-    assert zero.exit_code == 1
+    assert zero.exit_code == 2  # a bad argument
     assert "retention period" in zero.output
 
 
