@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 import typer
@@ -16,6 +17,11 @@ def parse_duration(text: str) -> timedelta:
         value = float(number)
     except ValueError:
         raise typer.BadParameter(f"{text!r} is not a duration like 90s, 15m, 2h or 1d") from None
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{text!r} is not a duration like 90s, 15m, 2h or 1d")
     if value < 0:
         raise typer.BadParameter("a duration cannot be negative")
-    return timedelta(seconds=value * _UNITS[unit])
+    try:
+        return timedelta(seconds=value * _UNITS[unit])
+    except OverflowError:
+        raise typer.BadParameter(f"{text!r} is longer than any duration jobnik takes") from None

@@ -9,7 +9,7 @@ be revoked while every server is down. Each command is an event in the log, by `
 from __future__ import annotations
 
 import getpass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -38,6 +38,18 @@ def cli_principal() -> Principal:
     return Principal(f"cli:{user}", Role.ADMIN)
 
 
+def _expiry(lifetime: timedelta) -> datetime:
+    """When a token of this `--expires` lifetime expires, from now."""
+    if lifetime <= timedelta(0):
+        raise typer.BadParameter("a token's lifetime is above 0", param_hint="--expires")
+    try:
+        return datetime.now(UTC) + lifetime
+    except OverflowError:
+        raise typer.BadParameter(
+            "the expiry would be after the year 9999", param_hint="--expires"
+        ) from None
+
+
 @tokens.command("create")
 def create(
     name: Annotated[str, typer.Argument(help="the token's name, shown as the actor of its events")],
@@ -59,11 +71,10 @@ def create(
         chosen = Role(role)
     except ValueError:
         raise typer.BadParameter(f"{role!r} is not a role: {ROLES}") from None
-    lifetime = parse_duration(expires) if expires else None
+    expires_at = _expiry(parse_duration(expires)) if expires is not None else None
     store = open_store(create=True)  # the first admin token may come before the first server
     try:
         by = cli_principal()
-        expires_at = datetime.now(UTC) + lifetime if lifetime else None
         issued = Jobnik(store).issue_token(
             name, chosen, stage_types=stage_type or [], expires_at=expires_at, by=by
         )

@@ -276,3 +276,14 @@ def test_serve_on_a_port_in_use_says_so_and_exits_1_not_as_a_busy_rebuild(tmp_pa
 
     assert result.exit_code == 1
     assert f"jobnik: the server did not start on 127.0.0.1:{port}" in result.output
+
+
+@pytest.mark.parametrize("lifetime", ["0d", "0", "nan", "inf", "99999999d"])
+def test_a_token_lifetime_that_cannot_be_is_refused_and_nothing_is_made(
+    env: dict[str, str], database_url: str, lifetime: str
+) -> None:
+    result = run(env, "tokens", "create", "ops", "--role", "admin", "--expires", lifetime)
+
+    assert result.exit_code == 2, result.output
+    assert "Invalid value" in result.output
+    assert not made_anything(database_url)
