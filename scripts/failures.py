@@ -4,11 +4,14 @@ error through with its traceback.
 
 Exit statuses: 0 done; 1 the command failed (what it names does not exist, rows differ, ...);
 2 a bad argument or setting (the command line's own usage errors exit 2 as well); 3 another
-rebuild or verify is running; 4 the database is missing or cannot be reached.
+rebuild or verify is running; 4 the database is missing or cannot be reached. A command whose
+reader goes away (`jobnik replay ... | head`) stops saying nothing, with status 1.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any, Final
 
 import typer
@@ -70,6 +73,16 @@ class JobnikGroup(TyperGroup):
             # the command line's own (usage errors, exit statuses) and --debug: as they are
             if type(exc).__module__.startswith("typer.") or ctx.params.get("debug"):
                 raise
+            if isinstance(exc, BrokenPipeError):  # its reader went away (`jobnik replay | head`)
+                _quiet_stdout()
+                raise typer.Exit(EXIT_FAILED) from None
             failure = explain(exc)
             typer.echo(f"jobnik: {failure.message}", err=True)
             raise typer.Exit(failure.status) from None
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of what is left for a
+    reader that went away fails no more."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from contextlib import closing
@@ -14,6 +17,7 @@ import psycopg
 import pytest
 from typer.testing import CliRunner, Result
 
+from jobnik.domain.application import Jobnik, NewJob
 from jobnik.projections.store import migrations
 from jobnik.projections.store.backends import open_store
 from jobnik.projections.store.base import SqlStore
@@ -287,3 +291,24 @@ def test_a_token_lifetime_that_cannot_be_is_refused_and_nothing_is_made(
     assert result.exit_code == 2, result.output
     assert "Invalid value" in result.output
     assert not made_anything(database_url)
+
+
+def test_a_reader_that_goes_away_stops_the_command_quietly(
+    env: dict[str, str], jobnik: Jobnik
+) -> None:
+    job = jobnik.create_job(NewJob(name="piped", data={}))
+    command = [sys.executable, "-c", "from jobnik.scripts.cli import main; main()"]
+    with subprocess.Popen(
+        [*command, "history", "export", str(job.id)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **env},
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdout.close()  # (`jobnik history export ... | head -0`)
+        said = proc.stderr.read().decode()
+        status = proc.wait(timeout=60)
+
+    assert status == 1
+    assert said == ""
