@@ -93,3 +93,21 @@ def test_a_name_ending_in_a_slash_is_its_own(api: Api) -> None:
     assert (r.status_code, r.json()["stageType"]) == (200, "tiles/"), r.text
     assert api.http.get("/v1/limits/tiles%2F").json()["maxInProgress"] == 2
     assert api.http.get("/v1/limits/tiles").status_code == 404
+
+
+def test_a_trailing_slash_after_an_escaped_slash_is_no_redirect_to_another_name(api: Api) -> None:
+    assert api.http.put("/v1/limits/x/rate", json={"starts": 2, "intervalSeconds": 60}).is_success
+
+    with api.nothing_written():
+        for method, url in (("DELETE", "/v1/limits/x%2Frate/"), ("GET", "/v1/limits/x%2F/")):
+            r = api.http.request(method, url)  # (a redirect would be followed)
+            assert (r.status_code, r.json()["code"]) == (404, "ROUTE_NOT_FOUND"), url
+
+    assert api.http.get("/v1/limits/x").json()["rate"]["starts"] == 2
+
+
+def test_a_path_is_decoded_once(api: Api) -> None:
+    # "%2%46" is "%2F" decoded once: the three characters, not a slash decoded twice
+    r = api.http.put("/v1/limits/x%2%46rate", json={"maxInProgress": 3})
+
+    assert (r.status_code, r.json()["stageType"]) == (200, "x%2Frate"), r.text
