@@ -15,7 +15,7 @@ import pytest
 
 from jobnik.domain.application import Jobnik, NewJob, NewStage, NewTask, utcnow
 from jobnik.domain.commands import conflicts_retried
-from jobnik.domain.errors import ConcurrencyConflict, StaleAttempt, TaskNotFound
+from jobnik.domain.errors import ConcurrencyConflict, StaleAttempt, TaskNotFound, TooManyChildJobs
 from jobnik.domain.principals import Actor
 from jobnik.domain.statuses import JobStatus, Priority, StageStatus, TaskStatus
 from jobnik.projections.store.base import SqlStore
@@ -459,3 +459,23 @@ def test_a_report_in_one_process_after_the_last_other_in_another_completes_the_s
         assert r.job(job.id).status == JobStatus.COMPLETED
     history = [pg.mapper.to_domain_event(e) for e in pg.recorder.select_events(stage.id)]
     assert [type(e).__name__ for e in history].count("StageCompleted") == 1
+
+
+def test_a_child_job_created_while_another_waits_for_the_lock_counts_toward_the_bound(
+    pg: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count of a task's children is taken under the writer lock: a child committed after
+    this creation loaded the parent task, before it locked, is counted."""
+    jobnik = Jobnik(pg, max_child_jobs=1)
+    one_task_job(jobnik, "parent")
+    parent = jobnik.dequeue("parent")
+    assert parent is not None
+    child = NewJob(name="child", data={}, parent_task_id=parent.id)
+    made: list[Any] = []
+    interleave_before_lock(monkeypatch, lambda: made.append(jobnik.create_job(child)))
+
+    with pytest.raises(TooManyChildJobs):
+        jobnik.create_job(child)
+
+    with pg.session(write=False) as r:
+        assert [j.id for j in r.children_of(parent.id)] == [made[0].id]
