@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import math
 import os
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Final
 from uuid import UUID
 
 import typer
 
+from jobnik.domain.statuses import MAX_LEASE_SECONDS
 from jobnik.scripts.archive_cli import archive
 from jobnik.scripts.durations import parse_duration
 from jobnik.scripts.failures import EXIT_STATUSES, EXIT_USAGE, Failure, JobnikGroup
@@ -282,15 +282,22 @@ def migrate(create_database: CreateDatabase = False) -> None:
     typer.echo(f"{database_of(store.env)}: {schema}")
 
 
-def _above_zero(value: float) -> float:
-    if not 0 < value < math.inf:
-        raise typer.BadParameter(f"a number of seconds above 0, not {value:g}")
+# A dequeue asks for a lease of at most MAX_LEASE_SECONDS (a week; the server refuses more): a
+# worker's default lease is three heartbeat intervals, and its handlers hold no task longer.
+MOST_HEARTBEAT: Final = MAX_LEASE_SECONDS // 3
+
+
+def _heartbeat(value: float) -> float:
+    if not 0 < value <= MOST_HEARTBEAT:
+        raise typer.BadParameter(
+            f"a number of seconds above 0, at most {MOST_HEARTBEAT}, not {value:g}"
+        )
     return value
 
 
-def _zero_or_more(value: float) -> float:
-    if not 0 <= value < math.inf:
-        raise typer.BadParameter(f"a number of seconds, 0 or more, not {value:g}")
+def _grace(value: float) -> float:
+    if not 0 <= value <= MAX_LEASE_SECONDS:
+        raise typer.BadParameter(f"a number of seconds, 0 to {MAX_LEASE_SECONDS}, not {value:g}")
     return value
 
 
@@ -320,21 +327,21 @@ def worker_run(
     ] = "http://127.0.0.1:8080",
     heartbeat_interval: Annotated[
         float,
-        typer.Option(
-            callback=_above_zero, help="seconds between a running task's lease heartbeats"
-        ),
+        typer.Option(callback=_heartbeat, help="seconds between a running task's lease heartbeats"),
     ] = 10.0,
     grace_period: Annotated[
         float,
         typer.Option(
-            callback=_zero_or_more,
+            callback=_grace,
             help="seconds running handlers get to finish after SIGTERM/SIGINT",
         ),
     ] = 30.0,
     lease_seconds: Annotated[
         int | None,
         typer.Option(
-            min=1, help="the lease asked for at each dequeue (default: 3 heartbeat intervals)"
+            min=1,
+            max=MAX_LEASE_SECONDS,
+            help="the lease asked for at each dequeue (default: 3 heartbeat intervals)",
         ),
     ] = None,
     log_level: Annotated[

@@ -93,7 +93,10 @@ def test_the_command_exits_2_naming_an_api_url_that_does_not_parse(
         ["--heartbeat-interval", "inf"],
         ["--grace-period", "-1"],
         ["--grace-period", "nan"],
+        ["--grace-period", "1e300"],  # beyond a timer's range: SIGTERM would wait forever
         ["--lease-seconds", "0"],
+        ["--lease-seconds", "604801"],  # more than a dequeue may ask for: every one refused
+        ["--heartbeat-interval", "201601"],  # the default lease, 3 intervals, likewise
         ["--metrics-port", "70000"],
         ["--log-level", "LOUD"],
     ],
@@ -113,6 +116,24 @@ def test_the_command_exits_2_naming_an_option_no_worker_could_run_with(
     assert result.exit_code == 2, result.output
     assert f"Invalid value for '{option[0]}'" in result.output
     assert started == []
+
+
+def test_a_worker_may_ask_for_a_weeks_lease_and_wait_a_week_for_its_handlers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started: list[dict[str, Any]] = []
+    monkeypatch.setattr("jobnik.workers.cli.run_worker", lambda *a, **k: started.append(k))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    week = ["--lease-seconds", "604800", "--heartbeat-interval", "201600"]
+
+    result = CliRunner().invoke(
+        app, ["worker", "run", "json:dumps", "--stage-type", "t", *week, "--grace-period", "604800"]
+    )
+
+    assert result.exit_code == 0, result.output
+    assert [(k["lease_seconds"], k["heartbeat_interval"], k["grace_period"]) for k in started] == [
+        (604800, 201600.0, 604800.0)
+    ]
 
 
 def test_a_worker_the_api_refuses_exits_2_saying_why(monkeypatch: pytest.MonkeyPatch) -> None:
