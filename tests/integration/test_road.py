@@ -24,16 +24,22 @@ REPORT_STATEMENTS = 9
 
 @contextmanager
 def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The text of every statement psycopg is asked to run meanwhile, in order."""
+    """The text of every statement psycopg is asked to run meanwhile, in order (one
+    `executemany`, one entry)."""
     sent: list[str] = []
-    execute = psycopg.Cursor.execute
 
-    def counted(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(str(query).split("\n", 1)[0][:80])
-        return execute(self, query, *args, **kwargs)
+    def counting(name: str) -> Callable[..., Any]:
+        run = getattr(psycopg.Cursor, name)
+
+        def counted(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(str(query).split("\n", 1)[0][:80])
+            return run(self, query, *args, **kwargs)
+
+        return counted
 
     with monkeypatch.context() as patch:
-        patch.setattr(psycopg.Cursor, "execute", counted)
+        for name in ("execute", "executemany"):
+            patch.setattr(psycopg.Cursor, name, counting(name))
         yield sent
 
 
