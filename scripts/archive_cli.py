@@ -103,6 +103,7 @@ def retention(
 ) -> None:
     """Show the retention policy, or set one job name's period (--seconds) or give it back to
     the default (--default)."""
+    from jobnik.api.schemas import JOB_NAME_MAX, JOB_NAME_MIN
     from jobnik.domain.archives import RetentionCommands
     from jobnik.domain.commands import utcnow
     from jobnik.domain.errors import InvalidRetentionPeriod
@@ -113,6 +114,12 @@ def retention(
         if name is not None:
             if (seconds is None) == (not default):
                 raise Failure("give --seconds N or --default with a name", EXIT_USAGE)
+            if not JOB_NAME_MIN <= len(name) <= JOB_NAME_MAX:  # (as PUT /v1/retention/{name})
+                raise Failure(
+                    f"a job name is {JOB_NAME_MIN} to {JOB_NAME_MAX} characters, not {len(name)}: "
+                    "no job could have this one",
+                    EXIT_USAGE,
+                )
             commands = RetentionCommands(archiver.store, utcnow)
             try:
                 commands.set_retention(name, seconds, by=cli_principal(), reason=reason)

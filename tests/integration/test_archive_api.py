@@ -143,6 +143,10 @@ def test_the_command_line_exports_verifies_and_sets_periods(
         cli, ["archive", "retention", "audit", "--seconds", "86400"], env=archive_env
     )
     zero = runner.invoke(cli, ["archive", "retention", "audit", "--seconds", "0"], env=archive_env)
+    no_job_has = [
+        runner.invoke(cli, ["archive", "retention", name, "--seconds", "60"], env=archive_env)
+        for name in ("a", "a" * 51)
+    ]
 
     assert exported.exit_code == 0, exported.output
     assert [json.loads(line) for line in exported.stdout.splitlines()] == live
@@ -156,6 +160,10 @@ def test_the_command_line_exports_verifies_and_sets_periods(
     assert "audit: 86400 s" in set_.stdout
     assert zero.exit_code == 2  # a bad argument
     assert "retention period" in zero.output
+    for refused in no_job_has:  # (a period for a name no job can have would never apply)
+        assert refused.exit_code == 2, refused.output
+        assert "a job name is 2 to 50 characters" in refused.output
+    assert [n["name"] for n in client.get("/v1/retention").json()["names"]] == ["audit"]
 
 
 def test_an_archive_directory_that_is_not_writable_is_refused_at_start_up(
