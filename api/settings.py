@@ -258,7 +258,7 @@ class Settings(BaseSettings):
     max_child_jobs: int = Field(
         DEFAULT_MAX_CHILD_JOBS,
         ge=1,
-        le=100_000,
+        le=10_000,
         description="child jobs one task may create (409 TOO_MANY_CHILD_JOBS beyond)",
     )
     group_commit: bool = Field(

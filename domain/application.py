@@ -93,7 +93,7 @@ class Jobnik(RescheduleCommands, RerunCommands, BatchCommands, SweepCommands, To
                         f"parent task {parent.id} is {parent.status}: child jobs are created by "
                         "its running handler"
                     )
-                if s.children_count(parent.id) >= self.max_child_jobs:
+                if s.children_counts(parent.id).total >= self.max_child_jobs:
                     raise TooManyChildJobs(
                         f"task {parent.id} has created {self.max_child_jobs} child jobs, as many "
                         "as a task may (JOBNIK_MAX_CHILD_JOBS)"

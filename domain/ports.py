@@ -38,6 +38,14 @@ class Summary:
         return (self.completed * 100) // self.total if self.total else 0
 
 
+@dataclass(frozen=True)
+class ChildCounts:
+    """A task's child jobs: how many it created, and how many of them have not ended."""
+
+    total: int
+    running: int
+
+
 class Session(Protocol):
     """One database transaction. Loads raise the domain's NotFound errors."""
 
@@ -94,12 +102,9 @@ class Session(Protocol):
         """The stage's tasks whose status is one of `statuses`, oldest first."""
         ...
 
-    def children_of(self, task_id: UUID) -> list[Job]:
-        """The child jobs created by `task_id`, oldest first."""
-        ...
-
-    def children_count(self, task_id: UUID) -> int:
-        """How many child jobs `task_id` has created (under the writer lock)."""
+    def children_counts(self, task_id: UUID) -> ChildCounts:
+        """How many child jobs `task_id` has created, and how many of them have not ended
+        (under the writer lock)."""
         ...
 
     def child_jobs(self, job_id: UUID) -> list[Job]:

@@ -248,12 +248,12 @@ class WorkCommands:
     def _delegate(self, s: Session, task: Task, now: datetime, by: Principal, turns: Turns) -> None:
         """The handler created child jobs: the task waits for them, or goes back to the queue
         at once when they have all ended already."""
-        children = s.children_of(task.id)
-        if not children:
+        children = s.children_counts(task.id)
+        if not children.total:
             raise DelegationRefused(
                 f"task {task.id} has no child jobs: create them with parentTaskId first"
             )
-        open_children = sum(1 for c in children if not c.is_final)
+        open_children = children.running
         task.delegate(open_children, now, by)
         if open_children == 0:
             task.redispatch(
@@ -318,7 +318,7 @@ class WorkCommands:
             return
         if parent.status != TaskStatus.DELEGATED:
             return
-        open_children = sum(1 for c in s.children_of(parent.id) if not c.is_final)
+        open_children = s.children_counts(parent.id).running
         parent.child_ended(job.id, job.status, open_children, now)
         if open_children == 0:
             parent.redispatch(

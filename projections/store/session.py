@@ -29,7 +29,7 @@ from jobnik.domain.errors import (
 )
 from jobnik.domain.jobs import Job
 from jobnik.domain.limits import StageTypeLimits
-from jobnik.domain.ports import Summary
+from jobnik.domain.ports import ChildCounts, Summary
 from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
@@ -281,13 +281,9 @@ class SqlSession:
         )
         return [cast(Task, self._remember(task_from_row(r))) for r in rows]
 
-    def children_of(self, task_id: UUID) -> list[Job]:
-        rows = self._rows("jobs_of_parent_task", t=self.d.dump("parent_task_id", task_id))
-        return [cast(Job, self._remember(job_from_row(r))) for r in rows]
-
-    def children_count(self, task_id: UUID) -> int:
+    def children_counts(self, task_id: UUID) -> ChildCounts:
         rows = self._rows("count_jobs_of_parent_task", t=self.d.dump("parent_task_id", task_id))
-        return int(rows[0]["n"])
+        return ChildCounts(int(rows[0]["n"]), int(rows[0]["running"] or 0))
 
     def child_jobs(self, job_id: UUID) -> list[Job]:
         rows = self._rows("open_child_jobs", j=self.d.dump("parent_job_id", job_id))

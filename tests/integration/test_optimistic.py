@@ -478,4 +478,5 @@ def test_a_child_job_created_while_another_waits_for_the_lock_counts_toward_the_
         jobnik.create_job(child)
 
     with pg.session(write=False) as r:
-        assert [j.id for j in r.children_of(parent.id)] == [made[0].id]
+        assert r.children_counts(parent.id).total == 1
+    assert len(made) == 1

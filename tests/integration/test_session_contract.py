@@ -210,7 +210,7 @@ class SessionContract:
         assert first == [shorter.id]
         assert none == []
 
-    def test_child_jobs_are_found_by_their_parent_task_and_job(
+    def test_child_jobs_are_counted_by_their_parent_task_and_found_by_job(
         self, store: Store, app: Jobnik
     ) -> None:
         parent, _, _ = job_with_tasks(app, "parent", 1)
@@ -220,13 +220,13 @@ class SessionContract:
         app.set_job_status(ended.id, JobStatus.ABORTED)
 
         with store.session(write=True) as s:
-            children = [j.id for j in s.children_of(task.id)]
-            counted = s.children_count(task.id)
+            counted = s.children_counts(task.id)
             open_children = [j.id for j in s.child_jobs(parent.id)]
+            none = s.children_counts(parent.id)  # (a job's id: no task's)
 
-        assert children == [child.id, ended.id]
-        assert counted == 2
+        assert (counted.total, counted.running) == (2, 1)
         assert open_children == [child.id]
+        assert (none.total, none.running) == (0, 0)
 
     def test_stale_delegations_are_tasks_whose_child_jobs_all_ended(
         self, store: Store, app: Jobnik

@@ -26,7 +26,7 @@ from jobnik.domain.errors import (
 )
 from jobnik.domain.jobs import Job
 from jobnik.domain.limits import StageTypeLimits
-from jobnik.domain.ports import Summary
+from jobnik.domain.ports import ChildCounts, Summary
 from jobnik.domain.schedules import Schedule
 from jobnik.domain.stages import Stage
 from jobnik.domain.tasks import Task
@@ -349,11 +349,9 @@ class MemorySession:
         rows = sorted(rows, key=lambda r: (r["creation_time"], str(r["id"])))
         return [cast(Job, self._remember(r, job_from_row)) for r in rows]
 
-    def children_of(self, task_id: UUID) -> list[Job]:
-        return self._jobs(self.tables.where(JOBS, {"parent_task_id": task_id}))
-
-    def children_count(self, task_id: UUID) -> int:
-        return len(self.tables.where(JOBS, {"parent_task_id": task_id}))
+    def children_counts(self, task_id: UUID) -> ChildCounts:
+        rows = self.tables.where(JOBS, {"parent_task_id": task_id})
+        return ChildCounts(len(rows), sum(1 for r in rows if r["status"] not in FINAL))
 
     def child_jobs(self, job_id: UUID) -> list[Job]:
         rows = self.tables.where(JOBS, {"parent_job_id": job_id})

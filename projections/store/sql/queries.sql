@@ -71,11 +71,10 @@ SELECT * FROM tasks_v1 WHERE job_id = %(job_id)s
 SELECT * FROM tasks_v1 WHERE stage_id = %(stage_id)s AND status IN ({statuses})
     ORDER BY creation_time, id;
 
--- name: jobs_of_parent_task
-SELECT * FROM jobs_v1 WHERE parent_task_id = %(t)s ORDER BY creation_time, id;
-
 -- name: count_jobs_of_parent_task
-SELECT count(*) AS n FROM jobs_v1 WHERE parent_task_id = %(t)s;
+SELECT count(*) AS n, sum(CASE WHEN status IN ('COMPLETED', 'FAILED', 'ABORTED') THEN 0 ELSE 1 END)
+    AS running
+FROM jobs_v1 WHERE parent_task_id = %(t)s;
 
 -- name: open_child_jobs
 SELECT * FROM jobs_v1 WHERE parent_job_id = %(j)s
