@@ -129,6 +129,26 @@ def answer(
     return StreamingResponse(_array(views, listing, one), media_type="application/json")
 
 
+def chunked_array(read: Callable[[int, int], list[T]], one: Callable[[T], bytes]) -> Response:
+    """A plain array of what `read(offset, limit)` finds, read CHUNK items at a time (each read
+    its own short transaction) and streamed; the first read's errors (a 404) before any byte."""
+    first = read(0, CHUNK)
+
+    def chunks() -> Iterator[bytes]:
+        items, offset = first, 0
+        yield b"["
+        while True:
+            if items:
+                yield (b"," if offset else b"") + b",".join(one(i) for i in items)
+            if len(items) < CHUNK:
+                break
+            offset += len(items)
+            items = read(offset, CHUNK)
+        yield b"]"
+
+    return StreamingResponse(chunks(), media_type="application/json")
+
+
 def _array(views: Views, listing: Listing[T], one: Callable[[T], bytes]) -> Iterator[bytes]:
     yield b"["
     first, after = True, None

@@ -29,7 +29,15 @@ from jobnik.api.operator_schemas import (
     RerunRequest,
     Reschedule,
 )
-from jobnik.api.pages import PagingDep, answer, page_schema, render_one, task_name
+from jobnik.api.pages import (
+    PagingDep,
+    answer,
+    chunked_array,
+    page_schema,
+    render,
+    render_one,
+    task_name,
+)
 from jobnik.api.permissions import PrincipalDep, authorize, needs
 from jobnik.api.schemas import (
     Appended,
@@ -58,6 +66,7 @@ from jobnik.domain.errors import (
 from jobnik.domain.principals import Permission
 from jobnik.domain.statuses import TaskStatus
 from jobnik.projections.queries.logs import CURSOR, LogCursor
+from jobnik.projections.queries.results import ChildJob
 
 P = Permission
 router = APIRouter(
@@ -176,11 +185,17 @@ def update_task_statuses(
     return answer if isinstance(answer, Response) else ReportAnswer.list_response(answer)
 
 
-@router.get("/tasks/{taskId}/children", openapi_extra=needs(P.READ))
-def get_children(views: ViewsDep, task_id: TaskId) -> list[ChildJobOut]:
+@router.get(
+    "/tasks/{taskId}/children", response_model=list[ChildJobOut], openapi_extra=needs(P.READ)
+)
+def get_children(views: ViewsDep, task_id: TaskId) -> Response:
     """jobnik: the task's child jobs (at most JOBNIK_MAX_CHILD_JOBS), oldest first, their
     outcomes and their tasks' results (each child's first 100, `moreResults` if it has more)."""
-    return [ChildJobOut.of(c) for c in views.children(task_id)]
+
+    def one(child: ChildJob) -> bytes:
+        return render(lambda: ChildJobOut.of(child), f"child job {child.job.id}")
+
+    return chunked_array(lambda offset, limit: views.children(task_id, offset, limit), one)
 
 
 @router.post("/tasks/{taskId}/heartbeat", response_model=HeartbeatOut, openapi_extra=needs(P.WORK))

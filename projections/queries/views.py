@@ -272,17 +272,17 @@ class Views:
             )
             return int(row["n"]) if row else 0
 
-    def children(self, task_id: UUID) -> list[ChildJob]:
-        """The child jobs of `task_id` (delegation), oldest first, with their tasks' results (at
-        most CHILD_RESULTS each; a task has at most JOBNIK_MAX_CHILD_JOBS children)."""
+    def children(self, task_id: UUID, offset: int = 0, limit: int = 50) -> list[ChildJob]:
+        """The child jobs of `task_id` (delegation), oldest first, from `offset`, at most
+        `limit` of them, with their tasks' results (at most CHILD_RESULTS each)."""
         by_task = self._by_id("t", task_id)
         with self.store.cursor(write=False) as cur:
             if cur.one(f"SELECT id FROM tasks_v1 WHERE id = {self.p('t')}", by_task) is None:
                 raise TaskNotFound
             jobs = cur.all(
                 f"SELECT * FROM jobs_v1 WHERE parent_task_id = {self.p('t')} "
-                "ORDER BY creation_time, id",
-                by_task,
+                f"ORDER BY creation_time, id LIMIT {self.p('limit')} OFFSET {self.p('offset')}",
+                {**by_task, "limit": int(limit), "offset": int(offset)},
             )
             out = []
             for row in jobs:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from jobnik.api import pages
 from jobnik.api.testing import memory_app
 from jobnik.projections.queries import views
 
@@ -142,6 +143,20 @@ def test_a_child_lists_its_first_results_and_says_when_it_has_more(
     assert [r["result"] for r in children[0]["results"]] == [{"i": 0}, {"i": 1}]
     assert children[0]["moreResults"] is True
     assert (children[1]["results"], children[1]["moreResults"]) == ([], False)
+
+
+def test_the_children_list_is_read_in_chunks_and_whole(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pages, "CHUNK", 2)
+    _, task = running_task(api)
+    made = [child_job(api, task)["id"] for _ in range(5)]
+
+    listed = api.http.get(f"/v1/tasks/{task['id']}/children")
+    unknown = api.http.get("/v1/tasks/00000000-0000-4000-8000-0000000000ff/children")
+
+    assert [c["id"] for c in listed.json()] == made
+    assert (unknown.status_code, unknown.json()["code"]) == (404, "TASK_NOT_FOUND")
 
 
 def test_a_child_job_needs_a_running_parent_task(api: Api) -> None:
