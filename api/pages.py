@@ -129,10 +129,13 @@ def answer(
     return StreamingResponse(_array(views, listing, one), media_type="application/json")
 
 
-def chunked_array(read: Callable[[int, int], list[T]], one: Callable[[T], bytes]) -> Response:
-    """A plain array of what `read(offset, limit)` finds, read CHUNK items at a time (each read
-    its own short transaction) and streamed; the first read's errors (a 404) before any byte."""
-    first = read(0, CHUNK)
+def chunked_array(
+    read: Callable[[int, int], list[T]], one: Callable[[T], bytes], chunk: int = CHUNK
+) -> Response:
+    """A plain array of what `read(offset, limit)` finds, read `chunk` items at a time (each
+    read its own short transaction) and streamed; the first read's errors (a 404) before any
+    byte."""
+    first = read(0, chunk)
 
     def chunks() -> Iterator[bytes]:
         items, offset = first, 0
@@ -140,10 +143,10 @@ def chunked_array(read: Callable[[int, int], list[T]], one: Callable[[T], bytes]
         while True:
             if items:
                 yield (b"," if offset else b"") + b",".join(one(i) for i in items)
-            if len(items) < CHUNK:
+            if len(items) < chunk:
                 break
             offset += len(items)
-            items = read(offset, CHUNK)
+            items = read(offset, chunk)
         yield b"]"
 
     return StreamingResponse(chunks(), media_type="application/json")

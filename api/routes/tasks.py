@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import functools
+from typing import Annotated, Any, Final
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
@@ -185,6 +186,9 @@ def update_task_statuses(
     return answer if isinstance(answer, Response) else ReportAnswer.list_response(answer)
 
 
+CHILDREN_CHUNK: Final = 50  # child jobs read at a time, each with up to 100 results
+
+
 @router.get(
     "/tasks/{taskId}/children", response_model=list[ChildJobOut], openapi_extra=needs(P.READ)
 )
@@ -195,7 +199,8 @@ def get_children(views: ViewsDep, task_id: TaskId) -> Response:
     def one(child: ChildJob) -> bytes:
         return render(lambda: ChildJobOut.of(child), f"child job {child.job.id}")
 
-    return chunked_array(lambda offset, limit: views.children(task_id, offset, limit), one)
+    read = functools.partial(views.children, task_id)
+    return chunked_array(read, one, chunk=CHILDREN_CHUNK)
 
 
 @router.post("/tasks/{taskId}/heartbeat", response_model=HeartbeatOut, openapi_extra=needs(P.WORK))

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from jobnik.api import pages
+from jobnik.api.routes import tasks
 from jobnik.api.testing import memory_app
 from jobnik.projections.queries import views
 
@@ -148,7 +148,7 @@ def test_a_child_lists_its_first_results_and_says_when_it_has_more(
 def test_the_children_list_is_read_in_chunks_and_whole(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pages, "CHUNK", 2)
+    monkeypatch.setattr(tasks, "CHILDREN_CHUNK", 2)
     _, task = running_task(api)
     made = [child_job(api, task)["id"] for _ in range(5)]
 
