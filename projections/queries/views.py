@@ -272,7 +272,7 @@ class Views:
             )
             return int(row["n"]) if row else 0
 
-    def children(self, task_id: UUID, offset: int, limit: int) -> list[ChildJob]:
+    def children(self, task_id: UUID, offset: int = 0, limit: int = 50) -> list[ChildJob]:
         """The child jobs of `task_id` (delegation), oldest first, from `offset`, at most
         `limit` of them, with their tasks' results (at most CHILD_RESULTS each)."""
         by_task = self._by_id("t", task_id)
