@@ -16,7 +16,7 @@ list, the page or the stream that holds it down.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal, TypeVar
 
@@ -137,33 +137,36 @@ def chunked_array(
     byte."""
     first = read(0, chunk)
 
-    def chunks() -> Iterator[bytes]:
+    def chunks() -> Iterator[list[T]]:
         items, offset = first, 0
-        yield b"["
-        while True:
-            if items:
-                yield (b"," if offset else b"") + b",".join(one(i) for i in items)
-            if len(items) < chunk:
-                break
+        yield items
+        while len(items) == chunk:
             offset += len(items)
             items = read(offset, chunk)
-        yield b"]"
+            yield items
 
-    return StreamingResponse(chunks(), media_type="application/json")
+    return StreamingResponse(_joined(chunks(), one), media_type="application/json")
 
 
 def _array(views: Views, listing: Listing[T], one: Callable[[T], bytes]) -> Iterator[bytes]:
+    def chunks() -> Iterator[list[T]]:
+        items = views.read(listing, Window(limit=CHUNK))
+        yield items
+        while len(items) == CHUNK:
+            items = views.read(listing, Window(limit=CHUNK, after=listing.key(items[-1])))
+            yield items
+
+    return _joined(chunks(), one)
+
+
+def _joined(chunks: Iterable[list[T]], one: Callable[[T], bytes]) -> Iterator[bytes]:
+    """A JSON array of the `chunks`' items, each rendered by `one`, a chunk at a time."""
     yield b"["
-    first, after = True, None
-    while True:
-        items = views.read(listing, Window(limit=CHUNK, after=after))
-        parts = [one(i) for i in items]
-        if parts:
-            yield (b"" if first else b",") + b",".join(parts)
+    first = True
+    for items in chunks:
+        if items:
+            yield (b"" if first else b",") + b",".join(one(i) for i in items)
             first = False
-        if len(items) < CHUNK:
-            break
-        after = listing.key(items[-1])
     yield b"]"
 
 

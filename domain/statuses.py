@@ -115,7 +115,7 @@ TASK_ABORTABLE: Final = frozenset({T.PENDING, T.RETRIED, T.DELEGATED})
 DEFAULT_LEASE_SECONDS: Final = 30 * 60
 MAX_LEASE_SECONDS: Final = 7 * 24 * 3600  # the longest a dequeue (or the server's default) gives
 DEFAULT_MAX_BATCH: Final = 100  # tasks one batched dequeue or report takes at most
-# Child jobs one task may create (its delegation loads them all; GET .../children lists them).
+# Child jobs one task may create (GET /v1/tasks/{taskId}/children lists them all).
 DEFAULT_MAX_CHILD_JOBS: Final = 1_000
 # Why a task failed or was retried: the run statistics count them apart.
 # (expired: still queued when its schedule-to-start limit ran out; never dequeued)
